@@ -1,0 +1,3 @@
+from flagstaff.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Per-worker caches in front of the store: projects by token, compiled flag definitions.
+
+Definitions are recompiled only when the project's definitions version changes; the version
+is re-read at most every ``refresh_seconds``, so a change made through any worker (or node)
+is served everywhere within that interval, with no restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import msgspec
+
+from flagstaff.flags import CompiledFlags, compile_flags
+from flagstaff.store.base import Definitions, Project, Store
+
+_NEGATIVE_TTL = 1.0
+
+
+class ProjectCache:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._by_token: dict[str, Project] = {}
+        self._unknown: dict[str, float] = {}
+
+    async def by_token(self, token: str) -> Project | None:
+        project = self._by_token.get(token)
+        if project is not None:
+            return project
+        now = time.monotonic()
+        missed = self._unknown.get(token)
+        if missed is not None and now - missed < _NEGATIVE_TTL:
+            return None
+        project = await self._store.get_project_by_token(token)
+        if project is None:
+            if len(self._unknown) > 10_000:
+                self._unknown.clear()
+            self._unknown[token] = now
+            return None
+        self._by_token[token] = project
+        return project
+
+
+class ProjectFlags:
+    """One project's definitions at one version, compiled, with what the API serves of them."""
+
+    __slots__ = (
+        "_local_eval_body",
+        "compiled",
+        "definitions",
+        "etag",
+        "group_type_index",
+        "stored_data_keys",
+    )
+
+    def __init__(self, definitions: Definitions) -> None:
+        self.definitions = definitions
+        self.compiled: CompiledFlags = compile_flags(
+            definitions.flags, definitions.cohorts, definitions.group_type_mapping
+        )
+        self.group_type_index = {
+            name: int(index) for index, name in definitions.group_type_mapping.items()
+        }
+        self.stored_data_keys = frozenset(
+            f["key"] for f in definitions.flags if _reads_properties(f.get("filters") or {})
+        )
+        self._local_eval_body: bytes | None = None
+        digest = hashlib.sha1(self.local_evaluation_body()).hexdigest()[:20]
+        self.etag = f'W/"{digest}"'
+
+    def local_evaluation_body(self) -> bytes:
+        """The /flags/definitions answer: built once per version."""
+        if self._local_eval_body is None:
+            d = self.definitions
+            body: dict[str, Any] = {
+                "flags": sorted(
+                    (f for f in d.flags if not f.get("deleted")), key=lambda f: f["key"]
+                ),
+                "group_type_mapping": d.group_type_mapping,
+                "cohorts": {
+                    cid: cohort.get("filters", {}).get("properties", {})
+                    for cid, cohort in d.cohorts.items()
+                    if not cohort.get("is_static")
+                },
+            }
+            self._local_eval_body = msgspec.json.encode(body)
+        return self._local_eval_body
+
+
+def _reads_properties(filters: dict[str, Any]) -> bool:
+    """Whether a flag's answer may depend on stored person, group or cohort data."""
+    for name in ("groups", "super_groups"):
+        for group in filters.get(name) or []:
+            if isinstance(group, dict) and group.get("properties"):
+                return True
+    return False
+
+
+class DefinitionsCache:
+    def __init__(self, store: Store, refresh_seconds: float) -> None:
+        self._store = store
+        self._refresh = refresh_seconds
+        self._entries: dict[int, tuple[float, ProjectFlags]] = {}
+
+    async def get(self, project_id: int) -> ProjectFlags:
+        entry = self._entries.get(project_id)
+        now = time.monotonic()
+        if entry is not None:
+            checked, flags = entry
+            if now - checked < self._refresh:
+                return flags
+            version = await self._store.definitions_version(project_id)
+            if version == flags.definitions.version:
+                self._entries[project_id] = (now, flags)
+                return flags
+        definitions = await self._store.definitions(project_id)
+        flags = ProjectFlags(definitions)
+        self._entries[project_id] = (now, flags)
+        return flags
+
+    def invalidate(self, project_id: int) -> None:
+        self._entries.pop(project_id, None)

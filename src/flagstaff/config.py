@@ -1,0 +1,130 @@
+"""Settings from command-line flags and ``FLAGSTAFF_*`` environment variables, validated once.
+
+Workers are separate processes started by the HTTP server, so the CLI hands settings to them
+through the environment: :meth:`Settings.to_env` writes them, :meth:`Settings.from_env` reads.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "FLAGSTAFF_"
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used."""
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a boolean, got {raw!r}")
+
+
+def _parse_int(name: str, raw: str, minimum: int = 0) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be >= {minimum}, got {value}")
+    return value
+
+
+def _parse_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be > 0, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every setting of the service; see the configuration reference in the README."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    data_dir: Path = field(default_factory=lambda: Path("flagstaff-data"))
+    database_url: str | None = None
+    log_level: str = "info"
+    trust_forwarded_for: bool = True
+    geoip_path: str | None = None
+    geoip_disable: bool = False
+    body_limit: int = 20 * 1024 * 1024
+    flag_quota_per_minute: int = 0
+    event_quota_per_minute: int = 0
+    init_project_token: str | None = None
+    init_personal_api_key: str | None = None
+    definitions_refresh_seconds: float = 0.25
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "flagstaff.sqlite3"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read settings from the environment; keyword arguments that are not None win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            values[f.name] = _convert(f.name, f.type, raw)
+        for key, value in overrides.items():
+            if value is not None:
+                values[key] = value
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port must be between 1 and 65535, got {self.port}")
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if self.log_level not in {"debug", "info", "warning", "error"}:
+            raise ConfigError(
+                f"log level must be debug, info, warning or error, got {self.log_level!r}"
+            )
+        if self.database_url is not None and not self.database_url.startswith(
+            ("postgres://", "postgresql://", "sqlite://")
+        ):
+            raise ConfigError("database url must start with postgresql:// or sqlite://")
+        if self.body_limit < 1024:
+            raise ConfigError("body limit must be at least 1024 bytes")
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that makes :meth:`from_env` rebuild these settings in a worker."""
+        env: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            env[ENV_PREFIX + f.name.upper()] = str(value)
+        return env
+
+
+def _convert(name: str, annotation: Any, raw: str) -> Any:
+    kind = str(annotation)
+    if kind == "bool":
+        return _parse_bool(name, raw)
+    if kind == "int":
+        return _parse_int(name, raw)
+    if kind == "float":
+        return _parse_float(name, raw)
+    if kind == "Path":
+        return Path(raw)
+    return raw or None

@@ -1,0 +1,42 @@
+"""One JSON error shape for every failure, PostHog's: ``{type, code, detail, attr}``."""
+
+from __future__ import annotations
+
+import msgspec
+
+_TYPES = {
+    400: "validation_error",
+    401: "authentication_error",
+    402: "quota_limited",
+    403: "authentication_error",
+    404: "invalid_request",
+    405: "invalid_request",
+    409: "validation_error",
+    413: "validation_error",
+    429: "throttled_error",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client as JSON with ``status``."""
+
+    def __init__(self, status: int, code: str, detail: str, attr: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.attr = attr
+
+    def body(self) -> bytes:
+        return error_body(self.status, self.code, self.detail, self.attr)
+
+
+def error_body(status: int, code: str, detail: str, attr: str | None = None) -> bytes:
+    return msgspec.json.encode(
+        {
+            "type": _TYPES.get(status, "server_error"),
+            "code": code,
+            "detail": detail,
+            "attr": attr,
+        }
+    )

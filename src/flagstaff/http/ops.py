@@ -1,0 +1,24 @@
+"""Operations endpoints: liveness, readiness, Prometheus metrics."""
+
+from __future__ import annotations
+
+from flagstaff.http.asgi import Request, Response, json_response
+from flagstaff.metrics import render
+from flagstaff.services import Services
+
+_OK = b'{"status":"ok"}'
+
+
+async def health(svc: Services, request: Request) -> Response:
+    return Response(_OK)
+
+
+async def ready(svc: Services, request: Request) -> Response:
+    if await svc.store.ping():
+        return Response(_OK)
+    return json_response({"status": "unavailable", "detail": "the store is not reachable"}, 503)
+
+
+async def metrics(svc: Services, request: Request) -> Response:
+    text = render([svc.metrics.snapshot(), *svc.metrics_files.others()])
+    return Response(text.encode(), content_type=b"text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,73 @@
+"""What one worker's handlers share: settings, the store, caches, metrics and GeoIP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from flagstaff.caches import DefinitionsCache, ProjectCache
+from flagstaff.config import Settings
+from flagstaff.geoip import GeoIP, open_geoip
+from flagstaff.metrics import Metrics, MetricsFiles
+from flagstaff.quotas import Quotas
+from flagstaff.store.base import Store
+
+
+def make_store(settings: Settings) -> Store:
+    url = settings.database_url
+    if url is not None and url.startswith(("postgres://", "postgresql://")):
+        from flagstaff.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    from flagstaff.store.sqlite import SQLiteStore
+
+    path = settings.sqlite_path
+    if url is not None and url.startswith("sqlite://"):
+        from pathlib import Path
+
+        path = Path(url.removeprefix("sqlite://"))
+    return SQLiteStore(path)
+
+
+class Services:
+    def __init__(self, settings: Settings, store: Store | None = None) -> None:
+        self.settings = settings
+        self.store: Store = store or make_store(settings)
+        self.metrics = Metrics()
+        self.metrics_files = MetricsFiles(settings.data_dir / "metrics")
+        self.projects = ProjectCache(self.store)
+        self.definitions = DefinitionsCache(self.store, settings.definitions_refresh_seconds)
+        self.quotas = Quotas(
+            settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
+        )
+        self.geoip: GeoIP | None = None
+        self._flusher: asyncio.Task[Any] | None = None
+
+    def geoip_lookup(self, ip: str) -> dict[str, Any]:
+        if self.geoip is None:
+            return {}
+        return self.geoip.lookup(ip)
+
+    async def start(self) -> None:
+        await self.store.open()
+        if not self.settings.geoip_disable:
+            self.geoip = open_geoip(self.settings.geoip_path)
+        self._flusher = asyncio.create_task(self._flush_metrics())
+
+    async def stop(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.store.close()
+        with contextlib.suppress(OSError):
+            self.metrics_files.write(self.metrics, force=True)
+        if self.geoip is not None:
+            self.geoip.close()
+
+    async def _flush_metrics(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            with contextlib.suppress(OSError):
+                self.metrics_files.write(self.metrics, force=True)

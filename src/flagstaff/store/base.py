@@ -1,0 +1,204 @@
+"""The storage interface the rest of Flagstaff uses, and the records it returns.
+
+One implementation per engine (``sqlite.py``, ``postgres.py``). Nothing above this module
+knows which engine is in use. Flag and cohort definitions are stored as the PostHog JSON
+objects the management API accepts, so the flag engine compiles exactly what was stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import msgspec
+
+from flagstaff.ingest.model import Drop, Event
+
+
+class StoreError(Exception):
+    """A storage operation failed in a way the caller can report."""
+
+
+class Conflict(StoreError):
+    """A uniqueness rule would be broken (for example a duplicate active flag key)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class NotFound(StoreError):
+    """The record does not exist in this project."""
+
+
+class Project(msgspec.Struct, frozen=True):
+    id: int
+    uuid: str
+    name: str
+    api_token: str
+    created_at: str
+
+
+class PersonalKey(msgspec.Struct, frozen=True):
+    id: int
+    project_id: int
+    label: str
+    mask: str
+    created_at: str
+
+
+class Person(msgspec.Struct):
+    id: int
+    uuid: str
+    properties: dict[str, Any]
+    is_identified: bool
+    created_at_ms: int
+    distinct_ids: list[str]
+
+
+class Group(msgspec.Struct):
+    group_type_index: int
+    group_type: str
+    group_key: str
+    properties: dict[str, Any]
+    created_at_ms: int
+
+
+class Definitions(msgspec.Struct, frozen=True):
+    """Everything the flag engine needs for one project, at one version."""
+
+    version: int
+    flags: list[dict[str, Any]]
+    cohorts: dict[str, dict[str, Any]]
+    group_type_mapping: dict[str, str]
+
+
+class FlagContext(msgspec.Struct):
+    """Stored state behind one /flags request: the person and the groups named in it."""
+
+    person_properties: dict[str, Any]
+    group_properties: dict[str, dict[str, Any]]
+    hash_key_overrides: dict[str, str]
+    static_cohort_ids: frozenset[int]
+    person_id: int | None
+
+
+class StoredEvent(msgspec.Struct):
+    seq: int
+    uuid: str
+    event: str
+    distinct_id: str
+    properties: dict[str, Any]
+    timestamp_ms: int
+    received_ms: int
+    historical: bool
+    person_id: int | None
+    person_uuid: str | None
+
+
+class Warning(msgspec.Struct):
+    id: int
+    type: str
+    details: dict[str, Any]
+    created_at_ms: int
+
+
+class IngestResult(msgspec.Struct):
+    ingested: int
+    duplicates: int
+    dropped: dict[str, int]
+
+
+class Page(msgspec.Struct):
+    count: int
+    results: list[Any]
+
+
+class Store(Protocol):
+    """Operations grouped by concern. Every write is durable when the awaitable returns."""
+
+    # lifecycle
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def ping(self) -> bool: ...
+
+    # projects and keys
+    async def create_project(self, name: str, api_token: str | None = None) -> Project: ...
+    async def list_projects(self) -> list[Project]: ...
+    async def get_project(self, project_id: int) -> Project | None: ...
+    async def get_project_by_token(self, api_token: str) -> Project | None: ...
+    async def create_personal_key(
+        self, project_id: int, label: str, value: str | None = None
+    ) -> tuple[PersonalKey, str]: ...
+    async def find_personal_key(self, value: str) -> PersonalKey | None: ...
+    async def count_personal_keys(self) -> int: ...
+
+    # feature flags (PostHog JSON objects)
+    async def list_flags(
+        self, project_id: int, limit: int, offset: int, include_deleted: bool = False
+    ) -> Page: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None: ...
+    async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]: ...
+    async def update_flag(
+        self, project_id: int, flag_id: int, data: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    # cohorts
+    async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page: ...
+    async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None: ...
+    async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]: ...
+    async def update_cohort(
+        self, project_id: int, cohort_id: int, data: dict[str, Any]
+    ) -> dict[str, Any]: ...
+    async def change_static_members(
+        self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
+    ) -> dict[str, Any]: ...
+    async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]: ...
+
+    # what /flags reads
+    async def definitions_version(self, project_id: int) -> int: ...
+    async def definitions(self, project_id: int) -> Definitions: ...
+    async def flag_context(
+        self,
+        project_id: int,
+        distinct_id: str,
+        groups: dict[int, str],
+        *,
+        overrides: bool = False,
+        static_cohorts: bool = False,
+    ) -> FlagContext: ...
+    async def add_hash_key_overrides(
+        self, project_id: int, distinct_id: str, hash_key: str, flag_keys: list[str]
+    ) -> None: ...
+
+    # ingestion
+    async def ingest(self, project_id: int, events: list[Event], drops: list[Drop]) -> IngestResult:
+        """Events, person and group changes and warnings, durably, in one transaction."""
+        ...
+
+    async def record_warnings(self, project_id: int, drops: list[Drop]) -> None: ...
+
+    # read views filled by ingestion
+    async def get_person(self, project_id: int, distinct_id: str) -> Person | None: ...
+    async def get_group(
+        self, project_id: int, group_type_index: int, group_key: str
+    ) -> Group | None: ...
+    async def list_events(
+        self,
+        project_id: int,
+        *,
+        distinct_id: str | None,
+        event: str | None,
+        after_ms: int | None,
+        before_ms: int | None,
+        cursor: tuple[int, int] | None,
+        limit: int,
+    ) -> list[StoredEvent]: ...
+    def iter_events(
+        self, project_id: int, since_ms: int | None, batch: int = 1000
+    ) -> AsyncIterator[list[StoredEvent]]: ...
+    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page: ...
+    async def list_group_types(self, project_id: int) -> dict[int, str]: ...
+    async def count_events(self, project_id: int) -> int: ...

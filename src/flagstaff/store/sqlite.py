@@ -1,0 +1,704 @@
+"""The embedded default store: one SQLite file in WAL mode under the data directory.
+
+Reads run on a per-process connection in the event loop's thread (they are indexed point
+look-ups, cheaper than a hop to a thread pool); writes go to the group-committing
+:class:`~flagstaff.store.sqlite_writer.Writer`. Several worker processes may share the file:
+SQLite's own locking serialises their transactions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from flagstaff.ingest.model import Drop, Event
+from flagstaff.store import keys
+from flagstaff.store.base import (
+    Conflict,
+    Definitions,
+    FlagContext,
+    Group,
+    IngestResult,
+    NotFound,
+    Page,
+    Person,
+    PersonalKey,
+    Project,
+    StoredEvent,
+    Warning,
+)
+from flagstaff.store.sqlite_ingest import apply_ingest, warning_rows
+from flagstaff.store.sqlite_writer import Writer, connect
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+
+def _dumps(value: Any) -> str:
+    return _encode(value).decode()
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def migrate(path: Path) -> int:
+    """Apply every migration not yet applied; returns the schema version. Safe to rerun."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations "
+            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+        folder = resources.files("flagstaff.store") / "migrations" / "sqlite"
+        scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
+        version = max(done, default=0)
+        for name in scripts:
+            number = int(name.split("_", 1)[0])
+            if number in done:
+                continue
+            for statement in _split_sql((folder / name).read_text()):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (number, name, _now_iso()),
+            )
+            version = max(version, number)
+        conn.execute("COMMIT")
+        return version
+    finally:
+        conn.close()
+
+
+def _split_sql(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _flag_row(row: sqlite3.Row | tuple[Any, ...]) -> dict[str, Any]:
+    flag_id, key, version, deleted, data, created_at, updated_at = row
+    flag = _decode(data)
+    flag.update(
+        id=flag_id,
+        key=key,
+        version=version,
+        deleted=bool(deleted),
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+    return flag
+
+
+def _cohort_row(row: tuple[Any, ...]) -> dict[str, Any]:
+    cohort_id, is_static, deleted, version, data, created_at, updated_at, count = row
+    cohort = _decode(data)
+    cohort.update(
+        id=cohort_id,
+        is_static=bool(is_static),
+        deleted=bool(deleted),
+        version=version,
+        created_at=created_at,
+        updated_at=updated_at,
+        count=count,
+    )
+    return cohort
+
+
+_FLAG_COLUMNS = "id, key, version, deleted, data, created_at, updated_at"
+_COHORT_COLUMNS = (
+    "id, is_static, deleted, version, data, created_at, updated_at, "
+    "(SELECT COUNT(*) FROM cohort_members m WHERE m.cohort_id = cohorts.id)"
+)
+_STRIPPED = {"id", "key", "version", "deleted", "created_at", "updated_at", "count", "is_static"}
+
+
+def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
+    conn.execute(
+        "INSERT INTO definitions_version (project_id, version) VALUES (?, 1) "
+        "ON CONFLICT(project_id) DO UPDATE SET version = version + 1",
+        (project_id,),
+    )
+
+
+class SQLiteStore:
+    """The :class:`~flagstaff.store.base.Store` on an SQLite file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writer = Writer(path)
+        self._db: sqlite3.Connection | None = None
+
+    # lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        import asyncio
+
+        migrate(self.path)
+        self._db = connect(self.path, readonly=True)
+        self._writer.start(asyncio.get_running_loop())
+
+    async def close(self) -> None:
+        self._writer.stop()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("store is not open")
+        return self._db
+
+    async def ping(self) -> bool:
+        try:
+            self.db.execute("SELECT 1").fetchone()
+        except sqlite3.Error:
+            return False
+        return True
+
+    # projects and keys -----------------------------------------------------------------
+
+    async def create_project(self, name: str, api_token: str | None = None) -> Project:
+        token = api_token or keys.new_project_token()
+        project_uuid = str(uuid.uuid4())
+        created = _now_iso()
+
+        def write(conn: sqlite3.Connection) -> int:
+            try:
+                cur = conn.execute(
+                    "INSERT INTO projects (uuid, name, api_token, created_at) VALUES (?, ?, ?, ?)",
+                    (project_uuid, name, token, created),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict("api_token", "a project with this token already exists") from None
+            project_id = int(cur.lastrowid or 0)
+            _bump_definitions(conn, project_id)
+            return project_id
+
+        project_id = await self._writer.submit(write)
+        return Project(project_id, project_uuid, name, token, created)
+
+    async def list_projects(self) -> list[Project]:
+        rows = self.db.execute(
+            "SELECT id, uuid, name, api_token, created_at FROM projects ORDER BY id"
+        ).fetchall()
+        return [Project(*row) for row in rows]
+
+    async def get_project(self, project_id: int) -> Project | None:
+        row = self.db.execute(
+            "SELECT id, uuid, name, api_token, created_at FROM projects WHERE id = ?",
+            (project_id,),
+        ).fetchone()
+        return Project(*row) if row else None
+
+    async def get_project_by_token(self, api_token: str) -> Project | None:
+        row = self.db.execute(
+            "SELECT id, uuid, name, api_token, created_at FROM projects WHERE api_token = ?",
+            (api_token,),
+        ).fetchone()
+        return Project(*row) if row else None
+
+    async def create_personal_key(
+        self, project_id: int, label: str, value: str | None = None
+    ) -> tuple[PersonalKey, str]:
+        secret = value or keys.new_personal_key()
+        created = _now_iso()
+        mask = keys.mask_key(secret)
+
+        def write(conn: sqlite3.Connection) -> int:
+            try:
+                cur = conn.execute(
+                    "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
+                    "created_at) VALUES (?, ?, ?, ?, ?)",
+                    (project_id, label, keys.hash_key(secret), mask, created),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict("value", "this personal API key already exists") from None
+            return int(cur.lastrowid or 0)
+
+        key_id = await self._writer.submit(write)
+        return PersonalKey(key_id, project_id, label, mask, created), secret
+
+    async def find_personal_key(self, value: str) -> PersonalKey | None:
+        row = self.db.execute(
+            "SELECT id, project_id, label, mask, created_at FROM personal_api_keys "
+            "WHERE secure_value = ?",
+            (keys.hash_key(value),),
+        ).fetchone()
+        return PersonalKey(*row) if row else None
+
+    async def count_personal_keys(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM personal_api_keys").fetchone()[0])
+
+    # feature flags ---------------------------------------------------------------------
+
+    async def list_flags(
+        self, project_id: int, limit: int, offset: int, include_deleted: bool = False
+    ) -> Page:
+        where = "project_id = ?" + ("" if include_deleted else " AND deleted = 0")
+        count = self.db.execute(
+            f"SELECT COUNT(*) FROM feature_flags WHERE {where}", (project_id,)
+        ).fetchone()[0]
+        rows = self.db.execute(
+            f"SELECT {_FLAG_COLUMNS} FROM feature_flags WHERE {where} ORDER BY id DESC "
+            "LIMIT ? OFFSET ?",
+            (project_id, limit, offset),
+        ).fetchall()
+        return Page(count, [_flag_row(r) for r in rows])
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+        row = self.db.execute(
+            f"SELECT {_FLAG_COLUMNS} FROM feature_flags WHERE project_id = ? AND id = ?",
+            (project_id, flag_id),
+        ).fetchone()
+        return _flag_row(row) if row else None
+
+    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
+        row = self.db.execute(
+            f"SELECT {_FLAG_COLUMNS} FROM feature_flags "
+            "WHERE project_id = ? AND key = ? AND deleted = 0",
+            (project_id, key),
+        ).fetchone()
+        return _flag_row(row) if row else None
+
+    async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        key = data["key"]
+        now = _now_iso()
+
+        def write(conn: sqlite3.Connection) -> int:
+            try:
+                cur = conn.execute(
+                    "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
+                    "created_at, updated_at) VALUES (?, ?, 1, 0, ?, ?, ?)",
+                    (project_id, key, _dumps(body), now, now),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict("key", f"a feature flag with key {key!r} already exists") from None
+            _bump_definitions(conn, project_id)
+            return int(cur.lastrowid or 0)
+
+        flag_id = await self._writer.submit(write)
+        flag = await self.get_flag(project_id, flag_id)
+        assert flag is not None
+        return flag
+
+    async def update_flag(
+        self, project_id: int, flag_id: int, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
+        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        expected = data.get("version")
+        deleted = 1 if data.get("deleted") else 0
+        now = _now_iso()
+
+        def write(conn: sqlite3.Connection) -> None:
+            row = conn.execute(
+                "SELECT version FROM feature_flags WHERE project_id = ? AND id = ?",
+                (project_id, flag_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"feature flag {flag_id}")
+            if expected is not None and row[0] != expected:
+                raise Conflict("version", "the flag changed meanwhile; read it again and retry")
+            try:
+                conn.execute(
+                    "UPDATE feature_flags SET key = ?, data = ?, deleted = ?, "
+                    "version = version + 1, updated_at = ? WHERE id = ?",
+                    (data["key"], _dumps(body), deleted, now, flag_id),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict(
+                    "key", f"a feature flag with key {data['key']!r} already exists"
+                ) from None
+            _bump_definitions(conn, project_id)
+
+        await self._writer.submit(write)
+        flag = await self.get_flag(project_id, flag_id)
+        assert flag is not None
+        return flag
+
+    # cohorts ---------------------------------------------------------------------------
+
+    async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page:
+        count = self.db.execute(
+            "SELECT COUNT(*) FROM cohorts WHERE project_id = ? AND deleted = 0", (project_id,)
+        ).fetchone()[0]
+        rows = self.db.execute(
+            f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND deleted = 0 "
+            "ORDER BY id DESC LIMIT ? OFFSET ?",
+            (project_id, limit, offset),
+        ).fetchall()
+        return Page(count, [_cohort_row(r) for r in rows])
+
+    async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
+        row = self.db.execute(
+            f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND id = ?",
+            (project_id, cohort_id),
+        ).fetchone()
+        return _cohort_row(row) if row else None
+
+    async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        is_static = 1 if data.get("is_static") else 0
+        members = [str(d) for d in data.get("distinct_ids") or []]
+        body.pop("distinct_ids", None)
+        now = _now_iso()
+
+        def write(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "INSERT INTO cohorts (project_id, is_static, deleted, version, data, created_at, "
+                "updated_at) VALUES (?, ?, 0, 1, ?, ?, ?)",
+                (project_id, is_static, _dumps(body), now, now),
+            )
+            cohort_id = int(cur.lastrowid or 0)
+            conn.executemany(
+                "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
+                [(cohort_id, d) for d in members],
+            )
+            _bump_definitions(conn, project_id)
+            return cohort_id
+
+        cohort_id = await self._writer.submit(write)
+        cohort = await self.get_cohort(project_id, cohort_id)
+        assert cohort is not None
+        return cohort
+
+    async def update_cohort(
+        self, project_id: int, cohort_id: int, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body.pop("distinct_ids", None)
+        deleted = 1 if data.get("deleted") else 0
+        now = _now_iso()
+
+        def write(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE cohorts SET data = ?, deleted = ?, version = version + 1, updated_at = ? "
+                "WHERE project_id = ? AND id = ?",
+                (_dumps(body), deleted, now, project_id, cohort_id),
+            )
+            if cur.rowcount == 0:
+                raise NotFound(f"cohort {cohort_id}")
+            _bump_definitions(conn, project_id)
+
+        await self._writer.submit(write)
+        cohort = await self.get_cohort(project_id, cohort_id)
+        assert cohort is not None
+        return cohort
+
+    async def change_static_members(
+        self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
+    ) -> dict[str, Any]:
+        def write(conn: sqlite3.Connection) -> None:
+            row = conn.execute(
+                "SELECT is_static FROM cohorts WHERE project_id = ? AND id = ? AND deleted = 0",
+                (project_id, cohort_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"cohort {cohort_id}")
+            if not row[0]:
+                raise Conflict("is_static", "only static cohorts have members to add or remove")
+            conn.executemany(
+                "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
+                [(cohort_id, d) for d in add],
+            )
+            conn.executemany(
+                "DELETE FROM cohort_members WHERE cohort_id = ? AND distinct_id = ?",
+                [(cohort_id, d) for d in remove],
+            )
+            conn.execute(
+                "UPDATE cohorts SET version = version + 1, updated_at = ? WHERE id = ?",
+                (_now_iso(), cohort_id),
+            )
+
+        await self._writer.submit(write)
+        cohort = await self.get_cohort(project_id, cohort_id)
+        assert cohort is not None
+        return cohort
+
+    async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]:
+        rows = self.db.execute(
+            "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
+            "WHERE c.project_id = ? AND c.id = ? ORDER BY m.distinct_id",
+            (project_id, cohort_id),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    # what /flags reads -----------------------------------------------------------------
+
+    async def definitions_version(self, project_id: int) -> int:
+        row = self.db.execute(
+            "SELECT version FROM definitions_version WHERE project_id = ?", (project_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    async def definitions(self, project_id: int) -> Definitions:
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            version = await self.definitions_version(project_id)
+            flags = [
+                _flag_row(r)
+                for r in db.execute(
+                    f"SELECT {_FLAG_COLUMNS} FROM feature_flags "
+                    "WHERE project_id = ? AND deleted = 0 ORDER BY key",
+                    (project_id,),
+                )
+            ]
+            cohorts = {
+                str(c["id"]): c
+                for c in (
+                    _cohort_row(r)
+                    for r in db.execute(
+                        f"SELECT {_COHORT_COLUMNS} FROM cohorts "
+                        "WHERE project_id = ? AND deleted = 0",
+                        (project_id,),
+                    )
+                )
+            }
+            mapping = {
+                str(idx): name
+                for idx, name in db.execute(
+                    "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
+                    (project_id,),
+                )
+            }
+        finally:
+            db.execute("COMMIT")
+        return Definitions(version, flags, cohorts, mapping)
+
+    async def flag_context(
+        self,
+        project_id: int,
+        distinct_id: str,
+        groups: dict[int, str],
+        *,
+        overrides: bool = False,
+        static_cohorts: bool = False,
+    ) -> FlagContext:
+        db = self.db
+        row = db.execute(
+            "SELECT p.id, p.properties FROM person_distinct_ids d JOIN persons p "
+            "ON p.id = d.person_id WHERE d.project_id = ? AND d.distinct_id = ?",
+            (project_id, distinct_id),
+        ).fetchone()
+        person_id: int | None = None
+        properties: dict[str, Any] = {}
+        hash_keys: dict[str, str] = {}
+        cohort_ids: frozenset[int] = frozenset()
+        if row is not None:
+            person_id = row[0]
+            properties = _decode(row[1])
+            if overrides:
+                hash_keys = dict(
+                    db.execute(
+                        "SELECT feature_flag_key, hash_key FROM hash_key_overrides "
+                        "WHERE project_id = ? AND person_id = ?",
+                        (project_id, person_id),
+                    ).fetchall()
+                )
+        if static_cohorts:
+            if person_id is None:
+                sql = "SELECT cohort_id FROM cohort_members WHERE distinct_id = ?"
+                args: tuple[Any, ...] = (distinct_id,)
+            else:
+                sql = (
+                    "SELECT DISTINCT m.cohort_id FROM person_distinct_ids d "
+                    "JOIN cohort_members m ON m.distinct_id = d.distinct_id "
+                    "WHERE d.project_id = ? AND d.person_id = ?"
+                )
+                args = (project_id, person_id)
+            cohort_ids = frozenset(r[0] for r in db.execute(sql, args))
+        group_props: dict[str, dict[str, Any]] = {}
+        for index, key in groups.items():
+            grow = db.execute(
+                "SELECT properties FROM groups WHERE project_id = ? AND group_type_index = ? "
+                "AND group_key = ?",
+                (project_id, index, key),
+            ).fetchone()
+            if grow is not None:
+                group_props[str(index)] = _decode(grow[0])
+        return FlagContext(properties, group_props, hash_keys, cohort_ids, person_id)
+
+    async def add_hash_key_overrides(
+        self, project_id: int, distinct_id: str, hash_key: str, flag_keys: list[str]
+    ) -> None:
+        """Store ``hash_key`` for each flag the person has no override for yet."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            row = conn.execute(
+                "SELECT person_id FROM person_distinct_ids WHERE project_id = ? "
+                "AND distinct_id = ?",
+                (project_id, distinct_id),
+            ).fetchone()
+            if row is None:
+                return
+            conn.executemany(
+                "INSERT OR IGNORE INTO hash_key_overrides (project_id, person_id, "
+                "feature_flag_key, hash_key) VALUES (?, ?, ?, ?)",
+                [(project_id, row[0], key, hash_key) for key in flag_keys],
+            )
+
+        await self._writer.submit(write)
+
+    # ingestion -------------------------------------------------------------------------
+
+    async def ingest(self, project_id: int, events: list[Event], drops: list[Drop]) -> IngestResult:
+        """Store events, person and group changes and warnings in one durable transaction."""
+        now_ms = int(time.time() * 1000)
+        return await self._writer.submit(
+            lambda conn: apply_ingest(conn, project_id, events, drops, now_ms)
+        )
+
+    async def record_warnings(self, project_id: int, drops: list[Drop]) -> None:
+        now_ms = int(time.time() * 1000)
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) "
+                "VALUES (?, ?, ?, ?)",
+                warning_rows(project_id, drops, now_ms),
+            )
+
+        await self._writer.submit(write)
+
+    # read views ------------------------------------------------------------------------
+
+    async def get_person(self, project_id: int, distinct_id: str) -> Person | None:
+        row = self.db.execute(
+            "SELECT p.id, p.uuid, p.properties, p.is_identified, p.created_at_ms "
+            "FROM person_distinct_ids d JOIN persons p ON p.id = d.person_id "
+            "WHERE d.project_id = ? AND d.distinct_id = ?",
+            (project_id, distinct_id),
+        ).fetchone()
+        if row is None:
+            return None
+        ids = [
+            r[0]
+            for r in self.db.execute(
+                "SELECT distinct_id FROM person_distinct_ids WHERE person_id = ? "
+                "ORDER BY distinct_id",
+                (row[0],),
+            )
+        ]
+        return Person(row[0], row[1], _decode(row[2]), bool(row[3]), row[4], ids)
+
+    async def get_group(
+        self, project_id: int, group_type_index: int, group_key: str
+    ) -> Group | None:
+        row = self.db.execute(
+            "SELECT g.group_type_index, t.group_type, g.group_key, g.properties, "
+            "g.created_at_ms FROM groups g JOIN group_types t ON t.project_id = g.project_id "
+            "AND t.group_type_index = g.group_type_index "
+            "WHERE g.project_id = ? AND g.group_type_index = ? AND g.group_key = ?",
+            (project_id, group_type_index, group_key),
+        ).fetchone()
+        if row is None:
+            return None
+        return Group(row[0], row[1], row[2], _decode(row[3]), row[4])
+
+    async def list_group_types(self, project_id: int) -> dict[int, str]:
+        return dict(
+            self.db.execute(
+                "SELECT group_type_index, group_type FROM group_types WHERE project_id = ? "
+                "ORDER BY group_type_index",
+                (project_id,),
+            ).fetchall()
+        )
+
+    async def list_events(
+        self,
+        project_id: int,
+        *,
+        distinct_id: str | None = None,
+        event: str | None = None,
+        after_ms: int | None = None,
+        before_ms: int | None = None,
+        cursor: tuple[int, int] | None = None,
+        limit: int = 100,
+    ) -> list[StoredEvent]:
+        """Newest first by timestamp; ``cursor`` is the (timestamp, seq) of the last row seen."""
+        where = ["e.project_id = ?"]
+        args: list[Any] = [project_id]
+        if distinct_id is not None:
+            where.append("e.distinct_id = ?")
+            args.append(distinct_id)
+        if event is not None:
+            where.append("e.event = ?")
+            args.append(event)
+        if after_ms is not None:
+            where.append("e.timestamp_ms > ?")
+            args.append(after_ms)
+        if before_ms is not None:
+            where.append("e.timestamp_ms < ?")
+            args.append(before_ms)
+        if cursor is not None:
+            where.append("(e.timestamp_ms < ? OR (e.timestamp_ms = ? AND e.seq < ?))")
+            args.extend([cursor[0], cursor[0], cursor[1]])
+        rows = self.db.execute(
+            "SELECT e.seq, e.uuid, e.event, e.distinct_id, e.properties, e.timestamp_ms, "
+            "e.received_ms, e.historical, p.id, p.uuid FROM events e "
+            "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+            "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
+            f"WHERE {' AND '.join(where)} ORDER BY e.timestamp_ms DESC, e.seq DESC LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+        return [
+            StoredEvent(r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], bool(r[7]), r[8], r[9])
+            for r in rows
+        ]
+
+    async def iter_events(
+        self, project_id: int, since_ms: int | None, batch: int = 1000
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """All events with a timestamp at or after ``since_ms``, oldest first, in batches."""
+        last_seq = 0
+        since = since_ms if since_ms is not None else -(2**62)
+        while True:
+            rows = self.db.execute(
+                "SELECT e.seq, e.uuid, e.event, e.distinct_id, e.properties, e.timestamp_ms, "
+                "e.received_ms, e.historical, p.id, p.uuid FROM events e "
+                "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+                "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
+                "WHERE e.project_id = ? AND e.seq > ? AND e.timestamp_ms >= ? "
+                "ORDER BY e.seq LIMIT ?",
+                (project_id, last_seq, since, batch),
+            ).fetchall()
+            if not rows:
+                return
+            last_seq = rows[-1][0]
+            yield [
+                StoredEvent(
+                    r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], bool(r[7]), r[8], r[9]
+                )
+                for r in rows
+            ]
+
+    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
+        count = self.db.execute(
+            "SELECT COUNT(*) FROM ingestion_warnings WHERE project_id = ?", (project_id,)
+        ).fetchone()[0]
+        rows = self.db.execute(
+            "SELECT id, type, details, created_at_ms FROM ingestion_warnings "
+            "WHERE project_id = ? ORDER BY id DESC LIMIT ? OFFSET ?",
+            (project_id, limit, offset),
+        ).fetchall()
+        return Page(count, [Warning(r[0], r[1], _decode(r[2]), r[3]) for r in rows])
+
+    async def count_events(self, project_id: int) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM events WHERE project_id = ?", (project_id,)
+        ).fetchone()
+        return int(row[0])

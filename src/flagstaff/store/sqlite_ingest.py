@@ -1,0 +1,247 @@
+"""Writing one ingestion batch to SQLite: load, apply the pure rules, write back.
+
+Runs inside the writer thread's transaction, so the persons read here cannot change
+underneath the rules before they are written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from flagstaff.ingest import groups as group_rules
+from flagstaff.ingest import persons as person_rules
+from flagstaff.ingest.model import Drop, Event
+from flagstaff.store.base import IngestResult
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+_CHUNK = 400
+
+
+def _chunks(items: list[Any]) -> Iterable[list[Any]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+def load_persons(
+    conn: sqlite3.Connection, project_id: int, distinct_ids: set[str]
+) -> dict[str, person_rules.PersonState]:
+    states: dict[int, person_rules.PersonState] = {}
+    out: dict[str, person_rules.PersonState] = {}
+    for chunk in _chunks(sorted(distinct_ids)):
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            "SELECT d.distinct_id, p.id, p.uuid, p.properties, p.is_identified, p.created_at_ms "
+            "FROM person_distinct_ids d JOIN persons p ON p.id = d.person_id "
+            f"WHERE d.project_id = ? AND d.distinct_id IN ({marks})",
+            (project_id, *chunk),
+        )
+        for did, pid, puuid, props, identified, created in rows:
+            state = states.get(pid)
+            if state is None:
+                state = person_rules.PersonState(
+                    pid, puuid, _decode(props), bool(identified), created
+                )
+                states[pid] = state
+            out[did] = state
+    return out
+
+
+def load_groups(
+    conn: sqlite3.Connection, project_id: int, events: list[Event]
+) -> group_rules.GroupBook:
+    types = {
+        name: index
+        for index, name in conn.execute(
+            "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
+            (project_id,),
+        )
+    }
+    loaded: dict[tuple[int, str], group_rules.GroupState] = {}
+    for event in events:
+        target = group_rules.identify_target(event)
+        if target is None or target[0] not in types:
+            continue
+        index = types[target[0]]
+        if (index, target[1]) in loaded:
+            continue
+        row = conn.execute(
+            "SELECT properties, created_at_ms FROM groups WHERE project_id = ? "
+            "AND group_type_index = ? AND group_key = ?",
+            (project_id, index, target[1]),
+        ).fetchone()
+        if row is not None:
+            loaded[(index, target[1])] = group_rules.GroupState(
+                index, target[1], _decode(row[0]), row[1]
+            )
+    return group_rules.GroupBook(types, loaded)
+
+
+def warning_rows(
+    project_id: int, drops: list[Drop], now_ms: int
+) -> list[tuple[int, str, bytes, int]]:
+    return [
+        (
+            project_id,
+            d.reason,
+            _encode(
+                {
+                    "reason": d.reason,
+                    "detail": d.detail,
+                    "eventUuid": d.uuid,
+                    "digest": d.digest,
+                    "event": d.event,
+                    "distinct_id": d.distinct_id,
+                }
+            ),
+            now_ms,
+        )
+        for d in drops
+    ]
+
+
+def _drop(event: Event, reason: str, detail: str) -> Drop:
+    return Drop(
+        reason=reason,
+        detail=detail,
+        uuid=event.uuid,
+        digest=event.uuid,
+        event=event.event,
+        distinct_id=event.distinct_id,
+    )
+
+
+def _write_persons(
+    conn: sqlite3.Connection, project_id: int, book: person_rules.PersonBook
+) -> None:
+    for op in book.ops:
+        kind = op[0]
+        if kind == "create":
+            state = op[1]
+            cur = conn.execute(
+                "INSERT INTO persons (project_id, uuid, properties, is_identified, "
+                "created_at_ms) VALUES (?, ?, ?, ?, ?)",
+                (
+                    project_id,
+                    state.uuid,
+                    _encode(state.properties),
+                    int(state.is_identified),
+                    state.created_at_ms,
+                ),
+            )
+            state.id = cur.lastrowid
+        elif kind == "assign":
+            conn.execute(
+                "INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) "
+                "VALUES (?, ?, ?) ON CONFLICT (project_id, distinct_id) "
+                "DO UPDATE SET person_id = excluded.person_id",
+                (project_id, op[1], op[2].id),
+            )
+        else:
+            source, target = op[1], op[2]
+            conn.execute(
+                "UPDATE person_distinct_ids SET person_id = ? WHERE person_id = ?",
+                (target.id, source.id),
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO hash_key_overrides (project_id, person_id, "
+                "feature_flag_key, hash_key) SELECT project_id, ?, feature_flag_key, hash_key "
+                "FROM hash_key_overrides WHERE project_id = ? AND person_id = ?",
+                (target.id, project_id, source.id),
+            )
+            conn.execute(
+                "DELETE FROM hash_key_overrides WHERE project_id = ? AND person_id = ?",
+                (project_id, source.id),
+            )
+            conn.execute("DELETE FROM persons WHERE id = ?", (source.id,))
+    rows = [
+        (_encode(s.properties), int(s.is_identified), s.created_at_ms, s.id) for s in book.changed()
+    ]
+    if rows:
+        conn.executemany(
+            "UPDATE persons SET properties = ?, is_identified = ?, created_at_ms = ?, "
+            "version = version + 1 WHERE id = ?",
+            rows,
+        )
+
+
+def _write_groups(conn: sqlite3.Connection, project_id: int, book: group_rules.GroupBook) -> bool:
+    conn.executemany(
+        "INSERT INTO group_types (project_id, group_type_index, group_type) VALUES (?, ?, ?)",
+        [(project_id, index, name) for index, name in book.new_types],
+    )
+    conn.executemany(
+        "INSERT INTO groups (project_id, group_type_index, group_key, properties, created_at_ms) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, group_type_index, group_key) "
+        "DO UPDATE SET properties = excluded.properties, version = version + 1",
+        [
+            (project_id, g.type_index, g.key, _encode(g.properties), g.created_at_ms)
+            for g in book.changed()
+        ],
+    )
+    return bool(book.new_types)
+
+
+def apply_ingest(
+    conn: sqlite3.Connection, project_id: int, events: list[Event], drops: list[Drop], now_ms: int
+) -> IngestResult:
+    drops = list(drops)
+    book = person_rules.PersonBook(
+        project_id, load_persons(conn, project_id, person_rules.ids_to_load(events))
+    )
+    group_book: group_rules.GroupBook | None = None
+    kept: list[Event] = []
+    for event in events:
+        if event.event in group_rules.GROUP_IDENTIFY_EVENTS:
+            if group_book is None:
+                group_book = load_groups(conn, project_id, events)
+            reason = group_rules.apply_group_identify(group_book, event)
+            if reason is not None:
+                drops.append(_drop(event, reason, "the project already has 5 group types"))
+                continue
+        else:
+            person_rules.apply_event(book, event)
+        kept.append(event)
+
+    _write_persons(conn, project_id, book)
+    if group_book is not None and _write_groups(conn, project_id, group_book):
+        conn.execute(
+            "INSERT INTO definitions_version (project_id, version) VALUES (?, 1) "
+            "ON CONFLICT(project_id) DO UPDATE SET version = version + 1",
+            (project_id,),
+        )
+    before = conn.total_changes
+    conn.executemany(
+        "INSERT OR IGNORE INTO events (project_id, uuid, event, distinct_id, timestamp_ms, "
+        "received_ms, historical, properties) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                project_id,
+                e.uuid,
+                e.event,
+                e.distinct_id,
+                e.timestamp_ms,
+                e.received_ms,
+                int(e.historical),
+                _encode(e.properties),
+            )
+            for e in kept
+        ],
+    )
+    stored = conn.total_changes - before
+    warnings = warning_rows(project_id, drops, now_ms)
+    warnings.extend((project_id, kind, _encode(details), now_ms) for kind, details in book.warnings)
+    if warnings:
+        conn.executemany(
+            "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) "
+            "VALUES (?, ?, ?, ?)",
+            warnings,
+        )
+    dropped: dict[str, int] = {}
+    for d in drops:
+        dropped[d.reason] = dropped.get(d.reason, 0) + 1
+    return IngestResult(ingested=stored, duplicates=len(kept) - stored, dropped=dropped)

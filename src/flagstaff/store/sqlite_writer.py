@@ -1,0 +1,140 @@
+"""One writer thread per process, committing every queued write in one transaction.
+
+Requests hand the writer a function of a connection; the writer drains whatever is queued,
+runs each function inside its own savepoint (a failing one is rolled back alone), commits
+once (an fsync with ``synchronous=FULL``) and only then resolves the callers' futures. While
+one commit is syncing, new writes pile up and go into the next transaction: group commit,
+with no timer to tune.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+WriteFn = Callable[[sqlite3.Connection], Any]
+_STOP = object()
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA cache_size=-65536")
+    conn.execute("PRAGMA mmap_size=268435456")
+    conn.execute("PRAGMA temp_store=MEMORY")
+    if readonly:
+        conn.execute("PRAGMA query_only=1")
+    return conn
+
+
+class Writer:
+    """The process's single writing connection, fed through a queue."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.commits = 0
+        self.writes = 0
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                conn = connect(self._path)
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            try:
+                self._serve(conn)
+            finally:
+                conn.close()
+
+        self._thread = threading.Thread(target=run, name="flagstaff-sqlite-writer", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue ``fn``; the future resolves once its transaction is durably committed."""
+        assert self._loop is not None, "writer not started"
+        future: asyncio.Future[T] = self._loop.create_future()
+        self._queue.put((fn, future))
+        return future
+
+    def stop(self) -> None:
+        """Finish everything already queued, then stop the thread."""
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    def _serve(self, conn: sqlite3.Connection) -> None:
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            batch = [item]
+            while True:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stopping = True
+                    break
+                batch.append(nxt)
+            self._commit(conn, batch)
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[tuple[WriteFn, Any]]) -> None:
+        outcomes: list[tuple[Any, Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for fn, future in batch:
+                conn.execute("SAVEPOINT item")
+                try:
+                    result = fn(conn)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO item")
+                    conn.execute("RELEASE item")
+                    outcomes.append((future, None, exc))
+                else:
+                    conn.execute("RELEASE item")
+                    outcomes.append((future, result, None))
+            conn.execute("COMMIT")
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            outcomes = [(future, None, exc) for _, future in batch]
+        self.commits += 1
+        self.writes += len(batch)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(_resolve, outcomes)
+
+
+def _resolve(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
+    for future, result, exc in outcomes:
+        if future.cancelled():
+            continue
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
