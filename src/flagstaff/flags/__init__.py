@@ -1,0 +1,16 @@
+"""Feature flag engine: pure, bucket-for-bucket compatible with PostHog."""
+
+from flagstaff.flags.engine import CompiledFlags, compile_flags, evaluate
+from flagstaff.flags.model import EvalRequest, FlagResult
+from flagstaff.flags.runtime import detect_runtime
+from flagstaff.flags.validation import validate_flag
+
+__all__ = [
+    "CompiledFlags",
+    "EvalRequest",
+    "FlagResult",
+    "compile_flags",
+    "detect_runtime",
+    "evaluate",
+    "validate_flag",
+]

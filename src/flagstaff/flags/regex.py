@@ -1,0 +1,52 @@
+"""Bounded regular expressions for the regex / not_regex operators.
+
+Patterns run on RE2 (the ``google-re2`` package): matching is linear in the length of the
+value, so no pattern or value can stall a request. RE2 has the syntax of the Rust ``regex``
+crate that PostHog's server uses, minus look-around and back-references; a pattern RE2
+cannot compile (those, or invalid syntax) never matches, as an invalid pattern does on the
+server. Perl classes (``\\d``, ``\\w``, ``\\s``) are ASCII-only in RE2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import re2
+from re2 import _re2
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False
+_OPTIONS.never_capture = True
+_OPTIONS.max_mem = 4 << 20
+_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+
+Searcher = Callable[[str], bool]
+
+
+def _never(_text: str) -> bool:
+    return False
+
+
+def compile_search(pattern: str) -> Searcher | None:
+    """A function telling whether ``pattern`` occurs in a text; None if it cannot compile."""
+    try:
+        compiled = _re2.RE2(pattern.encode("utf-8", "surrogatepass"), _OPTIONS)
+    except Exception:
+        return None
+    if not compiled.ok():
+        return None
+    match = compiled.Match
+
+    def search(text: str) -> bool:
+        data = text.encode("utf-8", "surrogatepass")
+        return match(_UNANCHORED, data, 0, len(data))[0][0] != -1
+
+    return search
+
+
+def is_valid_pattern(pattern: str) -> bool:
+    return compile_search(pattern) is not None
+
+
+def compile_search_or_never(pattern: str) -> Searcher:
+    return compile_search(pattern) or _never
