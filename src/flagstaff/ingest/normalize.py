@@ -1,0 +1,398 @@
+"""From a decoded capture body to events ready to store: token, distinct_id, uuid, time, ip.
+
+Pure functions, no I/O. They follow the PostHog capture service and ingestion pipeline (compat.md
+sections 8 to 11); where those leave a choice, the docstrings say what Flagstaff does.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import ipaddress
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from flagstaff.ingest.model import Drop, Envelope, Event
+from flagstaff.ingest.uuids import canonical_uuid, new_uuid7
+from flagstaff.ingest.validate import (
+    GROUP_IDENTIFY_EVENTS,
+    INVALID_EVENT,
+    MAX_EVENT_BYTES,
+    RULED_EVENTS,
+    check_distinct_id,
+    check_event_name,
+    check_event_rules,
+    check_historical,
+    check_size,
+)
+
+__all__ = [
+    "TokenError",
+    "client_ip",
+    "normalize_event",
+    "parse_envelope",
+    "parse_iso_ms",
+    "resolve_timestamp_ms",
+]
+
+MAX_TOKEN_BYTES = 64
+MAX_DISTINCT_ID_LENGTH = 200
+MAX_EVENT_NAME_LENGTH = 200
+FUTURE_LIMIT_MS = 23 * 3600 * 1000
+"""Events dated more than this after `now` are moved to `now` (PostHog warns and does the same)."""
+_MIN_SENT_AT_MS = 1_609_459_200_000
+"""Query `_` values below 2021-01-01 are taken for seconds from old SDKs and ignored."""
+_MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_fromisoformat = datetime.fromisoformat
+_dumps = orjson.dumps
+
+
+class TokenError(Exception):
+    """The request's project token is missing or malformed: answered with 401."""
+
+    status = 401
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def parse_envelope(payload: Any, query: Mapping[str, str]) -> Envelope:
+    """Split a decoded body into token, raw events and batch metadata.
+
+    Accepts `{api_key|token, batch, historical_migration?, sent_at?}`, a JSON array of events,
+    or one event. A batch-level token wins; otherwise the events must agree on one (their
+    `token`/`$token`/`api_key`, else `properties.token`), else the query's `token` is used.
+    Items that are not objects are kept for `normalize_event` to turn into drops; a `batch` that
+    is not a list is one such item, and an empty batch gives an envelope with no events. The
+    batch `sent_at` (ISO 8601, or epoch ms) wins over the query's `_` (epoch ms).
+    """
+    historical = False
+    sent_at_ms = None
+    token: Any = None
+    if isinstance(payload, dict) and "batch" in payload:
+        batch = payload["batch"]
+        events: list[Any] = batch if isinstance(batch, list) else [batch]
+        token = payload.get("api_key")
+        if token is None:
+            token = payload.get("token")
+        historical = payload.get("historical_migration") is True
+        sent_at = payload.get("sent_at")
+        if isinstance(sent_at, str) and sent_at:
+            sent_at_ms = parse_iso_ms(sent_at)
+        elif isinstance(sent_at, int) and not isinstance(sent_at, bool):
+            sent_at_ms = sent_at if _MIN_SENT_AT_MS <= sent_at <= _MAX_MS else None
+    elif isinstance(payload, list):
+        events = payload
+    else:
+        events = [payload]
+    if token is None:
+        token = _events_token(events)
+        if token is None:
+            token = query.get("token")
+            if token is None:
+                raise TokenError("missing_token", "request carries no project token (api_key)")
+    if sent_at_ms is None:
+        sent_at_ms = _query_sent_at_ms(query.get("_"))
+    return Envelope(_valid_token(token), events, historical, sent_at_ms)
+
+
+def _events_token(events: list[Any]) -> Any:
+    found: Any = None
+    for item in events:
+        if not isinstance(item, dict):
+            continue
+        token = item.get("token")
+        if token is None:
+            token = item.get("$token")
+            if token is None:
+                token = item.get("api_key")
+                if token is None:
+                    properties = item.get("properties")
+                    if isinstance(properties, dict):
+                        token = properties.get("token")
+                    if not isinstance(token, str):
+                        continue
+        if found is None:
+            found = token
+        elif token != found:
+            raise TokenError("multiple_tokens", "events in one request carry different tokens")
+    return found
+
+
+def _valid_token(token: Any) -> str:
+    if not isinstance(token, str):
+        raise TokenError("invalid_token", "project token must be a string")
+    token = token.strip()
+    if not token:
+        raise TokenError("empty_token", "project token is empty")
+    if token.isascii():
+        if len(token) > MAX_TOKEN_BYTES:
+            raise TokenError("token_too_long", f"project token is over {MAX_TOKEN_BYTES} bytes")
+    elif len(token.encode("utf-8", "surrogatepass")) > MAX_TOKEN_BYTES:
+        raise TokenError("token_too_long", f"project token is over {MAX_TOKEN_BYTES} bytes")
+    else:
+        raise TokenError("token_not_ascii", "project token contains non-ASCII characters")
+    if token.startswith("phx_"):
+        raise TokenError(
+            "personal_api_key",
+            "a personal API key (phx_) cannot capture events: send the project token (phc_)",
+        )
+    if "\x00" in token:
+        raise TokenError("token_null_byte", "project token contains a NUL character")
+    return token
+
+
+def _query_sent_at_ms(value: str | None) -> int | None:
+    if not value or not value.isdigit():
+        return None
+    sent_at_ms = int(value)
+    return sent_at_ms if _MIN_SENT_AT_MS <= sent_at_ms <= _MAX_MS else None
+
+
+def parse_iso_ms(value: str) -> int | None:
+    """Epoch milliseconds of an ISO 8601 (or RFC 2822) time; naive times are UTC."""
+    try:
+        moment = _fromisoformat(value)
+    except ValueError:
+        try:
+            moment = _fromisoformat(value.strip().upper())
+        except ValueError:
+            try:
+                moment = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError):
+                return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        delta = moment - _EPOCH
+    except OverflowError:
+        return None
+    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+
+
+def resolve_timestamp_ms(
+    timestamp_ms: int | None,
+    timestamp_given: bool,
+    offset_ms: int | None,
+    sent_at_ms: int | None,
+    now_ms: int,
+) -> int:
+    """PostHog's event time: `now + (timestamp - sent_at)` corrects the client's clock skew.
+
+    Without `sent_at` the timestamp is used as is; `offset` (ms before sending) gives
+    `now - offset` and, as in PostHog, wins over a skew-corrected timestamp but not over a bare
+    one. An unparseable timestamp, a time beyond year 9999 or more than 23 hours ahead -> now.
+    """
+    if timestamp_given:
+        if timestamp_ms is None:
+            return now_ms
+        if sent_at_ms is None:
+            result = timestamp_ms
+        elif offset_ms:
+            result = now_ms - offset_ms
+        else:
+            result = now_ms + timestamp_ms - sent_at_ms
+    elif offset_ms:
+        result = now_ms - offset_ms
+    else:
+        return now_ms
+    if result - now_ms > FUTURE_LIMIT_MS or not _MIN_MS <= result <= _MAX_MS:
+        return now_ms
+    return result
+
+
+def _offset_ms(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value == value and abs(value) < 1e15:
+        return int(value)
+    return None
+
+
+def _digest(raw: Any) -> str:
+    try:
+        data = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        data = repr(raw).encode("utf-8", "backslashreplace")
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _drop(
+    problem: tuple[str, str],
+    raw: Any,
+    event: str | None = None,
+    distinct_id: str | None = None,
+) -> Drop:
+    client_uuid = raw.get("uuid") if isinstance(raw, dict) else None
+    return Drop(
+        problem[0],
+        problem[1],
+        client_uuid[:64] if isinstance(client_uuid, str) else None,
+        _digest(raw),
+        event,
+        distinct_id,
+    )
+
+
+def _stringify_distinct_id(value: Any) -> str:
+    if not isinstance(value, str):
+        value = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    return value[:MAX_DISTINCT_ID_LENGTH] if len(value) > MAX_DISTINCT_ID_LENGTH else value
+
+
+def _merge_top_level(properties: dict[str, Any], key: str, top: Any) -> dict[str, Any] | None:
+    """`properties[key]` merged with the event's top-level value of the same name (which wins)."""
+    inner = properties.get(key)
+    if isinstance(top, dict):
+        merged = {**inner, **top} if isinstance(inner, dict) else dict(top)
+        properties[key] = merged
+        return merged
+    return inner if isinstance(inner, dict) else None
+
+
+def _unset_keys(*values: Any) -> list[str] | None:
+    keys: list[str] | None = None
+    for value in values:
+        if isinstance(value, list):
+            found = [key for key in value if isinstance(key, str)]
+        elif isinstance(value, dict):
+            found = list(value)
+        else:
+            continue
+        keys = found if keys is None else keys + found
+    return keys
+
+
+def normalize_event(
+    raw: Any,
+    env: Envelope,
+    *,
+    now_ms: int,
+    ip: str | None,
+    geoip: Callable[[str], dict[str, Any]] | None,
+) -> Event | Drop:
+    """Validate and enrich one raw event, or say why it is dropped.
+
+    `raw["properties"]` is enriched in place (`$ip`, `$geoip_*`, merged `$set`/`$set_once`) and
+    becomes `Event.properties`. `geoip(ip)` returns `$geoip_*` properties; they only fill gaps and
+    are skipped when the event sets `$geoip_disable`.
+    """
+    if not isinstance(raw, dict):
+        return _drop((INVALID_EVENT, f"batch item is a {type(raw).__name__}, not an object"), raw)
+    name = raw.get("event")
+    if not isinstance(name, str) or not name:
+        return _drop(check_event_name(name) or (INVALID_EVENT, ""), raw)
+    if len(name) > MAX_EVENT_NAME_LENGTH:
+        name = name[:MAX_EVENT_NAME_LENGTH]
+    properties = raw.get("properties")
+    if properties is None:
+        properties = {}
+    elif not isinstance(properties, dict):
+        return _drop((INVALID_EVENT, "event properties must be an object"), raw, name)
+
+    found_id = raw.get("distinct_id")
+    if found_id is None:
+        found_id = raw.get("$distinct_id")
+        if found_id is None:
+            found_id = properties.get("distinct_id")
+    if found_id is None or found_id == "":
+        return _drop(check_distinct_id(found_id) or ("", ""), raw, name)
+    distinct_id = _stringify_distinct_id(found_id)
+
+    process_person = properties.get("$process_person_profile") is not False
+    if name in RULED_EVENTS:
+        problem = check_event_rules(name, properties, process_person)
+        if problem is not None:
+            return _drop(problem, raw, name, distinct_id)
+
+    timestamp = raw.get("timestamp")
+    parsed_ms = parse_iso_ms(timestamp) if timestamp and isinstance(timestamp, str) else None
+    offset = raw.get("offset")
+    timestamp_ms = resolve_timestamp_ms(
+        parsed_ms,
+        bool(timestamp),
+        _offset_ms(offset) if offset else None,
+        None if properties.get("$ignore_sent_at") else env.sent_at_ms,
+        now_ms,
+    )
+    if env.historical:
+        problem = check_historical(None if parsed_ms is None else timestamp_ms, now_ms)
+        if problem is not None:
+            return _drop(problem, raw, name, distinct_id)
+    try:
+        encoded_bytes = len(_dumps(raw))
+    except TypeError:  # orjson.JSONEncodeError: nested over 254 levels, or a lone surrogate
+        return _drop((INVALID_EVENT, "event cannot be encoded as JSON"), raw, name, distinct_id)
+    if encoded_bytes > MAX_EVENT_BYTES:
+        return _drop(check_size(encoded_bytes) or ("", ""), raw, name, distinct_id)
+
+    if ip and not properties.get("$ip"):
+        properties["$ip"] = ip
+    if geoip is not None and not properties.get("$geoip_disable"):
+        address = properties.get("$ip")
+        if address and isinstance(address, str):
+            for key, value in geoip(address).items():
+                if key not in properties:
+                    properties[key] = value
+
+    # Kept for anonymous events too: the person rules still apply them when the distinct id
+    # already belongs to an identified person.
+    set_ = set_once = unset = None
+    if name not in GROUP_IDENTIFY_EVENTS:
+        if "$set" in properties or "$set" in raw:
+            set_ = _merge_top_level(properties, "$set", raw.get("$set"))
+        if "$set_once" in properties or "$set_once" in raw:
+            set_once = _merge_top_level(properties, "$set_once", raw.get("$set_once"))
+        if "$unset" in properties or "$unset" in raw:
+            unset = _unset_keys(properties.get("$unset"), raw.get("$unset"))
+
+    return Event(
+        canonical_uuid(raw.get("uuid")) or new_uuid7(),
+        name,
+        distinct_id,
+        properties,
+        timestamp_ms,
+        now_ms,
+        set_,
+        set_once,
+        unset,
+        process_person,
+        env.historical,
+    )
+
+
+def _clean_ip(text: str) -> str | None:
+    text = text.strip().strip('"')
+    if not text:
+        return None
+    if text[0] == "[":
+        text = text[1 : text.find("]")]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def client_ip(headers_xff: str | None, peer: str | None, *, trust_forwarded: bool) -> str | None:
+    """The leftmost valid `X-Forwarded-For` address when trusted, else the peer; None if neither
+    is an IP address. Ports and brackets are removed and IPv4-mapped IPv6 becomes IPv4."""
+    if trust_forwarded and headers_xff:
+        for part in headers_xff.split(","):
+            address = _clean_ip(part)
+            if address is not None:
+                return address
+    return _clean_ip(peer) if peer else None
