@@ -65,6 +65,7 @@ class Server:
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -94,7 +95,12 @@ class Server:
         return code
 
     def kill(self) -> None:
-        self.stop(signal.SIGKILL)
+        """Crash the whole service at once: SIGKILL to the server and all its workers."""
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
 
     def logs(self) -> str:
         if self.log_path and self.log_path.exists():

@@ -6,7 +6,10 @@ its trailing slash; everything else goes to the starlette management app.
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -169,8 +172,20 @@ class FlagstaffApp:
                 return
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this worker if the serving process dies, so no orphan keeps the port."""
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+
+
 def create_app() -> FlagstaffApp:
     """The factory the HTTP server calls in each worker: settings come from the environment."""
+    _die_with_parent()
     settings = Settings.from_env()
     logs.configure(settings.log_level)
     return FlagstaffApp(settings)

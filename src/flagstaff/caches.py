@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from flagstaff.flags import CompiledFlags, compile_flags
+from flagstaff.flags.local_evaluation import local_evaluation_cohorts, local_evaluation_flags
 from flagstaff.store.base import Definitions, Project, Store
 
 _NEGATIVE_TTL = 1.0
@@ -75,15 +76,9 @@ class ProjectFlags:
         if self._local_eval_body is None:
             d = self.definitions
             body: dict[str, Any] = {
-                "flags": sorted(
-                    (f for f in d.flags if not f.get("deleted")), key=lambda f: f["key"]
-                ),
+                "flags": local_evaluation_flags(d.flags),
                 "group_type_mapping": d.group_type_mapping,
-                "cohorts": {
-                    cid: cohort.get("filters", {}).get("properties", {})
-                    for cid, cohort in d.cohorts.items()
-                    if not cohort.get("is_static")
-                },
+                "cohorts": local_evaluation_cohorts(d.cohorts),
             }
             self._local_eval_body = msgspec.json.encode(body)
         return self._local_eval_body

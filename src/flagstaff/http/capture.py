@@ -1,0 +1,101 @@
+"""Capture endpoints: /e, /i/v0/e, /capture, /batch, /track, /engage, /s.
+
+The data flow of one request: decode the body (any SDK encoding, size-limited), find the
+project token and the events, normalise and validate each event (pure rules), then hand the
+batch to the store, which commits events, person and group changes and warnings in one
+group-committed transaction. The 200 is sent only after that commit.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flagstaff.http.asgi import Request, Response
+from flagstaff.http.errors import ApiError
+from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
+from flagstaff.ingest.model import Drop, Event
+from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope
+from flagstaff.services import Services
+
+_OK = b'{"status":1}'
+
+
+def _payload(svc: Services, request: Request) -> Any:
+    limit = svc.settings.body_limit
+    try:
+        if request.method == "GET" or not request.body:
+            data = decode_query_data(request.query, limit)
+            if data is not None:
+                return data
+            if request.method == "GET":
+                raise ApiError(400, "no_data", "send the events in the body or as ?data=")
+        headers = request.headers
+        return decode_body(
+            request.body,
+            content_type=headers.get("content-type"),
+            content_encoding=headers.get("content-encoding"),
+            query=request.query,
+            limit=limit,
+        )
+    except PayloadError as exc:
+        raise ApiError(exc.status, exc.code, exc.detail) from None
+
+
+def _over_quota(events: list[Event], allowed: int) -> tuple[list[Event], list[Drop]]:
+    kept, excess = events[:allowed], events[allowed:]
+    drops = [
+        Drop(
+            reason="event_quota_exceeded",
+            detail="the project's realtime event quota is exhausted for this minute",
+            uuid=e.uuid,
+            digest=e.uuid,
+            event=e.event,
+            distinct_id=e.distinct_id,
+        )
+        for e in excess
+    ]
+    return kept, drops
+
+
+async def capture_endpoint(svc: Services, request: Request) -> Response:
+    payload = _payload(svc, request)
+    try:
+        envelope = parse_envelope(payload, request.query)
+    except TokenError as exc:
+        raise ApiError(401, exc.code, exc.detail) from None
+    project = await svc.projects.by_token(envelope.token)
+    if project is None:
+        raise ApiError(401, "invalid_api_key", "no project has this token")
+
+    headers = request.headers
+    forwarded = headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
+    ip = client_ip(forwarded, request.peer, trust_forwarded=svc.settings.trust_forwarded_for)
+    geoip = svc.geoip_lookup if svc.geoip is not None else None
+    now_ms = int(time.time() * 1000)
+    events: list[Event] = []
+    drops: list[Drop] = []
+    for raw in envelope.events:
+        result = normalize_event(raw, envelope, now_ms=now_ms, ip=ip, geoip=geoip)
+        if type(result) is Event:
+            events.append(result)
+        else:
+            drops.append(result)  # type: ignore[arg-type]
+
+    if events and not envelope.historical:
+        allowed = svc.quotas.events_allowed(project.id, len(events))
+        if allowed < len(events):
+            events, excess = _over_quota(events, allowed)
+            drops.extend(excess)
+
+    if events or drops:
+        outcome = await svc.store.ingest(project.id, events, drops)
+        metrics = svc.metrics
+        metrics.events_ingested += outcome.ingested
+        metrics.events_duplicate += outcome.duplicates
+        if outcome.dropped:
+            metrics.count_drops(outcome.dropped)
+
+    if request.query.get("beacon") == "1":
+        return Response(b"", 204, content_type=b"text/plain")
+    return Response(_OK)

@@ -1,0 +1,377 @@
+"""Flag endpoints: /flags and /decide, SDK definitions, remote config, posthog-js config.
+
+The data flow of one /flags request: decode the body, resolve the project from its token,
+fetch the compiled definitions (cached per version) and the stored person/groups (one indexed
+look-up each), overlay the request's properties, evaluate, encode.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from flagstaff import logs
+from flagstaff.caches import ProjectFlags
+from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate
+from flagstaff.http.asgi import Request, Response
+from flagstaff.http.auth import check_personal_key
+from flagstaff.http.errors import ApiError
+from flagstaff.http.payload import PayloadError, decode_body
+from flagstaff.ingest.normalize import client_ip
+from flagstaff.services import Services
+from flagstaff.store.base import FlagContext, Project
+from flagstaff.store.keys import check_project_token
+
+_encode = msgspec.json.encode
+_CLIENT_HEADERS = ("origin", "referer", "sec-fetch-mode", "sec-fetch-site")
+SUPPORTED_COMPRESSION = ["gzip", "gzip-js", "lz64"]
+_MAX_DISTINCT_ID = 200
+
+
+def _decode_request(svc: Services, request: Request) -> dict[str, Any]:
+    if request.method == "GET":
+        raise ApiError(405, "method_not_allowed", "send the flag request as a POST")
+    headers = request.headers
+    try:
+        payload = decode_body(
+            request.body,
+            content_type=headers.get("content-type"),
+            content_encoding=headers.get("content-encoding"),
+            query=request.query,
+            limit=svc.settings.body_limit,
+        )
+    except PayloadError as exc:
+        raise ApiError(exc.status, exc.code, exc.detail) from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "invalid_payload", "the flag request must be a JSON object")
+    return payload
+
+
+async def _project_for(svc: Services, token: Any) -> Project:
+    if not isinstance(token, str):
+        raise ApiError(
+            401,
+            "invalid_api_key",
+            "send the project token as api_key (or token) in the body",
+        )
+    problem = check_project_token(token)
+    if problem is not None:
+        raise ApiError(401, "invalid_api_key", problem)
+    project = await svc.projects.by_token(token)
+    if project is None:
+        raise ApiError(401, "invalid_api_key", "no project has this token")
+    return project
+
+
+def _distinct_id(payload: Mapping[str, Any]) -> str:
+    raw = payload.get("distinct_id")
+    if isinstance(raw, bool) or raw is None or raw == "":
+        raise ApiError(400, "missing_distinct_id", "distinct_id is required", "distinct_id")
+    if isinstance(raw, int | float):
+        raw = str(raw)
+    if not isinstance(raw, str):
+        raise ApiError(400, "invalid_distinct_id", "distinct_id must be a string", "distinct_id")
+    return raw[:_MAX_DISTINCT_ID]
+
+
+def _dict_of(payload: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = payload.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ApiError(400, "invalid_input", f"{name} must be an object", name)
+    return value
+
+
+def _string_list(payload: Mapping[str, Any], *names: str) -> list[str] | None:
+    for name in names:
+        value = payload.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise ApiError(400, "invalid_input", f"{name} must be a list of strings", name)
+        return [str(v) for v in value]
+    return None
+
+
+def _geoip_properties(
+    svc: Services, request: Request, payload: Mapping[str, Any]
+) -> dict[str, Any]:
+    if svc.geoip is None or payload.get("geoip_disable") is True:
+        return {}
+    headers = request.headers
+    forwarded = headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
+    ip = client_ip(forwarded, request.peer, trust_forwarded=svc.settings.trust_forwarded_for)
+    return svc.geoip.lookup(ip) if ip else {}
+
+
+async def _context(
+    svc: Services, project: Project, pf: ProjectFlags, distinct_id: str, groups: dict[str, Any]
+) -> FlagContext | None:
+    indexes = {}
+    for name, key in groups.items():
+        index = pf.group_type_index.get(name)
+        if index is not None and key is not None:
+            indexes[index] = str(key)
+    compiled = pf.compiled
+    try:
+        return await svc.store.flag_context(
+            project.id,
+            distinct_id,
+            indexes,
+            overrides=bool(compiled.continuity_flag_keys),
+            static_cohorts=compiled.uses_static_cohorts,
+        )
+    except Exception:
+        logs.logger.exception("reading stored flag context failed")
+        return None
+
+
+async def compute_flags(
+    svc: Services, request: Request, payload: dict[str, Any], project: Project
+) -> tuple[list[FlagResult], bool]:
+    """Evaluate every flag the request asks for; the bool says some could not be computed."""
+    distinct_id = _distinct_id(payload)
+    pf = await svc.definitions.get(project.id)
+    groups = _dict_of(payload, "groups")
+    ctx = await _context(svc, project, pf, distinct_id, groups)
+    errors = ctx is None
+    if ctx is None:
+        ctx = FlagContext({}, {}, {}, frozenset(), None)
+
+    anon = payload.get("$anon_distinct_id")
+    continuity = pf.compiled.continuity_flag_keys
+    overrides = ctx.hash_key_overrides
+    if continuity and isinstance(anon, str) and anon and not errors:
+        missing = [k for k in continuity if k not in overrides]
+        if missing:
+            try:
+                await svc.store.add_hash_key_overrides(project.id, distinct_id, anon, missing)
+                if ctx.person_id is not None:
+                    overrides = {**{k: anon for k in missing}, **overrides}
+            except Exception:
+                logs.logger.exception("storing hash key overrides failed")
+                errors = True
+
+    person_properties = ctx.person_properties
+    geo = _geoip_properties(svc, request, payload)
+    if geo:
+        person_properties = {**geo, **person_properties}
+    sent = _dict_of(payload, "person_properties")
+    if sent:
+        person_properties = {**person_properties, **sent}
+
+    group_properties: dict[str, dict[str, Any]] = {}
+    sent_groups = _dict_of(payload, "group_properties")
+    for name in groups:
+        index = pf.group_type_index.get(name)
+        stored = ctx.group_properties.get(str(index), {}) if index is not None else {}
+        extra = sent_groups.get(name)
+        group_properties[name] = {**stored, **extra} if isinstance(extra, dict) else stored
+
+    headers = request.headers
+    runtime = detect_runtime(
+        payload.get("evaluation_runtime")
+        if isinstance(payload.get("evaluation_runtime"), str)
+        else None,
+        headers.get("user-agent"),
+        any(h in headers for h in _CLIENT_HEADERS),
+    )
+    device_id = payload.get("device_id") or payload.get("$device_id")
+    eval_request = EvalRequest(
+        distinct_id=distinct_id,
+        person_properties=person_properties,
+        groups={k: str(v) for k, v in groups.items() if v is not None},
+        group_properties=group_properties,
+        device_id=device_id if isinstance(device_id, str) else None,
+        hash_key_overrides=overrides,
+        static_cohort_ids=ctx.static_cohort_ids,
+        flag_keys=_string_list(payload, "flag_keys_to_evaluate", "flag_keys"),
+        runtime=runtime,
+        contexts=_string_list(payload, "evaluation_contexts", "evaluation_environments"),
+    )
+    results = evaluate(pf.compiled, eval_request)
+    if errors:
+        results = [_failed_if_stored(r, pf) for r in results]
+    svc.metrics.flag_evaluations += len(results)
+    return results, errors or pf.compiled.has_dependency_cycle or any(r.failed for r in results)
+
+
+def _failed_if_stored(result: FlagResult, pf: ProjectFlags) -> FlagResult:
+    """Without the store, a flag that reads stored properties cannot be trusted."""
+    if result.key in pf.stored_data_keys:
+        result.failed = True
+    return result
+
+
+def _v2_flag(r: FlagResult) -> dict[str, Any]:
+    meta: dict[str, Any] = {"id": r.id, "version": r.version, "description": r.description}
+    if r.payload is not None:
+        meta["payload"] = r.payload
+    out: dict[str, Any] = {
+        "key": r.key,
+        "enabled": r.enabled,
+        "reason": {
+            "code": r.reason_code,
+            "condition_index": r.condition_index if r.condition_index is not None else 0,
+            "description": r.reason_description,
+        },
+        "metadata": meta,
+    }
+    if r.variant is not None:
+        out["variant"] = r.variant
+    if r.failed:
+        out["failed"] = True
+    return out
+
+
+def config_fields(svc: Services, project: Project, has_flags: bool) -> dict[str, Any]:
+    """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config)."""
+    return {
+        "config": {"enable_collect_everything": True},
+        "toolbarParams": {},
+        "isAuthenticated": False,
+        "supportedCompression": SUPPORTED_COMPRESSION,
+        "hasFeatureFlags": has_flags,
+        "sessionRecording": False,
+        "autocapture_opt_out": False,
+        "autocaptureExceptions": False,
+        "captureDeadClicks": False,
+        "capturePerformance": False,
+        "heatmaps": False,
+        "surveys": False,
+        "siteApps": [],
+        "elementsChainAsString": True,
+        "defaultIdentifiedOnly": True,
+    }
+
+
+def _quota_limited(svc: Services, project: Project) -> bool:
+    return svc.quotas.flags_exceeded(project.id)
+
+
+async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
+    payload = _decode_request(svc, request)
+    token = payload.get("api_key") or payload.get("token") or payload.get("$token")
+    project = await _project_for(svc, token)
+    svc.metrics.flag_requests += 1
+    request_id = str(uuid.uuid4())
+    want_config = request.query.get("config") in ("true", "1", "True")
+
+    if _quota_limited(svc, project):
+        results: list[FlagResult] = []
+        errors = False
+        limited = True
+    elif payload.get("disable_flags") is True:
+        results, errors, limited = [], False, False
+    else:
+        results, errors = await compute_flags(svc, request, payload, project)
+        limited = False
+    if errors:
+        svc.metrics.flag_errors += 1
+
+    body: dict[str, Any]
+    if legacy:
+        body = {
+            "featureFlags": {r.key: (r.variant or True) if r.enabled else False for r in results},
+            "featureFlagPayloads": {
+                r.key: r.payload for r in results if r.enabled and r.payload is not None
+            },
+            "errorsWhileComputingFlags": errors,
+            "requestId": request_id,
+        }
+    else:
+        body = {
+            "flags": {r.key: _v2_flag(r) for r in results},
+            "errorsWhileComputingFlags": errors,
+            "requestId": request_id,
+            "evaluatedAt": int(time.time() * 1000),
+        }
+    if limited:
+        body["quotaLimited"] = ["feature_flags"]
+    if want_config:
+        pf = await svc.definitions.get(project.id)
+        body.update(config_fields(svc, project, bool(pf.definitions.flags)))
+    return Response(_encode(body))
+
+
+def _version(request: Request) -> int:
+    raw = request.query.get("v", "")
+    try:
+        return int(raw) if raw else 1
+    except ValueError:
+        raise ApiError(400, "invalid_input", "v must be an integer", "v") from None
+
+
+async def flags_endpoint(svc: Services, request: Request) -> Response:
+    return await _answer(svc, request, legacy=_version(request) < 2)
+
+
+async def decide_endpoint(svc: Services, request: Request) -> Response:
+    """PostHog's older endpoint: v3 and below answer the legacy shape, v4 and above v2's."""
+    version = _version(request)
+    response = await _answer(svc, request, legacy=version < 4)
+    return response
+
+
+async def definitions_endpoint(svc: Services, request: Request) -> Response:
+    """Flag definitions for SDK local evaluation, with a weak ETag."""
+    key = await check_personal_key(svc.store, request.headers)
+    token = request.query.get("token")
+    if token:
+        project = await _project_for(svc, token)
+        if project.id != key.project_id:
+            raise ApiError(401, "invalid_api_key", "the key does not belong to this project")
+    if svc.quotas.flags_exceeded(key.project_id):
+        raise ApiError(402, "quota_limited", "the feature flag quota is exceeded")
+    pf = await svc.definitions.get(key.project_id)
+    headers = [(b"etag", pf.etag.encode()), (b"cache-control", b"no-cache")]
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match and pf.etag in {t.strip() for t in if_none_match.split(",")}:
+        return Response(b"", 304, headers=headers)
+    return Response(pf.local_evaluation_body(), headers=headers)
+
+
+async def remote_config_endpoint(svc: Services, request: Request) -> Response:
+    """The payload of a remote-config flag: GET .../feature_flags/<key>/remote_config."""
+    key = await check_personal_key(svc.store, request.headers)
+    parts = request.path.rstrip("/").split("/")
+    # /api/projects/{id}/feature_flags/{flag key}/remote_config
+    if len(parts) != 7 or parts[4] != "feature_flags":
+        raise ApiError(404, "not_found", "no such route")
+    if parts[3] != "@current" and parts[3] != str(key.project_id):
+        raise ApiError(404, "not_found", "no such project")
+    flag = await svc.store.get_flag_by_key(key.project_id, parts[5])
+    if flag is None:
+        raise ApiError(404, "not_found", "no such feature flag")
+    payload = (flag.get("filters") or {}).get("payloads", {}).get("true")
+    if payload is None:
+        raise ApiError(404, "not_found", "the flag has no payload")
+    if isinstance(payload, str):
+        try:
+            return Response(_encode(msgspec.json.decode(payload)))
+        except msgspec.DecodeError:
+            return Response(_encode(payload))
+    return Response(_encode(payload))
+
+
+async def array_config_endpoint(svc: Services, request: Request) -> Response:
+    """posthog-js start-up: /array/<token>/config (JSON) and /array/<token>/config.js."""
+    parts = request.path.strip("/").split("/")
+    if len(parts) != 3 or parts[2] not in ("config", "config.js"):
+        raise ApiError(404, "not_found", "no such route")
+    project = await _project_for(svc, parts[1])
+    pf = await svc.definitions.get(project.id)
+    config = {"token": project.api_token, **config_fields(svc, project, bool(pf.definitions.flags))}
+    if parts[2] == "config":
+        return Response(_encode(config))
+    script = (
+        "(function(){window._POSTHOG_REMOTE_CONFIG=window._POSTHOG_REMOTE_CONFIG||{};"
+        f"window._POSTHOG_REMOTE_CONFIG[{_encode(project.api_token).decode()}]="
+        f"{{config:{_encode(config).decode()},siteApps:[]}};}})();"
+    )
+    return Response(script.encode(), content_type=b"application/javascript")

@@ -1,0 +1,313 @@
+"""Person rules: property updates and identify/alias merge decisions, as PostHog makes them.
+
+Pure code. The store loads the persons a batch touches into a :class:`PersonBook`, the rules
+change the book event by event (in arrival order), and the store writes back what the book
+recorded: persons created, distinct ids assigned, persons merged, persons changed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from flagstaff.ingest.model import Event
+
+# Never merged on: too generic to name one person (PostHog's list).
+ILLEGAL_IDS_CASE_INSENSITIVE = frozenset(
+    {
+        "anonymous",
+        "guest",
+        "distinctid",
+        "distinct_id",
+        "id",
+        "not_authenticated",
+        "email",
+        "undefined",
+        "true",
+        "false",
+    }
+)
+ILLEGAL_IDS_EXACT = frozenset({"NaN", "None", "none", "null", "0", "[object Object]"})
+
+# Event properties copied to the person ($set) and kept as first-touch values ($set_once
+# of "$initial_<name>"), as PostHog's ingestion does.
+EVENT_TO_PERSON_PROPERTIES = frozenset(
+    {
+        "$app_build",
+        "$app_name",
+        "$app_namespace",
+        "$app_version",
+        "$browser",
+        "$browser_version",
+        "$device_type",
+        "$current_url",
+        "$pathname",
+        "$os",
+        "$os_version",
+        "$referring_domain",
+        "$referrer",
+        "utm_source",
+        "utm_medium",
+        "utm_campaign",
+        "utm_content",
+        "utm_name",
+        "utm_term",
+        "gclid",
+        "gad_source",
+        "gclsrc",
+        "dclid",
+        "gbraid",
+        "wbraid",
+        "fbclid",
+        "msclkid",
+        "twclid",
+        "li_fat_id",
+        "mc_cid",
+        "igshid",
+        "ttclid",
+        "rdt_cid",
+    }
+)
+_INITIAL_NAMES = {key: "$initial_" + key.lstrip("$") for key in EVENT_TO_PERSON_PROPERTIES}
+
+_PERSON_NAMESPACE = uuid.UUID("9f1d7a4e-5b0c-4c2a-8e43-f1a9c3b2d6e1")
+
+MERGE_EVENTS = frozenset({"$identify", "$create_alias", "$merge_dangerously"})
+NO_PERSON_EVENTS = frozenset({"$groupidentify", "$group_identify"})
+
+
+def is_illegal_id(distinct_id: str) -> bool:
+    return (
+        distinct_id.strip().lower() in ILLEGAL_IDS_CASE_INSENSITIVE
+        or distinct_id in ILLEGAL_IDS_EXACT
+        or not distinct_id.strip()
+    )
+
+
+def person_uuid(project_id: int, distinct_id: str) -> str:
+    """Deterministic, so two writers creating the same person pick the same uuid."""
+    return str(uuid.uuid5(_PERSON_NAMESPACE, f"{project_id}:{distinct_id}"))
+
+
+class PersonState:
+    """A person as the book sees it while a batch is applied."""
+
+    __slots__ = ("created_at_ms", "dirty", "id", "is_identified", "is_new", "properties", "uuid")
+
+    def __init__(
+        self,
+        id: int | None,
+        uuid: str,
+        properties: dict[str, Any],
+        is_identified: bool,
+        created_at_ms: int,
+        *,
+        is_new: bool = False,
+    ) -> None:
+        self.id = id
+        self.uuid = uuid
+        self.properties = properties
+        self.is_identified = is_identified
+        self.created_at_ms = created_at_ms
+        self.is_new = is_new
+        self.dirty = False
+
+
+class PersonBook:
+    """The persons of one batch by distinct id, and the operations to persist.
+
+    ``ops`` holds, in order: ``("create", state)``, ``("assign", distinct_id, state)`` and
+    ``("merge", source, target)``. Changed properties are read from the states themselves.
+    """
+
+    def __init__(self, project_id: int, loaded: dict[str, PersonState]) -> None:
+        self.project_id = project_id
+        self.by_distinct_id: dict[str, PersonState] = dict(loaded)
+        self.ops: list[tuple[Any, ...]] = []
+        self.warnings: list[tuple[str, dict[str, Any]]] = []
+
+    def get(self, distinct_id: str) -> PersonState | None:
+        return self.by_distinct_id.get(distinct_id)
+
+    def create(self, distinct_id: str, created_at_ms: int) -> PersonState:
+        state = PersonState(
+            None, person_uuid(self.project_id, distinct_id), {}, False, created_at_ms, is_new=True
+        )
+        self.ops.append(("create", state))
+        self.assign(distinct_id, state)
+        return state
+
+    def assign(self, distinct_id: str, state: PersonState) -> None:
+        self.by_distinct_id[distinct_id] = state
+        self.ops.append(("assign", distinct_id, state))
+
+    def merge(self, source: PersonState, target: PersonState) -> None:
+        """Fold ``source`` into ``target``: target's properties win, the earliest creation."""
+        target.properties = {**source.properties, **target.properties}
+        target.created_at_ms = min(target.created_at_ms, source.created_at_ms)
+        target.dirty = True
+        for did, state in self.by_distinct_id.items():
+            if state is source:
+                self.by_distinct_id[did] = target
+        self.ops.append(("merge", source, target))
+
+    def changed(self) -> list[PersonState]:
+        """Existing persons whose stored row must be rewritten (new ones are inserted whole)."""
+        merged_away = {id(op[1]) for op in self.ops if op[0] == "merge"}
+        seen: set[int] = set()
+        out: list[PersonState] = []
+        for state in self.by_distinct_id.values():
+            key = id(state)
+            if key in seen or key in merged_away:
+                continue
+            seen.add(key)
+            if state.dirty and not state.is_new:
+                out.append(state)
+        return out
+
+
+def person_updates(event: Event) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The ($set, $set_once, $unset) an event applies, with PostHog's initial properties."""
+    props = event.properties
+    derived = [key for key in EVENT_TO_PERSON_PROPERTIES.intersection(props)]
+    to_set = event.set or {}
+    to_set_once = event.set_once or {}
+    if derived:
+        to_set = {**{k: props[k] for k in derived}, **to_set}
+        to_set_once = {**{_INITIAL_NAMES[k]: props[k] for k in derived}, **to_set_once}
+    return to_set, to_set_once, event.unset or []
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def apply_updates(state: PersonState, event: Event) -> None:
+    to_set, to_set_once, to_unset = person_updates(event)
+    props = state.properties
+    changed = False
+    for key, value in to_set_once.items():
+        if key not in props:
+            props[key] = value
+            changed = True
+    for key, value in to_set.items():
+        if key not in props or not _same(props[key], value):
+            props[key] = value
+            changed = True
+    for key in to_unset:
+        if isinstance(key, str) and key in props:
+            del props[key]
+            changed = True
+    if changed:
+        state.dirty = True
+
+
+def _get_or_create(book: PersonBook, distinct_id: str, event: Event) -> PersonState:
+    state = book.get(distinct_id)
+    if state is None:
+        state = book.create(distinct_id, event.timestamp_ms)
+    return state
+
+
+def _mark_identified(state: PersonState) -> None:
+    if not state.is_identified:
+        state.is_identified = True
+        state.dirty = True
+
+
+def _merge_ids(book: PersonBook, event: Event, other_id: str, into_id: str) -> PersonState:
+    """PostHog's merge of ``other_id``'s person into ``into_id``'s; returns the survivor."""
+    if other_id == into_id:
+        return _get_or_create(book, into_id, event)
+    for bad in (other_id, into_id):
+        if is_illegal_id(bad):
+            book.warnings.append(
+                (
+                    "cannot_merge_with_illegal_distinct_id",
+                    {
+                        "illegalDistinctId": bad,
+                        "otherDistinctId": other_id,
+                        "event": event.event,
+                        "eventUuid": event.uuid,
+                    },
+                )
+            )
+            return _get_or_create(book, into_id, event)
+    other = book.get(other_id)
+    into = book.get(into_id)
+    if other is not None and into is None:
+        book.assign(into_id, other)
+        target = other
+    elif into is not None and other is None:
+        book.assign(other_id, into)
+        target = into
+    elif other is None and into is None:
+        target = book.create(into_id, event.timestamp_ms)
+        book.assign(other_id, target)
+    elif other is into:
+        assert into is not None
+        target = into
+    else:
+        assert other is not None and into is not None
+        if other.is_identified and event.event != "$merge_dangerously":
+            book.warnings.append(
+                (
+                    "cannot_merge_already_identified",
+                    {
+                        "sourcePersonDistinctId": other_id,
+                        "targetPersonDistinctId": into_id,
+                        "eventUuid": event.uuid,
+                    },
+                )
+            )
+            return into
+        book.merge(other, into)
+        target = into
+    _mark_identified(target)
+    return target
+
+
+def merge_pair(event: Event) -> tuple[str, str] | None:
+    """(other distinct id, distinct id merged into) when ``event`` asks for a merge."""
+    props = event.properties
+    if event.event == "$identify":
+        anon = props.get("$anon_distinct_id")
+        if anon is not None and anon != "":
+            return str(anon), event.distinct_id
+    elif event.event in ("$create_alias", "$merge_dangerously"):
+        alias = props.get("alias")
+        if alias is not None and alias != "":
+            return str(alias), event.distinct_id
+    return None
+
+
+def ids_to_load(events: list[Event]) -> set[str]:
+    """Every distinct id whose person the rules may read for these events."""
+    wanted: set[str] = set()
+    for event in events:
+        if event.event in NO_PERSON_EVENTS:
+            continue
+        wanted.add(event.distinct_id)
+        pair = merge_pair(event)
+        if pair is not None:
+            wanted.add(pair[0])
+    return wanted
+
+
+def apply_event(book: PersonBook, event: Event) -> bool:
+    """Apply one event's person effects; False when it is stored without person processing."""
+    if event.event in NO_PERSON_EVENTS:
+        return False
+    if not event.process_person:
+        state = book.get(event.distinct_id)
+        if state is None or not state.is_identified:
+            return False
+    pair = merge_pair(event) if event.event in MERGE_EVENTS else None
+    if pair is not None:
+        state = _merge_ids(book, event, *pair)
+    else:
+        state = _get_or_create(book, event.distinct_id, event)
+        if event.event == "$identify":
+            _mark_identified(state)
+    apply_updates(state, event)
+    return True
