@@ -10,6 +10,9 @@ with no timer to tune.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import queue
 import sqlite3
 import threading
@@ -41,6 +44,7 @@ class Writer:
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._lock_fd: int | None = None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -55,6 +59,9 @@ class Writer:
         def run() -> None:
             try:
                 conn = connect(self._path)
+                self._lock_fd = os.open(
+                    str(self._path) + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o600
+                )
             except BaseException as exc:
                 failure.append(exc)
                 ready.set()
@@ -64,6 +71,9 @@ class Writer:
                 self._serve(conn)
             finally:
                 conn.close()
+                if self._lock_fd is not None:
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
 
         self._thread = threading.Thread(target=run, name="flagstaff-sqlite-writer", daemon=True)
         self._thread.start()
@@ -106,6 +116,34 @@ class Writer:
 
     def _commit(self, conn: sqlite3.Connection, batch: list[tuple[WriteFn, Any]]) -> None:
         outcomes: list[tuple[Any, Any, BaseException | None]] = []
+        with self._exclusive():
+            self._run_batch(conn, batch, outcomes)
+        self.commits += 1
+        self.writes += len(batch)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(_resolve, outcomes)
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Any:
+        """Hold the data dir's writer lock for one transaction.
+
+        Every worker process has a writer; SQLite would make the others wait in its busy
+        handler, which sleeps in steps of up to 100 ms. A blocking flock hands the turn over
+        the moment the holder commits.
+        """
+        assert self._lock_fd is not None
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _run_batch(
+        self,
+        conn: sqlite3.Connection,
+        batch: list[tuple[WriteFn, Any]],
+        outcomes: list[tuple[Any, Any, BaseException | None]],
+    ) -> None:
         try:
             conn.execute("BEGIN IMMEDIATE")
             for fn, future in batch:
@@ -123,11 +161,7 @@ class Writer:
         except Exception as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            outcomes = [(future, None, exc) for _, future in batch]
-        self.commits += 1
-        self.writes += len(batch)
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(_resolve, outcomes)
+            outcomes[:] = [(future, None, exc) for _, future in batch]
 
 
 def _resolve(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:

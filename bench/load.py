@@ -1,0 +1,100 @@
+"""Shared pieces of the HTTP load benchmarks: a server, wrk runs, and their parsed figures.
+
+The load generator is wrk (Debian package ``wrk``), run on the same machine as the server, so
+every figure includes the generator's share of the two cores. Each benchmark measures the
+service's cheapest endpoint (``/_health``) in the same run, and quotes ratios to it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.server import Server
+
+WRK_THREADS = 1
+
+
+@dataclass
+class WrkResult:
+    label: str
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    non_2xx: int
+
+    def line(self) -> str:
+        return (
+            f"{self.label:<34} {self.requests_per_s:>10,.0f} req/s   p50 {self.p50_ms:6.2f} ms"
+            f"   p99 {self.p99_ms:7.2f} ms   errors {self.errors + self.non_2xx}"
+        )
+
+
+def require_wrk() -> str:
+    path = shutil.which("wrk")
+    if path is None:
+        raise SystemExit("bench: wrk is missing: apt-get install wrk")
+    return path
+
+
+def _ms(value: str, unit: str) -> float:
+    factor = {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+    return float(value) * factor
+
+
+def wrk(
+    label: str,
+    url: str,
+    *,
+    seconds: int,
+    connections: int,
+    script: Path | None = None,
+) -> WrkResult:
+    cmd = [
+        require_wrk(),
+        f"-t{WRK_THREADS}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--latency",
+        "--timeout",
+        "10s",
+    ]
+    if script is not None:
+        cmd += ["-s", str(script)]
+    out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
+    p50 = _ms(*re.match(r"([\d.]+)(\w+)", lat["50"]).groups())  # type: ignore[union-attr]
+    p99 = _ms(*re.match(r"([\d.]+)(\w+)", lat["99"]).groups())  # type: ignore[union-attr]
+    errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return WrkResult(label, rps, p50, p99, errors, int(non2xx.group(1)) if non2xx else 0)
+
+
+def lua_post(path: str, bodies: list[bytes], folder: Path, *, delay_ms: float = 0.0) -> Path:
+    """A wrk script that POSTs the given bodies round-robin (optionally with a pause)."""
+    entries = ",\n".join("[==[" + b.decode() + "]==]" for b in bodies)
+    delay = f"function delay() return {delay_ms} end\n" if delay_ms else ""
+    script = folder / f"post-{abs(hash(path))}-{len(bodies)}.lua"
+    script.write_text(
+        f"local bodies = {{\n{entries}\n}}\n"
+        "local n = 0\n"
+        'wrk.method = "POST"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        "request = function()\n"
+        "  n = n + 1\n"
+        f'  return wrk.format(nil, "{path}", nil, bodies[(n % #bodies) + 1])\n'
+        "end\n" + delay
+    )
+    return script
+
+
+def start_server(workers: int, env: dict[str, str] | None = None) -> tuple[Server, Path]:
+    root = Path(tempfile.mkdtemp(prefix="flagstaff-bench-"))
+    srv = Server(data_dir=root / "data", workers=workers, env=env or {}).start(timeout=60)
+    return srv, root
