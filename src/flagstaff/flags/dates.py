@@ -8,8 +8,10 @@ with calendar-aware months and years.
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 _RELATIVE = re.compile(r"-?([0-9]+)([hdwmy])")
 _YEAR_ONLY = re.compile(r"[0-9]{4}")
@@ -104,11 +106,21 @@ def parse_property_date(value: object) -> datetime | None:
         return from_epoch(float(value))
     if not isinstance(value, str):
         return None
+    parsed = _parse_date_text(value)
+    if isinstance(parsed, tuple):
+        return resolve_relative(parsed[0], parsed[1], datetime.now(UTC))
+    return parsed
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_date_text(value: str) -> datetime | tuple[Any, ...] | None:
+    """Memoised: the same property values recur across persons. Relative dates come back
+    unresolved, since their instant depends on the moment of evaluation."""
     try:
         return from_epoch(float(value))
     except ValueError:
         pass
     relative = parse_relative(value)
     if relative is not None:
-        return resolve_relative(relative[0], relative[1], datetime.now(UTC))
+        return tuple(relative)
     return parse_absolute(value)

@@ -6,6 +6,8 @@ ignored. Leading zeros, which posthog-python rejects, are read as numbers like t
 
 from __future__ import annotations
 
+import functools
+
 Version = tuple[int, int, int]
 
 
@@ -18,7 +20,13 @@ def _number(part: str) -> int:
 def parse_version(value: object) -> Version | None:
     if isinstance(value, bool) or value is None:
         return None
-    text = str(value).strip().lstrip("vV")
+    return _parse_version_text(value if isinstance(value, str) else str(value))
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_version_text(value: str) -> Version | None:
+    """Memoised: the same version strings recur across persons."""
+    text = value.strip().lstrip("vV")
     text = text.split("-")[0].split("+")[0]
     parts = text.split(".")
     try:

@@ -131,6 +131,39 @@ async def _context(
         return None
 
 
+async def _continuity_overrides(
+    svc: Services,
+    project: Project,
+    ctx: FlagContext,
+    distinct_id: str,
+    anon: str,
+    continuity: frozenset[str],
+) -> dict[str, str]:
+    """Store ``anon`` as the hash key of every continuity flag, on the persons behind both
+    ``distinct_id`` and ``anon`` (whichever exist, first value wins), and return the
+    overrides that apply now: the distinct_id person's, else the anonymous person's.
+
+    As PostHog does: the anonymous person usually exists before the identified one (the
+    /flags call after identify() can arrive before the $identify event is ingested).
+    """
+    sources = [(distinct_id, ctx)]
+    if anon != distinct_id:
+        anon_ctx = await svc.store.flag_context(project.id, anon, {}, overrides=True)
+        if anon_ctx.person_id is not None and anon_ctx.person_id != ctx.person_id:
+            sources.insert(0, (anon, anon_ctx))
+    merged: dict[str, str] = {}
+    for owner, owner_ctx in sources:
+        if owner_ctx.person_id is None:
+            continue
+        stored = owner_ctx.hash_key_overrides
+        missing = [k for k in continuity if k not in stored]
+        if missing:
+            await svc.store.add_hash_key_overrides(project.id, owner, anon, missing)
+        merged.update({k: anon for k in missing})
+        merged.update(stored)
+    return merged
+
+
 async def compute_flags(
     svc: Services, request: Request, payload: dict[str, Any], project: Project
 ) -> tuple[list[FlagResult], bool]:
@@ -147,15 +180,15 @@ async def compute_flags(
     continuity = pf.compiled.continuity_flag_keys
     overrides = ctx.hash_key_overrides
     if continuity and isinstance(anon, str) and anon and not errors:
-        missing = [k for k in continuity if k not in overrides]
-        if missing:
-            try:
-                await svc.store.add_hash_key_overrides(project.id, distinct_id, anon, missing)
-                if ctx.person_id is not None:
-                    overrides = {**{k: anon for k in missing}, **overrides}
-            except Exception:
-                logs.logger.exception("storing hash key overrides failed")
-                errors = True
+        try:
+            overrides = await _continuity_overrides(
+                svc, project, ctx, distinct_id, anon[:_MAX_DISTINCT_ID], continuity
+            )
+        except Exception:
+            logs.logger.exception("storing hash key overrides failed")
+            errors = True
+    if overrides and not continuity.issuperset(overrides):
+        overrides = {k: v for k, v in overrides.items() if k in continuity}
 
     person_properties = ctx.person_properties
     geo = _geoip_properties(svc, request, payload)
@@ -229,6 +262,25 @@ def _v2_flag(r: FlagResult) -> dict[str, Any]:
     return out
 
 
+def encode_v2_flags(results: list[FlagResult], fragments: dict[tuple[Any, ...], bytes]) -> bytes:
+    """The v2 ``flags`` object, joined from per-outcome JSON fragments.
+
+    A flag's answer takes only a few shapes (its variants, reasons and condition indexes), so
+    each shape is encoded once per definitions version and reused by every request after.
+    """
+    parts = []
+    for r in results:
+        shape = (r.key, r.enabled, r.variant, r.reason_code, r.condition_index, r.failed, r.payload)
+        fragment = fragments.get(shape)
+        if fragment is None:
+            if len(fragments) > 100_000:
+                fragments.clear()
+            fragment = _encode(r.key) + b":" + _encode(_v2_flag(r))
+            fragments[shape] = fragment
+        parts.append(fragment)
+    return b"{" + b",".join(parts) + b"}"
+
+
 def config_fields(svc: Services, project: Project, has_flags: bool) -> dict[str, Any]:
     """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config)."""
     return {
@@ -285,8 +337,9 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
             "requestId": request_id,
         }
     else:
+        pf = await svc.definitions.get(project.id)
         body = {
-            "flags": {r.key: _v2_flag(r) for r in results},
+            "flags": msgspec.Raw(encode_v2_flags(results, pf.fragments)),
             "errorsWhileComputingFlags": errors,
             "requestId": request_id,
             "evaluatedAt": int(time.time() * 1000),

@@ -7,6 +7,7 @@ sections 8 to 11); where those leave a choice, the docstrings say what Flagstaff
 from __future__ import annotations
 
 import email.utils
+import functools
 import hashlib
 import ipaddress
 from collections.abc import Callable, Mapping
@@ -370,6 +371,7 @@ def normalize_event(
     )
 
 
+@functools.lru_cache(maxsize=8192)
 def _clean_ip(text: str) -> str | None:
     text = text.strip().strip('"')
     if not text:
