@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import httpx
+from tests.server import PROJECT_TOKEN, Api
 
 from bench.load import WrkResult, start_server, wrk
-from tests.server import PROJECT_TOKEN, Api
 
 _EVENT = (
     '{"event":"$pageview","uuid":"%s","timestamp":"2026-11-22T10:00:00.000Z",'
