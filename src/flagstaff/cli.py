@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import os
+import secrets
 import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +77,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for line in _with_store(settings, lambda store: bootstrap(store, settings)):
         print(line, flush=True)
     shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
+    ingestd = None
+    if settings.database_url is None:
+        ingestd, socket_path = _start_ingest_writer(settings)
+        settings = dataclasses.replace(settings, ingest_socket=socket_path)
     os.environ.update(settings.to_env())
     print(
         f"flagstaff {__version__} listening on http://{settings.host}:{settings.port} "
@@ -91,8 +100,48 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_enabled=settings.log_level == "debug",
         backlog=2048,
     )
-    server.serve()
+    try:
+        server.serve()
+    finally:
+        if ingestd is not None:
+            _stop_ingest_writer(ingestd)
     return 0
+
+
+def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the data dir's single ingest writer and wait until its socket answers."""
+    socket_path = os.path.join(
+        tempfile.gettempdir(), f"flagstaff-{os.getpid()}-{secrets.token_hex(4)}.sock"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flagstaff.store.sqlite_ingestd",
+            str(settings.sqlite_path),
+            socket_path,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line != b"ready\n":
+        proc.wait(10)
+        raise SystemExit("flagstaff: the ingest writer did not start (see the messages above)")
+    return proc, socket_path
+
+
+def _stop_ingest_writer(proc: subprocess.Popen[bytes]) -> None:
+    """Close its stdin: it finishes what is queued, commits and exits."""
+    assert proc.stdin is not None
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # projects and keys ----------------------------------------------------------------------------

@@ -66,6 +66,8 @@ class Settings:
     init_project_token: str | None = None
     init_personal_api_key: str | None = None
     definitions_refresh_seconds: float = 0.25
+    ingest_socket: str | None = None
+    """Set by ``flagstaff serve``: the Unix socket of the SQLite ingest writer process."""
 
     @property
     def sqlite_path(self) -> Path:

@@ -27,7 +27,7 @@ def make_store(settings: Settings) -> Store:
         from pathlib import Path
 
         path = Path(url.removeprefix("sqlite://"))
-    return SQLiteStore(path)
+    return SQLiteStore(path, ingest_socket=settings.ingest_socket)
 
 
 class Services:

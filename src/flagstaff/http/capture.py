@@ -17,6 +17,7 @@ from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope
 from flagstaff.services import Services
+from flagstaff.store.base import StoreError
 
 _OK = b'{"status":1}'
 
@@ -89,7 +90,12 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
             drops.extend(excess)
 
     if events or drops:
-        outcome = await svc.store.ingest(project.id, events, drops)
+        try:
+            outcome = await svc.store.ingest(project.id, events, drops)
+        except StoreError as exc:
+            raise ApiError(
+                503, "store_unavailable", f"the events were not stored, retry: {exc}"
+            ) from None
         metrics = svc.metrics
         metrics.events_ingested += outcome.ingested
         metrics.events_duplicate += outcome.duplicates

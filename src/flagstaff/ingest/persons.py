@@ -92,7 +92,16 @@ def person_uuid(project_id: int, distinct_id: str) -> str:
 class PersonState:
     """A person as the book sees it while a batch is applied."""
 
-    __slots__ = ("created_at_ms", "dirty", "id", "is_identified", "is_new", "properties", "uuid")
+    __slots__ = (
+        "created_at_ms",
+        "dirty",
+        "id",
+        "is_identified",
+        "is_new",
+        "merged_into",
+        "properties",
+        "uuid",
+    )
 
     def __init__(
         self,
@@ -111,6 +120,7 @@ class PersonState:
         self.created_at_ms = created_at_ms
         self.is_new = is_new
         self.dirty = False
+        self.merged_into: PersonState | None = None
 
 
 class PersonBook:
@@ -146,6 +156,7 @@ class PersonBook:
         target.properties = {**source.properties, **target.properties}
         target.created_at_ms = min(target.created_at_ms, source.created_at_ms)
         target.dirty = True
+        source.merged_into = target
         for did, state in self.by_distinct_id.items():
             if state is source:
                 self.by_distinct_id[did] = target
@@ -166,38 +177,50 @@ class PersonBook:
         return out
 
 
-def person_updates(event: Event) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    """The ($set, $set_once, $unset) an event applies, with PostHog's initial properties."""
-    props = event.properties
-    derived = [key for key in EVENT_TO_PERSON_PROPERTIES.intersection(props)]
-    to_set = event.set or {}
-    to_set_once = event.set_once or {}
-    if derived:
-        to_set = {**{k: props[k] for k in derived}, **to_set}
-        to_set_once = {**{_INITIAL_NAMES[k]: props[k] for k in derived}, **to_set_once}
-    return to_set, to_set_once, event.unset or []
-
-
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+_EMPTY: dict[str, Any] = {}
+
+
 def apply_updates(state: PersonState, event: Event) -> None:
-    to_set, to_set_once, to_unset = person_updates(event)
+    """Apply an event's $set_once, then $set, then $unset to the person.
+
+    Event properties PostHog lifts onto persons are set (explicit ``$set`` wins) and kept as
+    ``$initial_*`` first-touch values (explicit ``$set_once`` wins). No dict is built per event.
+    """
     props = state.properties
+    explicit_set = event.set or _EMPTY
+    explicit_once = event.set_once or _EMPTY
+    event_props = event.properties
+    lifted = [key for key in event_props if key in EVENT_TO_PERSON_PROPERTIES]
     changed = False
-    for key, value in to_set_once.items():
+    for key, value in explicit_once.items():
         if key not in props:
             props[key] = value
             changed = True
-    for key, value in to_set.items():
+    for key in lifted:
+        initial = _INITIAL_NAMES[key]
+        if initial not in props:
+            props[initial] = event_props[key]
+            changed = True
+    for key in lifted:
+        if key in explicit_set:
+            continue
+        value = event_props[key]
         if key not in props or not _same(props[key], value):
             props[key] = value
             changed = True
-    for key in to_unset:
-        if isinstance(key, str) and key in props:
-            del props[key]
+    for key, value in explicit_set.items():
+        if key not in props or not _same(props[key], value):
+            props[key] = value
             changed = True
+    if event.unset:
+        for key in event.unset:
+            if isinstance(key, str) and key in props:
+                del props[key]
+                changed = True
     if changed:
         state.dirty = True
 

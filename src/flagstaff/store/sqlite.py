@@ -35,6 +35,7 @@ from flagstaff.store.base import (
     StoredEvent,
     Warning,
 )
+from flagstaff.store.ingest_client import IngestClient
 from flagstaff.store.sqlite_ingest import apply_ingest, warning_rows
 from flagstaff.store.sqlite_writer import Writer, connect
 
@@ -134,10 +135,11 @@ def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
 class SQLiteStore:
     """The :class:`~flagstaff.store.base.Store` on an SQLite file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, ingest_socket: str | None = None) -> None:
         self.path = path
         self._writer = Writer(path)
         self._db: sqlite3.Connection | None = None
+        self._ingest_client = IngestClient(ingest_socket) if ingest_socket else None
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -149,6 +151,8 @@ class SQLiteStore:
         self._writer.start(asyncio.get_running_loop())
 
     async def close(self) -> None:
+        if self._ingest_client is not None:
+            await self._ingest_client.close()
         self._writer.stop()
         if self._db is not None:
             self._db.close()
@@ -556,7 +560,13 @@ class SQLiteStore:
     # ingestion -------------------------------------------------------------------------
 
     async def ingest(self, project_id: int, events: list[Event], drops: list[Drop]) -> IngestResult:
-        """Store events, person and group changes and warnings in one durable transaction."""
+        """Store events, person and group changes and warnings in one durable transaction.
+
+        Under ``flagstaff serve`` the batch goes to the ingest writer process; used directly
+        (tests, tools), it is applied by this process's writer thread.
+        """
+        if self._ingest_client is not None:
+            return await self._ingest_client.ingest(project_id, events, drops)
         now_ms = int(time.time() * 1000)
         return await self._writer.submit(
             lambda conn: apply_ingest(conn, project_id, events, drops, now_ms)

@@ -16,6 +16,7 @@ from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult
+from flagstaff.store.person_cache import PersonCache
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -28,9 +29,13 @@ def _chunks(items: list[Any]) -> Iterable[list[Any]]:
 
 
 def load_persons(
-    conn: sqlite3.Connection, project_id: int, distinct_ids: set[str]
+    conn: sqlite3.Connection,
+    project_id: int,
+    distinct_ids: set[str] | list[str],
+    known: dict[int, person_rules.PersonState] | None = None,
 ) -> dict[str, person_rules.PersonState]:
-    states: dict[int, person_rules.PersonState] = {}
+    """The persons behind ``distinct_ids``; ``known`` states are reused (one object a person)."""
+    states: dict[int, person_rules.PersonState] = known if known is not None else {}
     out: dict[str, person_rules.PersonState] = {}
     for chunk in _chunks(sorted(distinct_ids)):
         marks = ",".join("?" * len(chunk))
@@ -116,7 +121,10 @@ def _drop(event: Event, reason: str, detail: str) -> Drop:
 
 
 def _write_persons(
-    conn: sqlite3.Connection, project_id: int, book: person_rules.PersonBook
+    conn: sqlite3.Connection,
+    project_id: int,
+    book: person_rules.PersonBook,
+    cache: PersonCache | None = None,
 ) -> None:
     for op in book.ops:
         kind = op[0]
@@ -158,6 +166,8 @@ def _write_persons(
                 (project_id, source.id),
             )
             conn.execute("DELETE FROM persons WHERE id = ?", (source.id,))
+            if cache is not None and source.id is not None:
+                cache.forget(source.id)
     rows = [
         (_encode(s.properties), int(s.is_identified), s.created_at_ms, s.id) for s in book.changed()
     ]
@@ -167,6 +177,9 @@ def _write_persons(
             "version = version + 1 WHERE id = ?",
             rows,
         )
+    for state in book.by_distinct_id.values():
+        state.dirty = False
+        state.is_new = False
 
 
 def _write_groups(conn: sqlite3.Connection, project_id: int, book: group_rules.GroupBook) -> bool:
@@ -186,13 +199,52 @@ def _write_groups(conn: sqlite3.Connection, project_id: int, book: group_rules.G
     return bool(book.new_types)
 
 
+def _book_for(
+    conn: sqlite3.Connection, project_id: int, events: list[Event], cache: PersonCache | None
+) -> person_rules.PersonBook:
+    wanted = person_rules.ids_to_load(events)
+    if cache is None:
+        return person_rules.PersonBook(project_id, load_persons(conn, project_id, wanted))
+    loaded: dict[str, person_rules.PersonState] = {}
+    missing = []
+    for did in wanted:
+        state = cache.get(project_id, did)
+        if state is None:
+            missing.append(did)
+        else:
+            loaded[did] = state
+    if missing:
+        loaded.update(load_persons(conn, project_id, missing, cache.by_id()))
+    return person_rules.PersonBook(project_id, loaded)
+
+
 def apply_ingest(
-    conn: sqlite3.Connection, project_id: int, events: list[Event], drops: list[Drop], now_ms: int
+    conn: sqlite3.Connection,
+    project_id: int,
+    events: list[Event],
+    drops: list[Drop],
+    now_ms: int,
+    cache: PersonCache | None = None,
+) -> IngestResult:
+    """Apply one request's events; with ``cache``, persons come from and go to memory too."""
+    try:
+        return _apply(conn, project_id, events, drops, now_ms, cache)
+    except BaseException:
+        if cache is not None:
+            cache.clear()
+        raise
+
+
+def _apply(
+    conn: sqlite3.Connection,
+    project_id: int,
+    events: list[Event],
+    drops: list[Drop],
+    now_ms: int,
+    cache: PersonCache | None,
 ) -> IngestResult:
     drops = list(drops)
-    book = person_rules.PersonBook(
-        project_id, load_persons(conn, project_id, person_rules.ids_to_load(events))
-    )
+    book = _book_for(conn, project_id, events, cache)
     group_book: group_rules.GroupBook | None = None
     kept: list[Event] = []
     for event in events:
@@ -207,7 +259,9 @@ def apply_ingest(
             person_rules.apply_event(book, event)
         kept.append(event)
 
-    _write_persons(conn, project_id, book)
+    _write_persons(conn, project_id, book, cache)
+    if cache is not None:
+        cache.remember(project_id, book.by_distinct_id)
     if group_book is not None and _write_groups(conn, project_id, group_book):
         conn.execute(
             "INSERT INTO definitions_version (project_id, version) VALUES (?, 1) "

@@ -42,8 +42,9 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 class Writer:
     """The process's single writing connection, fed through a queue."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_failure: Callable[[], None] | None = None) -> None:
         self._path = path
+        self._on_failure = on_failure
         self._lock_fd: int | None = None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -162,6 +163,8 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes[:] = [(future, None, exc) for _, future in batch]
+            if self._on_failure is not None:
+                self._on_failure()
 
 
 def _resolve(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:

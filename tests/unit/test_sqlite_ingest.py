@@ -1,0 +1,141 @@
+"""The SQLite ingestion writer: the person cache never changes what is stored."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from flagstaff.ingest.model import Event
+from flagstaff.store.person_cache import PersonCache
+from flagstaff.store.sqlite import migrate
+from flagstaff.store.sqlite_ingest import apply_ingest
+from flagstaff.store.sqlite_writer import connect
+
+
+def _event(rng: random.Random, n: int) -> Event:
+    ids = [f"u{i}" for i in range(12)] + ["anonymous", "0"]
+    did = rng.choice(ids)
+    props: dict[str, Any] = {"$current_url": f"/p/{rng.randrange(3)}"}
+    name = rng.choice(
+        ["$pageview", "$pageview", "clicked", "$identify", "$create_alias", "$merge_dangerously"]
+    )
+    if name == "$identify":
+        props["$anon_distinct_id"] = rng.choice(ids)
+    elif name in ("$create_alias", "$merge_dangerously"):
+        props["alias"] = rng.choice(ids)
+    return Event(
+        uuid=f"01930000-0000-7000-8000-{n:012x}",
+        event=name,
+        distinct_id=did,
+        properties=props,
+        timestamp_ms=1_700_000_000_000 + n,
+        received_ms=1_700_000_000_000 + n,
+        set={"k": rng.randrange(5), f"p{rng.randrange(4)}": n} if rng.random() < 0.7 else None,
+        set_once={"first": n} if rng.random() < 0.3 else None,
+        unset=[f"p{rng.randrange(4)}"] if rng.random() < 0.1 else None,
+        process_person=rng.random() < 0.9,
+        historical=False,
+    )
+
+
+def _state(conn: sqlite3.Connection) -> list[Any]:
+    persons = conn.execute(
+        "SELECT p.uuid, p.properties, p.is_identified, p.created_at_ms, "
+        "group_concat(d.distinct_id) FROM persons p "
+        "JOIN (SELECT * FROM person_distinct_ids ORDER BY distinct_id) d ON d.person_id = p.id "
+        "GROUP BY p.id ORDER BY p.uuid"
+    ).fetchall()
+    return [
+        (u, msgspec.json.decode(props), ident, created, ids)
+        for u, props, ident, created, ids in persons
+    ]
+
+
+@pytest.mark.parametrize("cache_size", [7, 100_000])
+@pytest.mark.parametrize("seed", range(6))
+def test_cached_and_uncached_writers_store_the_same_persons(
+    tmp_path: Path, seed: int, cache_size: int
+) -> None:
+    rng = random.Random(seed)
+    batches = [[_event(rng, b * 50 + i) for i in range(rng.randint(1, 50))] for b in range(40)]
+    results = []
+    for name, cache in (("plain", None), ("cached", PersonCache(max_persons=cache_size))):
+        path = tmp_path / f"{name}.sqlite3"
+        migrate(path)
+        conn = connect(path)
+        for start in range(0, len(batches), 5):
+            conn.execute("BEGIN IMMEDIATE")
+            for batch in batches[start : start + 5]:
+                apply_ingest(conn, 1, [msgspec.structs.replace(e) for e in batch], [], 0, cache)
+            conn.execute("COMMIT")
+        results.append(_state(conn))
+        conn.close()
+    plain, cached = results
+    assert plain == cached
+    assert plain, "the stream created no persons"
+
+
+def test_failed_transaction_clears_the_cache(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    migrate(path)
+    conn = connect(path)
+    cache = PersonCache()
+    rng = random.Random(1)
+    conn.execute("BEGIN IMMEDIATE")
+    apply_ingest(conn, 1, [_event(rng, i) for i in range(20)], [], 0, cache)
+    conn.execute("COMMIT")
+    assert len(cache) > 0
+    bad = _event(rng, 99)
+    bad.properties = {"x": object()}  # cannot be encoded: the write fails
+    conn.execute("BEGIN IMMEDIATE")
+    with pytest.raises(TypeError):
+        apply_ingest(conn, 1, [bad], [], 0, cache)
+    conn.execute("ROLLBACK")
+    assert len(cache) == 0
+
+
+def _named(n: int, name: str, did: str, **props: Any) -> Event:
+    return Event(
+        uuid=f"01930000-0000-7000-8001-{n:012x}",
+        event=name,
+        distinct_id=did,
+        properties=props,
+        timestamp_ms=1_700_000_000_000 + n,
+        received_ms=1_700_000_000_000 + n,
+        set={"x": n},
+        set_once=None,
+        unset=None,
+        process_person=True,
+        historical=False,
+    )
+
+
+def test_distinct_id_of_a_merged_person_outside_the_batch_follows_the_merge(
+    tmp_path: Path,
+) -> None:
+    """b's person is merged away in a batch that names only a; b must then reach the survivor."""
+    batches = [
+        [_named(1, "$create_alias", "a", alias="b")],
+        [_named(2, "$pageview", "c")],
+        [_named(3, "$merge_dangerously", "c", alias="a")],
+        [_named(4, "$pageview", "b")],
+    ]
+    results = []
+    for name, cache in (("plain", None), ("cached", PersonCache())):
+        path = tmp_path / f"{name}.sqlite3"
+        migrate(path)
+        conn = connect(path)
+        for batch in batches:
+            conn.execute("BEGIN IMMEDIATE")
+            apply_ingest(conn, 1, [msgspec.structs.replace(e) for e in batch], [], 0, cache)
+            conn.execute("COMMIT")
+        results.append(_state(conn))
+        conn.close()
+    assert results[0] == results[1]
+    [(_, props, _, _, ids)] = results[0]
+    assert ids == "a,b,c" and props["x"] == 4
