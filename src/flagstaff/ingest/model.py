@@ -44,6 +44,9 @@ class Event(msgspec.Struct):
     process_person: bool
     """False only when `$process_person_profile` is the boolean false."""
     historical: bool
+    properties_json: bytes | None = None
+    """`properties` encoded as JSON, when already done (the store then skips encoding them);
+    on the way to the ingest writer, `properties` keeps only the keys the rules read."""
 
 
 class Drop(msgspec.Struct):

@@ -73,6 +73,15 @@ _INITIAL_NAMES = {key: "$initial_" + key.lstrip("$") for key in EVENT_TO_PERSON_
 _PERSON_NAMESPACE = uuid.UUID("9f1d7a4e-5b0c-4c2a-8e43-f1a9c3b2d6e1")
 
 MERGE_EVENTS = frozenset({"$identify", "$create_alias", "$merge_dangerously"})
+
+# Every event property the person and group rules read; the rest is only stored.
+RULE_PROPERTY_KEYS = EVENT_TO_PERSON_PROPERTIES | {
+    "$anon_distinct_id",
+    "alias",
+    "$group_type",
+    "$group_key",
+    "$group_set",
+}
 NO_PERSON_EVENTS = frozenset({"$groupidentify", "$group_identify"})
 
 

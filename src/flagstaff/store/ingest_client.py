@@ -12,7 +12,13 @@ import itertools
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
-from flagstaff.store.ingest_protocol import answer_decoder, frame, read_frame, request_encoder
+from flagstaff.store.ingest_protocol import (
+    answer_decoder,
+    for_writer,
+    frame,
+    read_frame,
+    request_encoder,
+)
 
 
 class IngestUnavailable(StoreError):
@@ -70,7 +76,8 @@ class IngestClient:
         request_id = next(self._ids)
         future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        writer.write(frame(request_encoder.encode((request_id, project_id, events, drops))))
+        request = (request_id, project_id, for_writer(events), drops)
+        writer.write(frame(request_encoder.encode(request)))
         await writer.drain()
         return await future
 

@@ -10,8 +10,10 @@ import asyncio
 import struct
 
 import msgspec
+import orjson
 
 from flagstaff.ingest.model import Drop, Event
+from flagstaff.ingest.persons import RULE_PROPERTY_KEYS
 from flagstaff.store.base import IngestResult
 
 HEADER = struct.Struct("!I")
@@ -23,6 +25,31 @@ Answer = tuple[int, IngestResult | None, str | None]
 request_encoder = msgspec.msgpack.Encoder()
 request_decoder = msgspec.msgpack.Decoder(Request)
 answer_decoder = msgspec.msgpack.Decoder(Answer)
+
+
+def for_writer(events: list[Event]) -> list[Event]:
+    """The events as the writer needs them: properties as JSON bytes, plus the few keys the
+    person and group rules read, so the writer never decodes whole property dicts."""
+    out = []
+    for e in events:
+        props = e.properties
+        out.append(
+            Event(
+                e.uuid,
+                e.event,
+                e.distinct_id,
+                {k: props[k] for k in props if k in RULE_PROPERTY_KEYS},
+                e.timestamp_ms,
+                e.received_ms,
+                e.set,
+                e.set_once,
+                e.unset,
+                e.process_person,
+                e.historical,
+                e.properties_json if e.properties_json is not None else orjson.dumps(props),
+            )
+        )
+    return out
 
 
 def frame(payload: bytes) -> bytes:

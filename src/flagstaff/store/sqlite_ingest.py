@@ -281,7 +281,7 @@ def _apply(
                 e.timestamp_ms,
                 e.received_ms,
                 int(e.historical),
-                _encode(e.properties),
+                e.properties_json if e.properties_json is not None else _encode(e.properties),
             )
             for e in kept
         ],
