@@ -367,6 +367,10 @@ def _person_flag_runner(flag: CompiledFlag) -> Callable[[Context], FlagResult]:
         (c.index, c.matchers, c.threshold, c.variant, c.match_description) for c in flag.conditions
     )
     variant_for = flag._variant_for
+    # A flag has few distinct outcomes: each is built once and shared by every request, so
+    # callers must treat results as read-only (msgspec.structs.replace to change one).
+    matched: dict[tuple[int, str | None], FlagResult] = {}
+    missed: dict[tuple[int, int | None], FlagResult] = {}
 
     def run(ctx: Context) -> FlagResult:
         identifier = ctx.distinct_id_bytes
@@ -394,33 +398,39 @@ def _person_flag_runner(flag: CompiledFlag) -> Callable[[Context], FlagResult]:
                             continue
                     if variant is None and variants:
                         variant = variant_for(identifier)
-                    return FlagResult(
-                        key=key,
-                        enabled=True,
-                        variant=variant,
-                        reason_code=CONDITION_MATCH,
-                        condition_index=index,
-                        reason_description=match_description,
-                        payload=true_payload if variant is None else payloads.get(variant),
-                        id=flag_id,
-                        version=version,
-                        description=description,
-                    )
+                    shared = matched.get((index, variant))
+                    if shared is None:
+                        shared = matched[(index, variant)] = FlagResult(
+                            key=key,
+                            enabled=True,
+                            variant=variant,
+                            reason_code=CONDITION_MATCH,
+                            condition_index=index,
+                            reason_description=match_description,
+                            payload=true_payload if variant is None else payloads.get(variant),
+                            id=flag_id,
+                            version=version,
+                            description=description,
+                        )
+                    return shared
                 if rank <= _NO_MATCH_RANK:
                     rank, rank_index = _NO_MATCH_RANK, index
         except EvaluationError as error:
             return flag.failed_result(str(error))
-        return FlagResult(
-            key=key,
-            enabled=False,
-            variant=None,
-            reason_code=_RANKED_CODES[rank],
-            condition_index=rank_index,
-            reason_description=_RANKED_DESCRIPTIONS[rank],
-            payload=None,
-            id=flag_id,
-            version=version,
-            description=description,
-        )
+        shared = missed.get((rank, rank_index))
+        if shared is None:
+            shared = missed[(rank, rank_index)] = FlagResult(
+                key=key,
+                enabled=False,
+                variant=None,
+                reason_code=_RANKED_CODES[rank],
+                condition_index=rank_index,
+                reason_description=_RANKED_DESCRIPTIONS[rank],
+                payload=None,
+                id=flag_id,
+                version=version,
+                description=description,
+            )
+        return shared
 
     return run

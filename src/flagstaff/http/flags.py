@@ -237,7 +237,7 @@ async def compute_flags(
 def _failed_if_stored(result: FlagResult, pf: ProjectFlags) -> FlagResult:
     """Without the store, a flag that reads stored properties cannot be trusted."""
     if result.key in pf.stored_data_keys:
-        result.failed = True
+        return msgspec.structs.replace(result, failed=True)
     return result
 
 
@@ -404,11 +404,8 @@ async def remote_config_endpoint(svc: Services, request: Request) -> Response:
     payload = (flag.get("filters") or {}).get("payloads", {}).get("true")
     if payload is None:
         raise ApiError(404, "not_found", "the flag has no payload")
-    if isinstance(payload, str):
-        try:
-            return Response(_encode(msgspec.json.decode(payload)))
-        except msgspec.DecodeError:
-            return Response(_encode(payload))
+    # As PostHog answers: the stored payload (JSON text) as a JSON string, which
+    # posthog-python returns as is and posthog-node parses.
     return Response(_encode(payload))
 
 
