@@ -402,10 +402,9 @@ async def remote_config_endpoint(svc: Services, request: Request) -> Response:
     if flag is None:
         raise ApiError(404, "not_found", "no such feature flag")
     payload = (flag.get("filters") or {}).get("payloads", {}).get("true")
-    if payload is None:
-        raise ApiError(404, "not_found", "the flag has no payload")
     # As PostHog answers: the stored payload (JSON text) as a JSON string, which
-    # posthog-python returns as is and posthog-node parses.
+    # posthog-python returns as is and posthog-node parses; null when the flag has none
+    # (an error body would reach posthog-node's caller as if it were the payload).
     return Response(_encode(payload))
 
 
