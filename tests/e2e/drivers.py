@@ -1,0 +1,45 @@
+"""Running the node driver scripts of ``tooling/`` and reading the JSON report they print."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.e2e.deps import TOOLING
+from tests.e2e.traffic import SdkRequest
+
+DRIVER_TIMEOUT_S = 90.0
+
+
+class DriverReport:
+    def __init__(self, report: dict[str, Any]) -> None:
+        self.results: dict[str, Any] = report.get("results") or {}
+        self.requests = [SdkRequest.from_report(item) for item in report.get("requests", [])]
+        self.raw = report
+
+    def to(self, route: str) -> list[SdkRequest]:
+        return [r for r in self.requests if r.route == route]
+
+
+def run_driver(script: str, spec: dict[str, Any]) -> DriverReport:
+    """Run ``node tooling/<script> '<spec as JSON>'``; its last stdout line is the report."""
+    try:
+        done = subprocess.run(
+            ["node", script, json.dumps(spec)],
+            cwd=TOOLING,
+            capture_output=True,
+            text=True,
+            timeout=DRIVER_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"node {script} timed out after {exc.timeout}s:\n{exc.stderr}")
+    if done.returncode != 0:
+        pytest.fail(f"node {script} exited with {done.returncode}:\n{done.stderr}\n{done.stdout}")
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        pytest.fail(f"node {script} printed no report:\n{done.stderr}")
+    return DriverReport(json.loads(lines[-1]))
