@@ -69,7 +69,7 @@ class ProjectFlags:
             f["key"] for f in definitions.flags if _reads_properties(f.get("filters") or {})
         )
         self._local_eval_body: bytes | None = None
-        self.fragments: dict[tuple[Any, ...], bytes] = {}
+        self.fragments: dict[int, tuple[Any, bytes]] = {}
         digest = hashlib.sha1(self.local_evaluation_body()).hexdigest()[:20]
         self.etag = f'W/"{digest}"'
 

@@ -7,6 +7,7 @@ take this path; see docs/architecture.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -62,6 +63,13 @@ class Request:
     def peer(self) -> str | None:
         client = self.scope.get("client")
         return client[0] if client else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_query(raw: bytes) -> dict[str, str]:
+    """Memoised: SDKs send the same few query strings (``v=2``, ``compression=gzip-js``...).
+    Callers must not modify the returned mapping."""
+    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
 
 
 class Response:

@@ -8,11 +8,11 @@ look-up each), overlay the request's properties, evaluate, encode.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+import uuid_utils
 
 from flagstaff import logs
 from flagstaff.caches import ProjectFlags
@@ -262,22 +262,24 @@ def _v2_flag(r: FlagResult) -> dict[str, Any]:
     return out
 
 
-def encode_v2_flags(results: list[FlagResult], fragments: dict[tuple[Any, ...], bytes]) -> bytes:
-    """The v2 ``flags`` object, joined from per-outcome JSON fragments.
+def encode_v2_flags(
+    results: list[FlagResult], fragments: dict[int, tuple[FlagResult, bytes]]
+) -> bytes:
+    """The v2 ``flags`` object, joined from per-result JSON fragments.
 
-    A flag's answer takes only a few shapes (its variants, reasons and condition indexes), so
-    each shape is encoded once per definitions version and reused by every request after.
+    The engine shares one result object per outcome of a flag, so each outcome is encoded
+    once per definitions version. Entries are found by the result's identity and keep the
+    result alive, so an id cannot be reused by another object while its entry exists.
     """
     parts = []
     for r in results:
-        shape = (r.key, r.enabled, r.variant, r.reason_code, r.condition_index, r.failed, r.payload)
-        fragment = fragments.get(shape)
-        if fragment is None:
-            if len(fragments) > 100_000:
+        entry = fragments.get(id(r))
+        if entry is None or entry[0] is not r:
+            if len(fragments) > 50_000:
                 fragments.clear()
-            fragment = _encode(r.key) + b":" + _encode(_v2_flag(r))
-            fragments[shape] = fragment
-        parts.append(fragment)
+            entry = (r, _encode(r.key) + b":" + _encode(_v2_flag(r)))
+            fragments[id(r)] = entry
+        parts.append(entry[1])
     return b"{" + b",".join(parts) + b"}"
 
 
@@ -311,7 +313,7 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     token = payload.get("api_key") or payload.get("token") or payload.get("$token")
     project = await _project_for(svc, token)
     svc.metrics.flag_requests += 1
-    request_id = str(uuid.uuid4())
+    request_id = str(uuid_utils.uuid4())
     want_config = request.query.get("config") in ("true", "1", "True")
 
     if _quota_limited(svc, project):
