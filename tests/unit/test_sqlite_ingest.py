@@ -139,3 +139,24 @@ def test_distinct_id_of_a_merged_person_outside_the_batch_follows_the_merge(
     assert results[0] == results[1]
     [(_, props, _, _, ids)] = results[0]
     assert ids == "a,b,c" and props["x"] == 4
+
+
+def test_apply_many_isolates_a_failing_request(tmp_path: Path) -> None:
+    from flagstaff.store.sqlite_ingest import apply_many
+
+    path = tmp_path / "db.sqlite3"
+    migrate(path)
+    conn = connect(path)
+    rng = random.Random(3)
+    good = [_event(rng, i) for i in range(5)]
+    bad = _event(rng, 50)
+    bad.properties = {"x": object()}
+    other_project = [_event(rng, 60)]
+    conn.execute("BEGIN IMMEDIATE")
+    results = apply_many(conn, [(1, good, []), (1, [bad], []), (2, other_project, [])], 0)
+    conn.execute("COMMIT")
+    assert isinstance(results[1], TypeError)
+    assert not isinstance(results[0], Exception) and results[0].ingested == 5
+    assert not isinstance(results[2], Exception) and results[2].ingested == 1
+    stored = conn.execute("SELECT project_id, COUNT(*) FROM events GROUP BY 1").fetchall()
+    assert stored == [(1, 5), (2, 1)]

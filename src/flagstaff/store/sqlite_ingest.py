@@ -299,3 +299,50 @@ def _apply(
     for d in drops:
         dropped[d.reason] = dropped.get(d.reason, 0) + 1
     return IngestResult(ingested=stored, duplicates=len(kept) - stored, dropped=dropped)
+
+
+IngestRequest = tuple[int, list[Event], list[Drop]]
+
+
+def apply_many(
+    conn: sqlite3.Connection,
+    requests: list[IngestRequest],
+    now_ms: int,
+    cache: PersonCache | None = None,
+) -> list[IngestResult | Exception]:
+    """Apply several requests, each project's in one pass (one person load, one insert).
+
+    Events keep their arrival order. If the combined pass fails, it is rolled back and every
+    request is applied alone, so a bad request fails only itself. The combined pass's counts
+    are reported on its first request (they only feed metrics).
+    """
+    out: list[IngestResult | Exception] = [_EMPTY_RESULT] * len(requests)
+    by_project: dict[int, list[int]] = {}
+    for i, (project_id, _, _) in enumerate(requests):
+        by_project.setdefault(project_id, []).append(i)
+    for project_id, indexes in by_project.items():
+        events = [e for i in indexes for e in requests[i][1]]
+        drops = [d for i in indexes for d in requests[i][2]]
+        conn.execute("SAVEPOINT combined")
+        try:
+            out[indexes[0]] = apply_ingest(conn, project_id, events, drops, now_ms, cache)
+            conn.execute("RELEASE combined")
+            continue
+        except Exception:
+            conn.execute("ROLLBACK TO combined")
+            conn.execute("RELEASE combined")
+        for i in indexes:
+            conn.execute("SAVEPOINT single")
+            try:
+                out[i] = apply_ingest(
+                    conn, project_id, requests[i][1], requests[i][2], now_ms, cache
+                )
+                conn.execute("RELEASE single")
+            except Exception as exc:
+                conn.execute("ROLLBACK TO single")
+                conn.execute("RELEASE single")
+                out[i] = exc
+    return out
+
+
+_EMPTY_RESULT = IngestResult(ingested=0, duplicates=0, dropped={})

@@ -24,9 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from flagstaff.store.base import IngestResult
 from flagstaff.store.ingest_protocol import frame, read_frame, request_decoder, request_encoder
 from flagstaff.store.person_cache import PersonCache
-from flagstaff.store.sqlite_ingest import apply_ingest
+from flagstaff.store.sqlite_ingest import IngestRequest, apply_many
 from flagstaff.store.sqlite_writer import Writer
 
 READY = b"ready\n"
@@ -50,6 +51,7 @@ class IngestServer:
         self.cache = PersonCache()
         self.writer = Writer(db_path, on_failure=self.cache.clear)
         self._connections: set[asyncio.Task[None]] = set()
+        self._pending: list[tuple[IngestRequest, asyncio.Future[IngestResult]]] = []
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -98,16 +100,38 @@ class IngestServer:
         request_id = 0
         try:
             request_id, project_id, events, drops = request_decoder.decode(payload)
-            now_ms = int(time.time() * 1000)
-            cache = self.cache
-            result = await self.writer.submit(
-                lambda conn: apply_ingest(conn, project_id, events, drops, now_ms, cache)
-            )
-            answer = (request_id, result, None)
+            future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
+            if not self._pending:
+                asyncio.get_running_loop().call_soon(self._flush)
+            self._pending.append(((project_id, events, drops), future))
+            answer = (request_id, await future, None)
         except Exception as exc:
             answer = (request_id, None, f"{type(exc).__name__}: {exc}")
         if not writer.is_closing():
             writer.write(frame(request_encoder.encode(answer)))
+
+    def _flush(self) -> None:
+        """Hand everything that arrived during this loop tick to the writer as one job."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        requests = [request for request, _ in pending]
+        now_ms = int(time.time() * 1000)
+        cache = self.cache
+        job = self.writer.submit(lambda conn: apply_many(conn, requests, now_ms, cache))
+
+        def settle(done: asyncio.Future[list[IngestResult | Exception]]) -> None:
+            error = done.exception()
+            results = [error] * len(pending) if error is not None else done.result()
+            for (_, future), result in zip(pending, results, strict=True):
+                if future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)  # type: ignore[arg-type]
+
+        job.add_done_callback(settle)
 
 
 def main(argv: list[str] | None = None) -> int:
