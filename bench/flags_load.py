@@ -102,8 +102,11 @@ def main() -> None:
             script=flags_script,
         )
         # paced: each connection waits so the total lands near half the full rate
+        # wrk waits delay() before each request of a connection: per connection that is one
+        # request per (delay + latency); latency at half load is about a millisecond here.
         connections = 16
-        delay_ms = max(connections / (full.requests_per_s / 2) * 1000 - full.p50_ms, 0.0)
+        target = full.requests_per_s / 2
+        delay_ms = max(connections / target * 1000 - 1.0, 0.1)
         paced_script = lua_post("/flags/?v=2", bodies, root, delay_ms=delay_ms)
         half = wrk(
             "POST /flags at ~half rate",
