@@ -1,0 +1,908 @@
+"""The shared store for several nodes: PostgreSQL through an asyncpg pool.
+
+``PostgresStore(url)`` takes ``postgresql://user:password@host:port/database``; an extra
+query parameter ``pool_size`` (default 10) sets the connections of this process's pool.
+Migrations in ``migrations/postgres`` run at :meth:`open` under an advisory lock, so nodes
+may start together. Every flag, cohort and group type change bumps the project's
+definitions version in the same transaction and sends ``NOTIFY flagstaff_definitions,
+'<project id>'``; :meth:`PostgresStore.listen_definitions` delivers those to a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+import msgspec
+
+from flagstaff import logs
+from flagstaff.ingest.model import Drop, Event
+from flagstaff.store import keys
+from flagstaff.store.base import (
+    Conflict,
+    Definitions,
+    FlagContext,
+    Group,
+    IngestResult,
+    NotFound,
+    Page,
+    Person,
+    PersonalKey,
+    Project,
+    StoredEvent,
+    Warning,
+)
+from flagstaff.store.postgres_ingest import (
+    BUMP_DEFINITIONS,
+    INSERT_WARNINGS,
+    RETRYABLE,
+    Request,
+    apply_ingest,
+    pg_text,
+    warning_values,
+    without_nul,
+)
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+CHANNEL = "flagstaff_definitions"
+DEFAULT_POOL_SIZE = 10
+DEFAULT_LANE_SHARE = 2
+"""By default a pool's connections run ingest transactions at most on 1 in this many."""
+_GROUP_EVENTS = 2000
+_MIGRATION_LOCK = 0x666C6167_6D696772  # "flagmigr"
+_INGEST_ATTEMPTS = 20
+_LISTEN_CHECK_SECONDS = 30.0
+
+DefinitionsCallback = Callable[[int | None], None]
+_Queued = tuple[Request, "asyncio.Future[IngestResult]"]
+
+
+def _json(value: Any) -> str:
+    return _encode(value).decode()
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def split_url(url: str) -> tuple[str, dict[str, int]]:
+    """(the DSN for asyncpg, our own options) of a ``postgresql://`` URL."""
+    parts = urlsplit(url)
+    options = {"pool_size": DEFAULT_POOL_SIZE, "ingest_lanes": 0}
+    rest: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in options:
+            options[name] = max(1, int(value))
+        else:
+            rest.append((name, value))
+    if not options["ingest_lanes"]:
+        options["ingest_lanes"] = max(1, options["pool_size"] // DEFAULT_LANE_SHARE)
+    return urlunsplit(parts._replace(query=urlencode(rest))), options
+
+
+async def migrate(conn: asyncpg.Connection) -> int:
+    """Apply every migration not yet applied; returns the schema version. Safe to rerun."""
+    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        folder = resources.files("flagstaff.store") / "migrations" / "postgres"
+        scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
+        version = max(done, default=0)
+        for name in scripts:
+            number = int(name.split("_", 1)[0])
+            if number in done:
+                continue
+            async with conn.transaction():
+                await conn.execute((folder / name).read_text())
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", number, name
+                )
+            version = max(version, number)
+        return version
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
+
+
+def _flag_row(row: asyncpg.Record) -> dict[str, Any]:
+    flag_id, key, version, deleted, data, created_at, updated_at = row
+    flag: dict[str, Any] = _decode(data)
+    flag.update(
+        id=flag_id,
+        key=key,
+        version=version,
+        deleted=deleted,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+    return flag
+
+
+def _cohort_row(row: asyncpg.Record) -> dict[str, Any]:
+    cohort_id, is_static, deleted, version, data, created_at, updated_at, count = row
+    cohort: dict[str, Any] = _decode(data)
+    cohort.update(
+        id=cohort_id,
+        is_static=is_static,
+        deleted=deleted,
+        version=version,
+        created_at=created_at,
+        updated_at=updated_at,
+        count=count,
+    )
+    return cohort
+
+
+def _event_row(r: asyncpg.Record) -> StoredEvent:
+    return StoredEvent(r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], r[7], r[8], r[9])
+
+
+_FLAG_COLUMNS = "id, key, version, deleted, data, created_at, updated_at"
+_COHORT_COLUMNS = (
+    "id, is_static, deleted, version, data, created_at, updated_at, "
+    "(SELECT count(*) FROM cohort_members m WHERE m.cohort_id = cohorts.id)"
+)
+_STRIPPED = {"id", "key", "version", "deleted", "created_at", "updated_at", "count", "is_static"}
+_PROJECT_COLUMNS = "id, uuid, name, api_token, created_at"
+_EVENT_COLUMNS = (
+    "e.seq, e.uuid::text, e.event, e.distinct_id, e.properties, e.timestamp_ms, e.received_ms, "
+    "e.historical, p.id, p.uuid::text FROM events e "
+    "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+    "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id"
+)
+
+# Everything /flags reads, in one round trip. The CTE is materialised once; the overrides,
+# cohorts and groups subqueries run only when asked for.
+_FLAG_CONTEXT = """
+WITH person AS (
+    SELECT p.id, p.properties FROM person_distinct_ids d JOIN persons p ON p.id = d.person_id
+    WHERE d.project_id = $1 AND d.distinct_id = $2
+)
+SELECT
+    (SELECT id FROM person),
+    (SELECT properties FROM person),
+    CASE WHEN $3 THEN (
+        SELECT json_object_agg(h.feature_flag_key, h.hash_key) FROM hash_key_overrides h
+        WHERE h.project_id = $1 AND h.person_id = (SELECT id FROM person)
+    ) END,
+    CASE WHEN NOT $4 THEN NULL
+         WHEN (SELECT id FROM person) IS NULL THEN ARRAY(
+            SELECT m.cohort_id FROM cohort_members m
+            WHERE m.project_id = $1 AND m.distinct_id = $2)
+         ELSE ARRAY(
+            SELECT DISTINCT m.cohort_id FROM person_distinct_ids o
+            JOIN cohort_members m ON m.project_id = o.project_id AND m.distinct_id = o.distinct_id
+            WHERE o.project_id = $1 AND o.person_id = (SELECT id FROM person))
+    END,
+    CASE WHEN cardinality($5::int[]) > 0 THEN (
+        SELECT json_object_agg(g.group_type_index, g.properties)
+        FROM unnest($5::int[], $6::text[]) AS q(i, k)
+        JOIN groups g ON g.project_id = $1 AND g.group_type_index = q.i AND g.group_key = q.k
+    ) END
+"""
+
+
+class PostgresStore:
+    """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
+
+    def __init__(self, url: str) -> None:
+        self.dsn, options = split_url(url)
+        self.pool_size = options["pool_size"]
+        self.ingest_lanes = min(options["ingest_lanes"], self.pool_size)
+        self._pool: asyncpg.Pool | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._queued: dict[int, collections.deque[_Queued]] = {}
+        self._lanes: set[asyncio.Task[None]] = set()
+        self._running = 0
+        self.ingest_retries = 0
+        self.ingest_transactions = 0
+
+    # lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        self._pool = await asyncpg.create_pool(
+            self.dsn, min_size=min(2, self.pool_size), max_size=self.pool_size
+        )
+
+    async def close(self) -> None:
+        while self._lanes:
+            await asyncio.gather(*self._lanes, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            try:
+                await asyncio.wait_for(pool.close(), 10.0)
+            except TimeoutError:
+                pool.terminate()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("store is not open")
+        return self._pool
+
+    async def ping(self) -> bool:
+        try:
+            return await self.pool.fetchval("SELECT 1") == 1
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return False
+
+    async def listen_definitions(self, callback: DefinitionsCallback) -> None:
+        """Call ``callback(project_id)`` whenever any node commits a definitions change.
+
+        Returns once listening. A dedicated connection is kept and re-established when lost;
+        after a reconnection ``callback(None)`` says changes may have been missed (refresh all).
+        The callback runs in the event loop and must not block. Stopped by :meth:`close`.
+        """
+        if self._listener is not None:
+            raise RuntimeError("already listening for definitions changes")
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._listener = asyncio.create_task(self._listen(callback, ready))
+        try:
+            await ready
+        except BaseException:
+            self._listener = None
+            raise
+
+    async def _listen(self, callback: DefinitionsCallback, ready: asyncio.Future[None]) -> None:
+        def notified(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+            _deliver(callback, int(payload) if payload.isdigit() else None)
+
+        delay = 0.5
+        while True:
+            try:
+                conn = await asyncpg.connect(self.dsn)
+            except (OSError, asyncpg.PostgresError) as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            try:
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c, ev=lost: ev.set())
+                await conn.add_listener(CHANNEL, notified)
+                delay = 0.5
+                if ready.done():
+                    _deliver(callback, None)
+                else:
+                    ready.set_result(None)
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), _LISTEN_CHECK_SECONDS)
+                    if not lost.is_set():
+                        await asyncio.wait_for(conn.execute("SELECT 1"), 10.0)
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                logs.logger.warning("definitions listener lost its connection; reconnecting")
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.close(), 5.0)
+
+    # projects and keys -----------------------------------------------------------------
+
+    async def create_project(self, name: str, api_token: str | None = None) -> Project:
+        token = api_token or keys.new_project_token()
+        project_uuid = str(uuid.uuid4())
+        created = _now_iso()
+        async with self.pool.acquire() as conn, conn.transaction():
+            try:
+                project_id = await conn.fetchval(
+                    "INSERT INTO projects (uuid, name, api_token, created_at) "
+                    "VALUES ($1, $2, $3, $4) RETURNING id",
+                    project_uuid,
+                    pg_text(name),
+                    token,
+                    created,
+                )
+            except asyncpg.UniqueViolationError:
+                raise Conflict("api_token", "a project with this token already exists") from None
+            await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+        return Project(project_id, project_uuid, name, token, created)
+
+    async def list_projects(self) -> list[Project]:
+        rows = await self.pool.fetch(f"SELECT {_PROJECT_COLUMNS} FROM projects ORDER BY id")
+        return [Project(*row) for row in rows]
+
+    async def get_project(self, project_id: int) -> Project | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_PROJECT_COLUMNS} FROM projects WHERE id = $1", project_id
+        )
+        return Project(*row) if row else None
+
+    async def get_project_by_token(self, api_token: str) -> Project | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_PROJECT_COLUMNS} FROM projects WHERE api_token = $1", pg_text(api_token)
+        )
+        return Project(*row) if row else None
+
+    async def create_personal_key(
+        self, project_id: int, label: str, value: str | None = None
+    ) -> tuple[PersonalKey, str]:
+        secret = value or keys.new_personal_key()
+        created = _now_iso()
+        mask = keys.mask_key(secret)
+        try:
+            key_id = await self.pool.fetchval(
+                "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
+                "created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                project_id,
+                pg_text(label),
+                keys.hash_key(secret),
+                pg_text(mask),
+                created,
+            )
+        except asyncpg.UniqueViolationError:
+            raise Conflict("value", "this personal API key already exists") from None
+        return PersonalKey(key_id, project_id, label, mask, created), secret
+
+    async def find_personal_key(self, value: str) -> PersonalKey | None:
+        row = await self.pool.fetchrow(
+            "SELECT id, project_id, label, mask, created_at FROM personal_api_keys "
+            "WHERE secure_value = $1",
+            keys.hash_key(value),
+        )
+        return PersonalKey(*row) if row else None
+
+    async def count_personal_keys(self) -> int:
+        return int(await self.pool.fetchval("SELECT count(*) FROM personal_api_keys"))
+
+    # feature flags ---------------------------------------------------------------------
+
+    async def list_flags(
+        self, project_id: int, limit: int, offset: int, include_deleted: bool = False
+    ) -> Page:
+        where = "project_id = $1" + ("" if include_deleted else " AND NOT deleted")
+        async with self.pool.acquire() as conn:
+            count = await conn.fetchval(
+                f"SELECT count(*) FROM feature_flags WHERE {where}", project_id
+            )
+            rows = await conn.fetch(
+                f"SELECT {_FLAG_COLUMNS} FROM feature_flags WHERE {where} ORDER BY id DESC "
+                "LIMIT $2 OFFSET $3",
+                project_id,
+                limit,
+                offset,
+            )
+        return Page(int(count), [_flag_row(r) for r in rows])
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2",
+            project_id,
+            flag_id,
+        )
+        return _flag_row(row) if row else None
+
+    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_FLAG_COLUMNS} FROM feature_flags "
+            "WHERE project_id = $1 AND key = $2 AND NOT deleted",
+            project_id,
+            pg_text(key),
+        )
+        return _flag_row(row) if row else None
+
+    async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        key = data["key"]
+        now = _now_iso()
+        async with self.pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    row = await conn.fetchrow(
+                        "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
+                        f"created_at, updated_at) VALUES ($1, $2, 1, false, $3, $4, $5) "
+                        f"RETURNING {_FLAG_COLUMNS}",
+                        project_id,
+                        pg_text(key),
+                        _json(body),
+                        now,
+                        now,
+                    )
+                    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+            except asyncpg.UniqueViolationError:
+                raise Conflict("key", f"a feature flag with key {key!r} already exists") from None
+        return _flag_row(row)
+
+    async def update_flag(
+        self, project_id: int, flag_id: int, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
+        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        expected = data.get("version")
+        deleted = bool(data.get("deleted"))
+        now = _now_iso()
+        async with self.pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    current = await conn.fetchval(
+                        "SELECT version FROM feature_flags WHERE project_id = $1 AND id = $2 "
+                        "FOR UPDATE",
+                        project_id,
+                        flag_id,
+                    )
+                    if current is None:
+                        raise NotFound(f"feature flag {flag_id}")
+                    if expected is not None and current != expected:
+                        raise Conflict(
+                            "version", "the flag changed meanwhile; read it again and retry"
+                        )
+                    row = await conn.fetchrow(
+                        "UPDATE feature_flags SET key = $1, data = $2, deleted = $3, "
+                        f"version = version + 1, updated_at = $4 WHERE id = $5 "
+                        f"RETURNING {_FLAG_COLUMNS}",
+                        pg_text(data["key"]),
+                        _json(body),
+                        deleted,
+                        now,
+                        flag_id,
+                    )
+                    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+            except asyncpg.UniqueViolationError:
+                raise Conflict(
+                    "key", f"a feature flag with key {data['key']!r} already exists"
+                ) from None
+        return _flag_row(row)
+
+    # cohorts ---------------------------------------------------------------------------
+
+    async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page:
+        async with self.pool.acquire() as conn:
+            count = await conn.fetchval(
+                "SELECT count(*) FROM cohorts WHERE project_id = $1 AND NOT deleted", project_id
+            )
+            rows = await conn.fetch(
+                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND NOT deleted "
+                "ORDER BY id DESC LIMIT $2 OFFSET $3",
+                project_id,
+                limit,
+                offset,
+            )
+        return Page(int(count), [_cohort_row(r) for r in rows])
+
+    async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND id = $2",
+            project_id,
+            cohort_id,
+        )
+        return _cohort_row(row) if row else None
+
+    async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        is_static = bool(data.get("is_static"))
+        members = [pg_text(str(d)) for d in data.get("distinct_ids") or []]
+        body.pop("distinct_ids", None)
+        now = _now_iso()
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                cohort_id = await conn.fetchval(
+                    "INSERT INTO cohorts (project_id, is_static, deleted, version, data, "
+                    "created_at, updated_at) VALUES ($1, $2, false, 1, $3, $4, $5) RETURNING id",
+                    project_id,
+                    is_static,
+                    _json(body),
+                    now,
+                    now,
+                )
+                await _add_members(conn, project_id, cohort_id, members)
+                await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+            row = await conn.fetchrow(
+                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
+            )
+        return _cohort_row(row)
+
+    async def update_cohort(
+        self, project_id: int, cohort_id: int, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body.pop("distinct_ids", None)
+        deleted = bool(data.get("deleted"))
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                status = await conn.execute(
+                    "UPDATE cohorts SET data = $1, deleted = $2, version = version + 1, "
+                    "updated_at = $3 WHERE project_id = $4 AND id = $5",
+                    _json(body),
+                    deleted,
+                    _now_iso(),
+                    project_id,
+                    cohort_id,
+                )
+                if status == "UPDATE 0":
+                    raise NotFound(f"cohort {cohort_id}")
+                await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+            row = await conn.fetchrow(
+                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
+            )
+        return _cohort_row(row)
+
+    async def change_static_members(
+        self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
+    ) -> dict[str, Any]:
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                is_static = await conn.fetchval(
+                    "SELECT is_static FROM cohorts WHERE project_id = $1 AND id = $2 "
+                    "AND NOT deleted FOR UPDATE",
+                    project_id,
+                    cohort_id,
+                )
+                if is_static is None:
+                    raise NotFound(f"cohort {cohort_id}")
+                if not is_static:
+                    raise Conflict("is_static", "only static cohorts have members to add or remove")
+                await _add_members(conn, project_id, cohort_id, [pg_text(d) for d in add])
+                if remove:
+                    await conn.execute(
+                        "DELETE FROM cohort_members m USING unnest($2::text[]) AS x(d) "
+                        "WHERE m.cohort_id = $1 AND m.distinct_id = x.d",
+                        cohort_id,
+                        [pg_text(d) for d in remove],
+                    )
+                await conn.execute(
+                    "UPDATE cohorts SET version = version + 1, updated_at = $1 WHERE id = $2",
+                    _now_iso(),
+                    cohort_id,
+                )
+            row = await conn.fetchrow(
+                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
+            )
+        return _cohort_row(row)
+
+    async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]:
+        rows = await self.pool.fetch(
+            "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
+            "WHERE c.project_id = $1 AND c.id = $2 ORDER BY m.distinct_id",
+            project_id,
+            cohort_id,
+        )
+        return [r[0] for r in rows]
+
+    # what /flags reads -----------------------------------------------------------------
+
+    async def definitions_version(self, project_id: int) -> int:
+        version = await self.pool.fetchval(
+            "SELECT version FROM definitions_version WHERE project_id = $1", project_id
+        )
+        return int(version) if version is not None else 0
+
+    async def definitions(self, project_id: int) -> Definitions:
+        async with (
+            self.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            version = await conn.fetchval(
+                "SELECT version FROM definitions_version WHERE project_id = $1", project_id
+            )
+            flag_rows = await conn.fetch(
+                f"SELECT {_FLAG_COLUMNS} FROM feature_flags "
+                "WHERE project_id = $1 AND NOT deleted ORDER BY key",
+                project_id,
+            )
+            cohort_rows = await conn.fetch(
+                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND NOT deleted",
+                project_id,
+            )
+            type_rows = await conn.fetch(
+                "SELECT group_type_index, group_type FROM group_types WHERE project_id = $1",
+                project_id,
+            )
+        cohorts = {str(c["id"]): c for c in (_cohort_row(r) for r in cohort_rows)}
+        mapping = {str(index): name for index, name in type_rows}
+        return Definitions(int(version or 0), [_flag_row(r) for r in flag_rows], cohorts, mapping)
+
+    async def flag_context(
+        self,
+        project_id: int,
+        distinct_id: str,
+        groups: dict[int, str],
+        *,
+        overrides: bool = False,
+        static_cohorts: bool = False,
+    ) -> FlagContext:
+        row = await self.pool.fetchrow(
+            _FLAG_CONTEXT,
+            project_id,
+            pg_text(distinct_id),
+            overrides,
+            static_cohorts,
+            list(groups),
+            [pg_text(k) for k in groups.values()],
+        )
+        person_id, properties, hash_keys, cohort_ids, group_props = row
+        return FlagContext(
+            _decode(properties) if properties is not None else {},
+            _decode(group_props) if group_props is not None else {},
+            _decode(hash_keys) if hash_keys is not None else {},
+            frozenset(cohort_ids) if cohort_ids else frozenset(),
+            person_id,
+        )
+
+    async def add_hash_key_overrides(
+        self, project_id: int, distinct_id: str, hash_key: str, flag_keys: list[str]
+    ) -> None:
+        """Store ``hash_key`` for each flag the person has no override for yet."""
+        distinct_id = pg_text(distinct_id)
+        async with self.pool.acquire() as conn, conn.transaction():
+            for _ in range(50):
+                person_id = await conn.fetchval(
+                    "SELECT person_id FROM person_distinct_ids WHERE project_id = $1 "
+                    "AND distinct_id = $2",
+                    project_id,
+                    distinct_id,
+                )
+                if person_id is None:
+                    return
+                # The person row lock keeps a concurrent merge from moving it away meanwhile.
+                if await conn.fetchval(
+                    "SELECT id FROM persons WHERE id = $1 FOR KEY SHARE", person_id
+                ):
+                    break
+            else:
+                return
+            await conn.execute(
+                "INSERT INTO hash_key_overrides (project_id, person_id, feature_flag_key, "
+                "hash_key) SELECT $1, $2, k, $3 FROM unnest($4::text[]) AS k "
+                "ON CONFLICT DO NOTHING",
+                project_id,
+                person_id,
+                pg_text(hash_key),
+                [pg_text(k) for k in flag_keys],
+            )
+
+    # ingestion -------------------------------------------------------------------------
+
+    async def ingest(self, project_id: int, events: list[Event], drops: list[Drop]) -> IngestResult:
+        """Store events, person and group changes and warnings in one durable transaction.
+
+        At most ``ingest_lanes`` ingest transactions run at once per store; calls arriving
+        meanwhile wait and are then committed together, in arrival order, in one transaction
+        (group commit). A group that raced another node is retried whole; a group that fails
+        otherwise is retried call by call, so one bad call fails alone.
+        """
+        future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
+        waiting = self._queued.get(project_id)
+        if waiting is None:
+            waiting = self._queued[project_id] = collections.deque()
+        waiting.append(((without_nul(events), list(drops)), future))
+        if self._running < self.ingest_lanes:
+            self._running += 1
+            lane = asyncio.create_task(self._lane())
+            self._lanes.add(lane)
+            lane.add_done_callback(self._lanes.discard)
+        return await future
+
+    async def _lane(self) -> None:
+        try:
+            while self._queued:
+                project_id = next(iter(self._queued))
+                waiting = self._queued[project_id]
+                group = [waiting.popleft()]
+                size = len(group[0][0][0])
+                while waiting and size + len(waiting[0][0][0]) <= _GROUP_EVENTS:
+                    item = waiting.popleft()
+                    group.append(item)
+                    size += len(item[0][0])
+                if not waiting:
+                    del self._queued[project_id]
+                await self._commit_group(project_id, group)
+        finally:
+            # No await between the empty check above and this: a call queued later starts
+            # a lane of its own.
+            self._running -= 1
+
+    async def _commit_group(self, project_id: int, group: list[_Queued]) -> None:
+        try:
+            results = await self._transact(project_id, [request for request, _ in group])
+        except Exception as exc:
+            if len(group) == 1:
+                _settle(group[0][1], None, exc)
+                return
+            for request, future in group:
+                try:
+                    result = (await self._transact(project_id, [request]))[0]
+                except Exception as alone:
+                    _settle(future, None, alone)
+                else:
+                    _settle(future, result, None)
+            return
+        for (_, future), result in zip(group, results, strict=True):
+            _settle(future, result, None)
+
+    async def _transact(self, project_id: int, requests: list[Request]) -> list[IngestResult]:
+        for attempt in range(_INGEST_ATTEMPTS):
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    now_ms = int(time.time() * 1000)
+                    results = await apply_ingest(conn, project_id, requests, now_ms)
+                self.ingest_transactions += 1
+                return results
+            except RETRYABLE:
+                if attempt == _INGEST_ATTEMPTS - 1:
+                    raise
+                self.ingest_retries += 1
+                await asyncio.sleep(random.uniform(0.0, min(0.1, 0.001 * 2**attempt)))
+        raise AssertionError("unreachable")
+
+    async def record_warnings(self, project_id: int, drops: list[Drop]) -> None:
+        if not drops:
+            return
+        types, details = warning_values(drops, [])
+        await self.pool.execute(
+            INSERT_WARNINGS, project_id, types, details, int(time.time() * 1000)
+        )
+
+    # read views ------------------------------------------------------------------------
+
+    async def get_person(self, project_id: int, distinct_id: str) -> Person | None:
+        row = await self.pool.fetchrow(
+            "SELECT p.id, p.uuid::text, p.properties, p.is_identified, p.created_at_ms, "
+            "ARRAY(SELECT o.distinct_id FROM person_distinct_ids o WHERE o.person_id = p.id "
+            "ORDER BY o.distinct_id) "
+            "FROM person_distinct_ids d JOIN persons p ON p.id = d.person_id "
+            "WHERE d.project_id = $1 AND d.distinct_id = $2",
+            project_id,
+            pg_text(distinct_id),
+        )
+        if row is None:
+            return None
+        return Person(row[0], row[1], _decode(row[2]), row[3], row[4], list(row[5]))
+
+    async def get_group(
+        self, project_id: int, group_type_index: int, group_key: str
+    ) -> Group | None:
+        row = await self.pool.fetchrow(
+            "SELECT g.group_type_index, t.group_type, g.group_key, g.properties, "
+            "g.created_at_ms FROM groups g JOIN group_types t ON t.project_id = g.project_id "
+            "AND t.group_type_index = g.group_type_index "
+            "WHERE g.project_id = $1 AND g.group_type_index = $2 AND g.group_key = $3",
+            project_id,
+            group_type_index,
+            pg_text(group_key),
+        )
+        if row is None:
+            return None
+        return Group(row[0], row[1], row[2], _decode(row[3]), row[4])
+
+    async def list_group_types(self, project_id: int) -> dict[int, str]:
+        rows = await self.pool.fetch(
+            "SELECT group_type_index, group_type FROM group_types WHERE project_id = $1 "
+            "ORDER BY group_type_index",
+            project_id,
+        )
+        return {index: name for index, name in rows}
+
+    async def list_events(
+        self,
+        project_id: int,
+        *,
+        distinct_id: str | None = None,
+        event: str | None = None,
+        after_ms: int | None = None,
+        before_ms: int | None = None,
+        cursor: tuple[int, int] | None = None,
+        limit: int = 100,
+    ) -> list[StoredEvent]:
+        """Newest first by timestamp; ``cursor`` is the (timestamp, seq) of the last row seen."""
+        where = ["e.project_id = $1"]
+        args: list[Any] = [project_id]
+
+        def arg(value: Any) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        if distinct_id is not None:
+            where.append(f"e.distinct_id = {arg(pg_text(distinct_id))}")
+        if event is not None:
+            where.append(f"e.event = {arg(pg_text(event))}")
+        if after_ms is not None:
+            where.append(f"e.timestamp_ms > {arg(after_ms)}")
+        if before_ms is not None:
+            where.append(f"e.timestamp_ms < {arg(before_ms)}")
+        if cursor is not None:
+            where.append(f"(e.timestamp_ms, e.seq) < ({arg(cursor[0])}, {arg(cursor[1])})")
+        rows = await self.pool.fetch(
+            f"SELECT {_EVENT_COLUMNS} WHERE {' AND '.join(where)} "
+            f"ORDER BY e.timestamp_ms DESC, e.seq DESC LIMIT {arg(limit)}",
+            *args,
+        )
+        return [_event_row(r) for r in rows]
+
+    async def iter_events(
+        self, project_id: int, since_ms: int | None, batch: int = 1000
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """All events with a timestamp at or after ``since_ms``, in storage order, in batches."""
+        last_seq = 0
+        since = since_ms if since_ms is not None else -(2**62)
+        while True:
+            rows = await self.pool.fetch(
+                f"SELECT {_EVENT_COLUMNS} WHERE e.project_id = $1 AND e.seq > $2 "
+                "AND e.timestamp_ms >= $3 ORDER BY e.seq LIMIT $4",
+                project_id,
+                last_seq,
+                since,
+                batch,
+            )
+            if not rows:
+                return
+            last_seq = rows[-1][0]
+            yield [_event_row(r) for r in rows]
+
+    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
+        async with self.pool.acquire() as conn:
+            count = await conn.fetchval(
+                "SELECT count(*) FROM ingestion_warnings WHERE project_id = $1", project_id
+            )
+            rows = await conn.fetch(
+                "SELECT id, type, details, created_at_ms FROM ingestion_warnings "
+                "WHERE project_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3",
+                project_id,
+                limit,
+                offset,
+            )
+        return Page(int(count), [Warning(r[0], r[1], _decode(r[2]), r[3]) for r in rows])
+
+    async def count_events(self, project_id: int) -> int:
+        return int(
+            await self.pool.fetchval(
+                "SELECT count(*) FROM events WHERE project_id = $1", project_id
+            )
+        )
+
+
+async def _add_members(
+    conn: asyncpg.Connection, project_id: int, cohort_id: int, members: list[str]
+) -> None:
+    if members:
+        await conn.execute(
+            "INSERT INTO cohort_members (project_id, cohort_id, distinct_id) "
+            "SELECT $1, $2, d FROM unnest($3::text[]) AS d ON CONFLICT DO NOTHING",
+            project_id,
+            cohort_id,
+            members,
+        )
+
+
+def _settle(
+    future: asyncio.Future[IngestResult], result: IngestResult | None, exc: Exception | None
+) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        assert result is not None
+        future.set_result(result)
+
+
+def _deliver(callback: DefinitionsCallback, project_id: int | None) -> None:
+    try:
+        callback(project_id)
+    except Exception:
+        logs.logger.exception("definitions change callback failed")
