@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.flagstaff-installed
 
-.PHONY: run test lint bench install geoip e2e-deps clean
+.PHONY: run test lint bench install geoip e2e-deps test-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,11 +25,14 @@ run: $(STAMP) geoip
 e2e-deps:
 	bash scripts/install-e2e-deps.sh
 
+test-deps:
+	bash scripts/install-test-deps.sh
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: $(STAMP) geoip e2e-deps lint
+test: $(STAMP) geoip test-deps e2e-deps lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

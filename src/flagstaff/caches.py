@@ -117,5 +117,9 @@ class DefinitionsCache:
         self._entries[project_id] = (now, flags)
         return flags
 
-    def invalidate(self, project_id: int) -> None:
-        self._entries.pop(project_id, None)
+    def invalidate(self, project_id: int | None) -> None:
+        """Forget one project's definitions (None: all), e.g. on a change pushed by the store."""
+        if project_id is None:
+            self._entries.clear()
+        else:
+            self._entries.pop(project_id, None)

@@ -51,6 +51,7 @@ class Services:
 
     async def start(self) -> None:
         await self.store.open()
+        await self.store.listen_definitions(self.definitions.invalidate)
         if not self.settings.geoip_disable:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())

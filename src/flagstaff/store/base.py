@@ -7,7 +7,7 @@ objects the management API accepts, so the flag engine compiles exactly what was
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -179,6 +179,14 @@ class Store(Protocol):
         ...
 
     async def record_warnings(self, project_id: int, drops: list[Drop]) -> None: ...
+
+    async def listen_definitions(self, callback: Callable[[int | None], None]) -> None:
+        """Push definitions changes of any node: ``callback(project_id)``, or None for all.
+
+        Returns once listening. Stores without a push channel return at once and rely on
+        the definitions version poll.
+        """
+        ...
 
     # read views filled by ingestion
     async def get_person(self, project_id: int, distinct_id: str) -> Person | None: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -157,6 +157,10 @@ class SQLiteStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+    async def listen_definitions(self, callback: Callable[[int | None], None]) -> None:
+        """Nothing to listen to: every worker reads the same file and polls its version."""
+        return None
 
     @property
     def db(self) -> sqlite3.Connection:
