@@ -42,8 +42,14 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 class Writer:
     """The process's single writing connection, fed through a queue."""
 
-    def __init__(self, path: Path, on_failure: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_failure: Callable[[], None] | None = None,
+        wal_autocheckpoint_pages: int | None = None,
+    ) -> None:
         self._path = path
+        self._checkpoint_pages = wal_autocheckpoint_pages
         self._on_failure = on_failure
         self._lock_fd: int | None = None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -60,6 +66,8 @@ class Writer:
         def run() -> None:
             try:
                 conn = connect(self._path)
+                if self._checkpoint_pages is not None:
+                    conn.execute(f"PRAGMA wal_autocheckpoint={int(self._checkpoint_pages)}")
                 self._lock_fd = os.open(
                     str(self._path) + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o600
                 )
