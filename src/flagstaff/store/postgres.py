@@ -52,6 +52,13 @@ from flagstaff.store.postgres_ingest import (
     warning_values,
     without_nul,
 )
+from flagstaff.store.records import (
+    COHORT_COLUMNS,
+    FLAG_COLUMNS,
+    cohort_record,
+    definition_body,
+    flag_record,
+)
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -119,45 +126,10 @@ async def migrate(conn: asyncpg.Connection) -> int:
         await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
 
 
-def _flag_row(row: asyncpg.Record) -> dict[str, Any]:
-    flag_id, key, version, deleted, data, created_at, updated_at = row
-    flag: dict[str, Any] = _decode(data)
-    flag.update(
-        id=flag_id,
-        key=key,
-        version=version,
-        deleted=deleted,
-        created_at=created_at,
-        updated_at=updated_at,
-    )
-    return flag
-
-
-def _cohort_row(row: asyncpg.Record) -> dict[str, Any]:
-    cohort_id, is_static, deleted, version, data, created_at, updated_at, count = row
-    cohort: dict[str, Any] = _decode(data)
-    cohort.update(
-        id=cohort_id,
-        is_static=is_static,
-        deleted=deleted,
-        version=version,
-        created_at=created_at,
-        updated_at=updated_at,
-        count=count,
-    )
-    return cohort
-
-
 def _event_row(r: asyncpg.Record) -> StoredEvent:
     return StoredEvent(r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], r[7], r[8], r[9])
 
 
-_FLAG_COLUMNS = "id, key, version, deleted, data, created_at, updated_at"
-_COHORT_COLUMNS = (
-    "id, is_static, deleted, version, data, created_at, updated_at, "
-    "(SELECT count(*) FROM cohort_members m WHERE m.cohort_id = cohorts.id)"
-)
-_STRIPPED = {"id", "key", "version", "deleted", "created_at", "updated_at", "count", "is_static"}
 _PROJECT_COLUMNS = "id, uuid, name, api_token, created_at"
 _EVENT_COLUMNS = (
     "e.seq, e.uuid::text, e.event, e.distinct_id, e.properties, e.timestamp_ms, e.received_ms, "
@@ -382,33 +354,33 @@ class PostgresStore:
                 f"SELECT count(*) FROM feature_flags WHERE {where}", project_id
             )
             rows = await conn.fetch(
-                f"SELECT {_FLAG_COLUMNS} FROM feature_flags WHERE {where} ORDER BY id DESC "
+                f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE {where} ORDER BY id DESC "
                 "LIMIT $2 OFFSET $3",
                 project_id,
                 limit,
                 offset,
             )
-        return Page(int(count), [_flag_row(r) for r in rows])
+        return Page(int(count), [flag_record(r) for r in rows])
 
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         row = await self.pool.fetchrow(
-            f"SELECT {_FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2",
+            f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2",
             project_id,
             flag_id,
         )
-        return _flag_row(row) if row else None
+        return flag_record(row) if row else None
 
     async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
         row = await self.pool.fetchrow(
-            f"SELECT {_FLAG_COLUMNS} FROM feature_flags "
+            f"SELECT {FLAG_COLUMNS} FROM feature_flags "
             "WHERE project_id = $1 AND key = $2 AND NOT deleted",
             project_id,
             pg_text(key),
         )
-        return _flag_row(row) if row else None
+        return flag_record(row) if row else None
 
     async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body = definition_body(data)
         key = data["key"]
         now = _now_iso()
         async with self.pool.acquire() as conn:
@@ -417,7 +389,7 @@ class PostgresStore:
                     row = await conn.fetchrow(
                         "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
                         f"created_at, updated_at) VALUES ($1, $2, 1, false, $3, $4, $5) "
-                        f"RETURNING {_FLAG_COLUMNS}",
+                        f"RETURNING {FLAG_COLUMNS}",
                         project_id,
                         pg_text(key),
                         _json(body),
@@ -427,13 +399,13 @@ class PostgresStore:
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
             except asyncpg.UniqueViolationError:
                 raise Conflict("key", f"a feature flag with key {key!r} already exists") from None
-        return _flag_row(row)
+        return flag_record(row)
 
     async def update_flag(
         self, project_id: int, flag_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
-        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body = definition_body(data)
         expected = data.get("version")
         deleted = bool(data.get("deleted"))
         now = _now_iso()
@@ -455,7 +427,7 @@ class PostgresStore:
                     row = await conn.fetchrow(
                         "UPDATE feature_flags SET key = $1, data = $2, deleted = $3, "
                         f"version = version + 1, updated_at = $4 WHERE id = $5 "
-                        f"RETURNING {_FLAG_COLUMNS}",
+                        f"RETURNING {FLAG_COLUMNS}",
                         pg_text(data["key"]),
                         _json(body),
                         deleted,
@@ -467,7 +439,7 @@ class PostgresStore:
                 raise Conflict(
                     "key", f"a feature flag with key {data['key']!r} already exists"
                 ) from None
-        return _flag_row(row)
+        return flag_record(row)
 
     # cohorts ---------------------------------------------------------------------------
 
@@ -477,24 +449,24 @@ class PostgresStore:
                 "SELECT count(*) FROM cohorts WHERE project_id = $1 AND NOT deleted", project_id
             )
             rows = await conn.fetch(
-                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND NOT deleted "
+                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND NOT deleted "
                 "ORDER BY id DESC LIMIT $2 OFFSET $3",
                 project_id,
                 limit,
                 offset,
             )
-        return Page(int(count), [_cohort_row(r) for r in rows])
+        return Page(int(count), [cohort_record(r) for r in rows])
 
     async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
         row = await self.pool.fetchrow(
-            f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND id = $2",
+            f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND id = $2",
             project_id,
             cohort_id,
         )
-        return _cohort_row(row) if row else None
+        return cohort_record(row) if row else None
 
     async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body = definition_body(data)
         is_static = bool(data.get("is_static"))
         members = [pg_text(str(d)) for d in data.get("distinct_ids") or []]
         body.pop("distinct_ids", None)
@@ -513,14 +485,14 @@ class PostgresStore:
                 await _add_members(conn, project_id, cohort_id, members)
                 await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
             row = await conn.fetchrow(
-                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
+                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
             )
-        return _cohort_row(row)
+        return cohort_record(row)
 
     async def update_cohort(
         self, project_id: int, cohort_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
-        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body = definition_body(data)
         body.pop("distinct_ids", None)
         deleted = bool(data.get("deleted"))
         async with self.pool.acquire() as conn:
@@ -538,9 +510,9 @@ class PostgresStore:
                     raise NotFound(f"cohort {cohort_id}")
                 await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
             row = await conn.fetchrow(
-                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
+                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
             )
-        return _cohort_row(row)
+        return cohort_record(row)
 
     async def change_static_members(
         self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
@@ -571,9 +543,9 @@ class PostgresStore:
                     cohort_id,
                 )
             row = await conn.fetchrow(
-                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
+                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
             )
-        return _cohort_row(row)
+        return cohort_record(row)
 
     async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]:
         rows = await self.pool.fetch(
@@ -601,21 +573,21 @@ class PostgresStore:
                 "SELECT version FROM definitions_version WHERE project_id = $1", project_id
             )
             flag_rows = await conn.fetch(
-                f"SELECT {_FLAG_COLUMNS} FROM feature_flags "
+                f"SELECT {FLAG_COLUMNS} FROM feature_flags "
                 "WHERE project_id = $1 AND NOT deleted ORDER BY key",
                 project_id,
             )
             cohort_rows = await conn.fetch(
-                f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND NOT deleted",
+                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND NOT deleted",
                 project_id,
             )
             type_rows = await conn.fetch(
                 "SELECT group_type_index, group_type FROM group_types WHERE project_id = $1",
                 project_id,
             )
-        cohorts = {str(c["id"]): c for c in (_cohort_row(r) for r in cohort_rows)}
+        cohorts = {str(c["id"]): c for c in (cohort_record(r) for r in cohort_rows)}
         mapping = {str(index): name for index, name in type_rows}
-        return Definitions(int(version or 0), [_flag_row(r) for r in flag_rows], cohorts, mapping)
+        return Definitions(int(version or 0), [flag_record(r) for r in flag_rows], cohorts, mapping)
 
     async def flag_context(
         self,

@@ -27,6 +27,7 @@ from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
+from flagstaff.store.records import warning_details
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -169,19 +170,7 @@ def warning_values(
 ) -> tuple[list[str], list[str]]:
     """(types, details) of the ingestion warnings for ``drops`` and the rules' ``extra``."""
     types = [d.reason for d in drops]
-    details = [
-        _json(
-            {
-                "reason": d.reason,
-                "detail": d.detail,
-                "eventUuid": d.uuid,
-                "digest": d.digest,
-                "event": d.event,
-                "distinct_id": d.distinct_id,
-            }
-        )
-        for d in drops
-    ]
+    details = [_json(warning_details(d)) for d in drops]
     for kind, detail in extra:
         types.append(kind)
         details.append(_json(detail))

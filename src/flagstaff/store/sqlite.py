@@ -36,6 +36,13 @@ from flagstaff.store.base import (
     Warning,
 )
 from flagstaff.store.ingest_client import IngestClient
+from flagstaff.store.records import (
+    COHORT_COLUMNS,
+    FLAG_COLUMNS,
+    cohort_record,
+    definition_body,
+    flag_record,
+)
 from flagstaff.store.sqlite_ingest import apply_ingest, warning_rows
 from flagstaff.store.sqlite_writer import Writer, connect
 
@@ -85,43 +92,6 @@ def migrate(path: Path) -> int:
 def _split_sql(script: str) -> list[str]:
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
-
-
-def _flag_row(row: sqlite3.Row | tuple[Any, ...]) -> dict[str, Any]:
-    flag_id, key, version, deleted, data, created_at, updated_at = row
-    flag = _decode(data)
-    flag.update(
-        id=flag_id,
-        key=key,
-        version=version,
-        deleted=bool(deleted),
-        created_at=created_at,
-        updated_at=updated_at,
-    )
-    return flag
-
-
-def _cohort_row(row: tuple[Any, ...]) -> dict[str, Any]:
-    cohort_id, is_static, deleted, version, data, created_at, updated_at, count = row
-    cohort = _decode(data)
-    cohort.update(
-        id=cohort_id,
-        is_static=bool(is_static),
-        deleted=bool(deleted),
-        version=version,
-        created_at=created_at,
-        updated_at=updated_at,
-        count=count,
-    )
-    return cohort
-
-
-_FLAG_COLUMNS = "id, key, version, deleted, data, created_at, updated_at"
-_COHORT_COLUMNS = (
-    "id, is_static, deleted, version, data, created_at, updated_at, "
-    "(SELECT COUNT(*) FROM cohort_members m WHERE m.cohort_id = cohorts.id)"
-)
-_STRIPPED = {"id", "key", "version", "deleted", "created_at", "updated_at", "count", "is_static"}
 
 
 def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
@@ -259,29 +229,29 @@ class SQLiteStore:
             f"SELECT COUNT(*) FROM feature_flags WHERE {where}", (project_id,)
         ).fetchone()[0]
         rows = self.db.execute(
-            f"SELECT {_FLAG_COLUMNS} FROM feature_flags WHERE {where} ORDER BY id DESC "
+            f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE {where} ORDER BY id DESC "
             "LIMIT ? OFFSET ?",
             (project_id, limit, offset),
         ).fetchall()
-        return Page(count, [_flag_row(r) for r in rows])
+        return Page(count, [flag_record(r) for r in rows])
 
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         row = self.db.execute(
-            f"SELECT {_FLAG_COLUMNS} FROM feature_flags WHERE project_id = ? AND id = ?",
+            f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = ? AND id = ?",
             (project_id, flag_id),
         ).fetchone()
-        return _flag_row(row) if row else None
+        return flag_record(row) if row else None
 
     async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
         row = self.db.execute(
-            f"SELECT {_FLAG_COLUMNS} FROM feature_flags "
+            f"SELECT {FLAG_COLUMNS} FROM feature_flags "
             "WHERE project_id = ? AND key = ? AND deleted = 0",
             (project_id, key),
         ).fetchone()
-        return _flag_row(row) if row else None
+        return flag_record(row) if row else None
 
     async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body = definition_body(data)
         key = data["key"]
         now = _now_iso()
 
@@ -306,7 +276,7 @@ class SQLiteStore:
         self, project_id: int, flag_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
-        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body = definition_body(data)
         expected = data.get("version")
         deleted = 1 if data.get("deleted") else 0
         now = _now_iso()
@@ -344,21 +314,21 @@ class SQLiteStore:
             "SELECT COUNT(*) FROM cohorts WHERE project_id = ? AND deleted = 0", (project_id,)
         ).fetchone()[0]
         rows = self.db.execute(
-            f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND deleted = 0 "
+            f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND deleted = 0 "
             "ORDER BY id DESC LIMIT ? OFFSET ?",
             (project_id, limit, offset),
         ).fetchall()
-        return Page(count, [_cohort_row(r) for r in rows])
+        return Page(count, [cohort_record(r) for r in rows])
 
     async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
         row = self.db.execute(
-            f"SELECT {_COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND id = ?",
+            f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND id = ?",
             (project_id, cohort_id),
         ).fetchone()
-        return _cohort_row(row) if row else None
+        return cohort_record(row) if row else None
 
     async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body = definition_body(data)
         is_static = 1 if data.get("is_static") else 0
         members = [str(d) for d in data.get("distinct_ids") or []]
         body.pop("distinct_ids", None)
@@ -386,7 +356,7 @@ class SQLiteStore:
     async def update_cohort(
         self, project_id: int, cohort_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
-        body = {k: v for k, v in data.items() if k not in _STRIPPED}
+        body = definition_body(data)
         body.pop("distinct_ids", None)
         deleted = 1 if data.get("deleted") else 0
         now = _now_iso()
@@ -458,9 +428,9 @@ class SQLiteStore:
         try:
             version = await self.definitions_version(project_id)
             flags = [
-                _flag_row(r)
+                flag_record(r)
                 for r in db.execute(
-                    f"SELECT {_FLAG_COLUMNS} FROM feature_flags "
+                    f"SELECT {FLAG_COLUMNS} FROM feature_flags "
                     "WHERE project_id = ? AND deleted = 0 ORDER BY key",
                     (project_id,),
                 )
@@ -468,9 +438,9 @@ class SQLiteStore:
             cohorts = {
                 str(c["id"]): c
                 for c in (
-                    _cohort_row(r)
+                    cohort_record(r)
                     for r in db.execute(
-                        f"SELECT {_COHORT_COLUMNS} FROM cohorts "
+                        f"SELECT {COHORT_COLUMNS} FROM cohorts "
                         "WHERE project_id = ? AND deleted = 0",
                         (project_id,),
                     )

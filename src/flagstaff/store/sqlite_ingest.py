@@ -17,6 +17,7 @@ from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult
 from flagstaff.store.person_cache import PersonCache
+from flagstaff.store.records import warning_details
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -93,16 +94,7 @@ def warning_rows(
         (
             project_id,
             d.reason,
-            _encode(
-                {
-                    "reason": d.reason,
-                    "detail": d.detail,
-                    "eventUuid": d.uuid,
-                    "digest": d.digest,
-                    "event": d.event,
-                    "distinct_id": d.distinct_id,
-                }
-            ),
+            _encode(warning_details(d)),
             now_ms,
         )
         for d in drops
