@@ -13,9 +13,9 @@ import itertools
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
 from flagstaff.store.ingest_protocol import (
+    Outbox,
     answer_decoder,
     for_writer,
-    frame,
     read_frame,
     request_encoder,
 )
@@ -29,6 +29,7 @@ class IngestClient:
     def __init__(self, socket_path: str) -> None:
         self._socket_path = socket_path
         self._writer: asyncio.StreamWriter | None = None
+        self._outbox: Outbox | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[IngestResult]] = {}
         self._ids = itertools.count(1)
@@ -43,6 +44,7 @@ class IngestClient:
             except OSError as exc:
                 raise IngestUnavailable(f"the ingest writer is not reachable: {exc}") from None
             self._writer = writer
+            self._outbox = Outbox(writer)
             self._reader_task = asyncio.create_task(self._read_answers(reader))
             return writer
 
@@ -72,12 +74,16 @@ class IngestClient:
                 future.set_exception(IngestUnavailable(message))
 
     async def ingest(self, project_id: int, events: list[Event], drops: list[Drop]) -> IngestResult:
-        writer = await self._connect()
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            writer = await self._connect()
+        assert self._outbox is not None
         request_id = next(self._ids)
         future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        request = (request_id, project_id, for_writer(events), drops)
-        writer.write(frame(request_encoder.encode(request)))
+        self._outbox.send(
+            request_encoder.encode((request_id, project_id, for_writer(events), drops))
+        )
         await writer.drain()
         return await future
 

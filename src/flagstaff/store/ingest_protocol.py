@@ -52,8 +52,25 @@ def for_writer(events: list[Event]) -> list[Event]:
     return out
 
 
-def frame(payload: bytes) -> bytes:
-    return HEADER.pack(len(payload)) + payload
+class Outbox:
+    """Frames written during one event loop tick leave in one write (one syscall)."""
+
+    __slots__ = ("_frames", "_writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._frames: list[bytes] = []
+
+    def send(self, payload: bytes) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._frames.append(HEADER.pack(len(payload)))
+        self._frames.append(payload)
+
+    def _flush(self) -> None:
+        frames, self._frames = self._frames, []
+        if not self._writer.is_closing():
+            self._writer.write(b"".join(frames))
 
 
 async def read_frame(reader: asyncio.StreamReader) -> bytes:

@@ -25,7 +25,12 @@ import time
 from pathlib import Path
 
 from flagstaff.store.base import IngestResult
-from flagstaff.store.ingest_protocol import frame, read_frame, request_decoder, request_encoder
+from flagstaff.store.ingest_protocol import (
+    Outbox,
+    read_frame,
+    request_decoder,
+    request_encoder,
+)
 from flagstaff.store.person_cache import PersonCache
 from flagstaff.store.sqlite_ingest import IngestRequest, apply_many
 from flagstaff.store.sqlite_writer import Writer
@@ -86,13 +91,14 @@ class IngestServer:
         assert task is not None
         self._connections.add(task)
         in_flight: set[asyncio.Task[None]] = set()
+        outbox = Outbox(writer)
         try:
             while True:
                 try:
                     payload = await read_frame(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
-                answer = asyncio.create_task(self._answer(payload, writer))
+                answer = asyncio.create_task(self._answer(payload, outbox))
                 in_flight.add(answer)
                 answer.add_done_callback(in_flight.discard)
             if in_flight:
@@ -101,7 +107,7 @@ class IngestServer:
             writer.close()
             self._connections.discard(task)
 
-    async def _answer(self, payload: bytes, writer: asyncio.StreamWriter) -> None:
+    async def _answer(self, payload: bytes, outbox: Outbox) -> None:
         request_id = 0
         try:
             request_id, project_id, events, drops = request_decoder.decode(payload)
@@ -112,8 +118,7 @@ class IngestServer:
             answer = (request_id, await future, None)
         except Exception as exc:
             answer = (request_id, None, f"{type(exc).__name__}: {exc}")
-        if not writer.is_closing():
-            writer.write(frame(request_encoder.encode(answer)))
+        outbox.send(request_encoder.encode(answer))
 
     def _flush(self) -> None:
         """Hand everything that arrived during this loop tick to the writer as one job."""
