@@ -14,8 +14,20 @@ from typing import Any
 
 import httpx
 
+from tests import pg
+
 PROJECT_TOKEN = "phc_testprojecttoken0000000000000000000000"
 PERSONAL_KEY = "phx_testpersonalkey00000000000000000000000"
+BACKEND_ENV = "FLAGSTAFF_TEST_BACKEND"
+DATABASE_URL_ENV = "FLAGSTAFF_DATABASE_URL"
+
+
+def storage_backend() -> str:
+    """The storage backend the tests' servers use: ``sqlite`` (default) or ``postgres``."""
+    backend = os.environ.get(BACKEND_ENV, "sqlite").strip().lower() or "sqlite"
+    if backend not in ("sqlite", "postgres"):
+        raise RuntimeError(f"{BACKEND_ENV} must be sqlite or postgres, not {backend!r}")
+    return backend
 
 
 def free_port() -> int:
@@ -32,6 +44,21 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    database_url: str | None = None
+
+    def _backend_env(self) -> dict[str, str]:
+        """Under the postgres backend: a fresh database of ``tests/pg.py`` for this server.
+
+        Chosen at the first start and kept across restarts; a database URL in ``env`` (the
+        test's own choice, e.g. nodes sharing one) wins.
+        """
+        if DATABASE_URL_ENV in self.env:
+            return {}
+        if self.database_url is None:
+            if storage_backend() != "postgres":
+                return {}
+            self.database_url = pg.new_database()
+        return {DATABASE_URL_ENV: self.database_url}
 
     @property
     def url(self) -> str:
@@ -45,6 +72,7 @@ class Server:
             "FLAGSTAFF_INIT_PROJECT_TOKEN": PROJECT_TOKEN,
             "FLAGSTAFF_INIT_PERSONAL_API_KEY": PERSONAL_KEY,
             "FLAGSTAFF_DEFINITIONS_REFRESH_SECONDS": "0.2",
+            **self._backend_env(),
             **self.env,
         }
         self.log_path = self.data_dir.parent / f"server-{self.port}.log"
