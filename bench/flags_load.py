@@ -69,10 +69,13 @@ def main() -> None:
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument(
+        "--postgres", action="store_true", help="a fresh PostgreSQL database (tests/pg.py)"
+    )
     args = parser.parse_args()
     rng = random.Random(7)
 
-    srv, root = start_server(args.workers)
+    srv, root = start_server(args.workers, postgres=args.postgres)
     try:
         api = Api(srv.url)
         flag_count = _load_definitions(api, rng)
@@ -116,7 +119,8 @@ def main() -> None:
             script=paced_script,
         )
 
-        print(f"server: granian, {args.workers} workers; wrk 1 thread, same machine")
+        store = "PostgreSQL" if args.postgres else "SQLite"
+        print(f"server: granian, {args.workers} workers, {store}; wrk 1 thread, same machine")
         for result in (health, full, half):
             print(result.line())
         print(

@@ -70,9 +70,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--postgres", action="store_true", help="a fresh PostgreSQL database (tests/pg.py)"
+    )
     args = parser.parse_args()
 
-    srv, root = start_server(args.workers)
+    srv, root = start_server(args.workers, postgres=args.postgres)
     try:
         run_id = random.randrange(1, 65535)
         batch_script = _script(root, "/batch/", 100, run_id)
@@ -101,7 +104,8 @@ def main() -> None:
         api = Api(srv.url)
         stored = _count_events(api)
         print(
-            f"server: granian, {args.workers} workers, SQLite WAL synchronous=FULL; "
+            f"server: granian, {args.workers} workers, "
+            f"{'PostgreSQL fsync=on' if args.postgres else 'SQLite WAL synchronous=FULL'}; "
             "wrk 1 thread, same machine"
         )
         for result in (health, batch, single):

@@ -94,7 +94,15 @@ def lua_post(path: str, bodies: list[bytes], folder: Path, *, delay_ms: float = 
     return script
 
 
-def start_server(workers: int, env: dict[str, str] | None = None) -> tuple[Server, Path]:
+def start_server(
+    workers: int, env: dict[str, str] | None = None, *, postgres: bool = False
+) -> tuple[Server, Path]:
+    """A server on a fresh data dir, or on a fresh PostgreSQL database from tests/pg.py."""
     root = Path(tempfile.mkdtemp(prefix="flagstaff-bench-"))
-    srv = Server(data_dir=root / "data", workers=workers, env=env or {}).start(timeout=60)
+    env = dict(env or {})
+    if postgres:
+        from tests.pg import new_database
+
+        env["FLAGSTAFF_DATABASE_URL"] = new_database()
+    srv = Server(data_dir=root / "data", workers=workers, env=env).start(timeout=60)
     return srv, root
