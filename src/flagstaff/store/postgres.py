@@ -44,12 +44,10 @@ from flagstaff.store.base import (
 )
 from flagstaff.store.postgres_ingest import (
     BUMP_DEFINITIONS,
-    INSERT_WARNINGS,
     RETRYABLE,
     Request,
     apply_ingest,
     pg_text,
-    warning_values,
     without_nul,
 )
 from flagstaff.store.records import (
@@ -339,9 +337,6 @@ class PostgresStore:
             keys.hash_key(value),
         )
         return PersonalKey(*row) if row else None
-
-    async def count_personal_keys(self) -> int:
-        return int(await self.pool.fetchval("SELECT count(*) FROM personal_api_keys"))
 
     # feature flags ---------------------------------------------------------------------
 
@@ -722,14 +717,6 @@ class PostgresStore:
                 await asyncio.sleep(random.uniform(0.0, min(0.1, 0.001 * 2**attempt)))
         raise AssertionError("unreachable")
 
-    async def record_warnings(self, project_id: int, drops: list[Drop]) -> None:
-        if not drops:
-            return
-        types, details = warning_values(drops, [])
-        await self.pool.execute(
-            INSERT_WARNINGS, project_id, types, details, int(time.time() * 1000)
-        )
-
     # read views ------------------------------------------------------------------------
 
     async def get_person(self, project_id: int, distinct_id: str) -> Person | None:
@@ -839,13 +826,6 @@ class PostgresStore:
                 offset,
             )
         return Page(int(count), [Warning(r[0], r[1], _decode(r[2]), r[3]) for r in rows])
-
-    async def count_events(self, project_id: int) -> int:
-        return int(
-            await self.pool.fetchval(
-                "SELECT count(*) FROM events WHERE project_id = $1", project_id
-            )
-        )
 
 
 async def _add_members(

@@ -43,7 +43,7 @@ from flagstaff.store.records import (
     definition_body,
     flag_record,
 )
-from flagstaff.store.sqlite_ingest import apply_ingest, warning_rows
+from flagstaff.store.sqlite_ingest import apply_ingest
 from flagstaff.store.sqlite_writer import Writer, connect
 
 _encode = msgspec.json.encode
@@ -215,9 +215,6 @@ class SQLiteStore:
             (keys.hash_key(value),),
         ).fetchone()
         return PersonalKey(*row) if row else None
-
-    async def count_personal_keys(self) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM personal_api_keys").fetchone()[0])
 
     # feature flags ---------------------------------------------------------------------
 
@@ -546,18 +543,6 @@ class SQLiteStore:
             lambda conn: apply_ingest(conn, project_id, events, drops, now_ms)
         )
 
-    async def record_warnings(self, project_id: int, drops: list[Drop]) -> None:
-        now_ms = int(time.time() * 1000)
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) "
-                "VALUES (?, ?, ?, ?)",
-                warning_rows(project_id, drops, now_ms),
-            )
-
-        await self._writer.submit(write)
-
     # read views ------------------------------------------------------------------------
 
     async def get_person(self, project_id: int, distinct_id: str) -> Person | None:
@@ -680,9 +665,3 @@ class SQLiteStore:
             (project_id, limit, offset),
         ).fetchall()
         return Page(count, [Warning(r[0], r[1], _decode(r[2]), r[3]) for r in rows])
-
-    async def count_events(self, project_id: int) -> int:
-        row = self.db.execute(
-            "SELECT COUNT(*) FROM events WHERE project_id = ?", (project_id,)
-        ).fetchone()
-        return int(row[0])
