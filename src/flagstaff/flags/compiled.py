@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from flagstaff.flags.context import Context, EvaluationError, Matcher
 from flagstaff.flags.hashing import (
     HOLDOUT_PREFIX,
@@ -119,6 +121,7 @@ class CompiledFlag:
         "records_value",
         "run",
         "runtime",
+        "shared_results",
         "special",
         "true_payload",
         "variants",
@@ -149,6 +152,7 @@ class CompiledFlag:
         self.records_value = False
         self.error: str | None = None
         self.special = True
+        self.shared_results: dict[tuple[Any, ...], FlagResult] = {}
         self.run: Callable[[Context], FlagResult] = self.evaluate
 
     # -- results -------------------------------------------------------------------------
@@ -161,11 +165,16 @@ class CompiledFlag:
         index: int | None,
         description: str | None = None,
     ) -> FlagResult:
+        """The result for this outcome: built once, then shared (read-only) by every request."""
+        shape = (enabled, variant, code, index, description)
+        shared = self.shared_results.get(shape)
+        if shared is not None:
+            return shared
         if enabled:
             payload = self.true_payload if variant is None else self.payloads.get(variant)
         else:
             payload = None
-        return FlagResult(
+        result = FlagResult(
             key=self.key,
             enabled=enabled,
             variant=variant,
@@ -177,11 +186,14 @@ class CompiledFlag:
             version=self.version,
             description=self.description,
         )
+        if len(self.shared_results) < 1024:
+            self.shared_results[shape] = result
+        return result
 
     def failed_result(self, message: str) -> FlagResult:
-        result = self._result(False, None, EVALUATION_ERROR, None, message)
-        result.failed = True
-        return result
+        return msgspec.structs.replace(
+            self._result(False, None, EVALUATION_ERROR, None, message), failed=True
+        )
 
     # -- evaluation ----------------------------------------------------------------------
 

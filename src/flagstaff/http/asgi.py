@@ -54,9 +54,7 @@ class Request:
     def query(self) -> Mapping[str, str]:
         if self._query is None:
             raw = self.scope.get("query_string", b"")
-            self._query = (
-                dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True)) if raw else {}
-            )
+            self._query = _parse_query(raw) if raw else {}
         return self._query
 
     @property
