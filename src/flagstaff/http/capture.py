@@ -45,17 +45,8 @@ def _payload(svc: Services, request: Request) -> Any:
 
 def _over_quota(events: list[Event], allowed: int) -> tuple[list[Event], list[Drop]]:
     kept, excess = events[:allowed], events[allowed:]
-    drops = [
-        Drop(
-            reason="event_quota_exceeded",
-            detail="the project's realtime event quota is exhausted for this minute",
-            uuid=e.uuid,
-            digest=e.uuid,
-            event=e.event,
-            distinct_id=e.distinct_id,
-        )
-        for e in excess
-    ]
+    detail = "the project's realtime event quota is exhausted for this minute"
+    drops = [Drop.of(e, "event_quota_exceeded", detail) for e in excess]
     return kept, drops
 
 

@@ -13,6 +13,12 @@ from flagstaff.ingest.model import Event
 MAX_GROUP_TYPES = 5
 GROUP_IDENTIFY_EVENTS = frozenset({"$groupidentify", "$group_identify"})
 
+# What each drop reason of :func:`apply_group_identify` means, for the ingestion warning.
+DROP_DETAILS = {
+    "invalid_group_identify": "$group_type and $group_key must be strings",
+    "group_type_limit_reached": f"the project already has {MAX_GROUP_TYPES} group types",
+}
+
 
 class GroupState:
     __slots__ = ("created_at_ms", "dirty", "is_new", "key", "properties", "type_index")

@@ -60,3 +60,15 @@ class Drop(msgspec.Struct):
     """Short stable digest of the raw event (16 hex characters)."""
     event: str | None
     distinct_id: str | None
+
+    @classmethod
+    def of(cls, event: Event, reason: str, detail: str) -> Drop:
+        """The drop of an event that was normalised but is not to be stored."""
+        return cls(
+            reason=reason,
+            detail=detail,
+            uuid=event.uuid,
+            digest=event.uuid,
+            event=event.event,
+            distinct_id=event.distinct_id,
+        )

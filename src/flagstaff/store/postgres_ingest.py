@@ -313,17 +313,6 @@ async def _write_groups(
         )
 
 
-def _limit_drop(event: Event, reason: str) -> Drop:
-    return Drop(
-        reason=reason,
-        detail="the project already has 5 group types",
-        uuid=event.uuid,
-        digest=event.uuid,
-        event=event.event,
-        distinct_id=event.distinct_id,
-    )
-
-
 Request = tuple[list[Event], list[Drop]]
 """One ``ingest`` call: its events (already :func:`without_nul`) and its drops."""
 
@@ -355,7 +344,7 @@ async def apply_ingest(
                 group_book = await lock_groups(conn, project_id, events)
             reason = group_rules.apply_group_identify(group_book, event)
             if reason is not None:
-                drops[n].append(_limit_drop(event, reason))
+                drops[n].append(Drop.of(event, reason, group_rules.DROP_DETAILS[reason]))
                 continue
         else:
             person_rules.apply_event(book, event)

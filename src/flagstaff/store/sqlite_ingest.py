@@ -101,17 +101,6 @@ def warning_rows(
     ]
 
 
-def _drop(event: Event, reason: str, detail: str) -> Drop:
-    return Drop(
-        reason=reason,
-        detail=detail,
-        uuid=event.uuid,
-        digest=event.uuid,
-        event=event.event,
-        distinct_id=event.distinct_id,
-    )
-
-
 def _write_persons(
     conn: sqlite3.Connection,
     project_id: int,
@@ -245,7 +234,7 @@ def _apply(
                 group_book = load_groups(conn, project_id, events)
             reason = group_rules.apply_group_identify(group_book, event)
             if reason is not None:
-                drops.append(_drop(event, reason, "the project already has 5 group types"))
+                drops.append(Drop.of(event, reason, group_rules.DROP_DETAILS[reason]))
                 continue
         else:
             person_rules.apply_event(book, event)
