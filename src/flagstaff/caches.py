@@ -48,12 +48,12 @@ class ProjectFlags:
     """One project's definitions at one version, compiled, with what the API serves of them."""
 
     __slots__ = (
-        "_local_eval_body",
         "compiled",
         "definitions",
         "etag",
         "fragments",
         "group_type_index",
+        "local_evaluation_body",
         "stored_data_keys",
     )
 
@@ -68,22 +68,17 @@ class ProjectFlags:
         self.stored_data_keys = frozenset(
             f["key"] for f in definitions.flags if _reads_properties(f.get("filters") or {})
         )
-        self._local_eval_body: bytes | None = None
         self.fragments: dict[int, tuple[Any, bytes]] = {}
-        digest = hashlib.sha1(self.local_evaluation_body()).hexdigest()[:20]
-        self.etag = f'W/"{digest}"'
-
-    def local_evaluation_body(self) -> bytes:
-        """The /flags/definitions answer: built once per version."""
-        if self._local_eval_body is None:
-            d = self.definitions
-            body: dict[str, Any] = {
-                "flags": local_evaluation_flags(d.flags),
-                "group_type_mapping": d.group_type_mapping,
-                "cohorts": local_evaluation_cohorts(d.cohorts),
+        self.local_evaluation_body: bytes = msgspec.json.encode(
+            {
+                "flags": local_evaluation_flags(definitions.flags),
+                "group_type_mapping": definitions.group_type_mapping,
+                "cohorts": local_evaluation_cohorts(definitions.cohorts),
             }
-            self._local_eval_body = msgspec.json.encode(body)
-        return self._local_eval_body
+        )
+        """The /flags/definitions answer, built once per version; its digest is the ETag."""
+        digest = hashlib.sha1(self.local_evaluation_body).hexdigest()[:20]
+        self.etag = f'W/"{digest}"'
 
 
 def _reads_properties(filters: dict[str, Any]) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 import msgspec
@@ -40,7 +39,3 @@ def configure(level: str) -> None:
 def log(level: int, msg: str, **fields: Any) -> None:
     if logger.isEnabledFor(level):
         logger.log(level, msg, extra={"fields": fields})
-
-
-def now() -> float:
-    return time.perf_counter()

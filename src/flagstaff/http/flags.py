@@ -165,11 +165,10 @@ async def _continuity_overrides(
 
 
 async def compute_flags(
-    svc: Services, request: Request, payload: dict[str, Any], project: Project
+    svc: Services, request: Request, payload: dict[str, Any], project: Project, pf: ProjectFlags
 ) -> tuple[list[FlagResult], bool]:
     """Evaluate every flag the request asks for; the bool says some could not be computed."""
     distinct_id = _distinct_id(payload)
-    pf = await svc.definitions.get(project.id)
     groups = _dict_of(payload, "groups")
     ctx = await _context(svc, project, pf, distinct_id, groups)
     errors = ctx is None
@@ -283,7 +282,7 @@ def encode_v2_flags(
     return b"{" + b",".join(parts) + b"}"
 
 
-def config_fields(svc: Services, project: Project, has_flags: bool) -> dict[str, Any]:
+def config_fields(has_flags: bool) -> dict[str, Any]:
     """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config)."""
     return {
         "config": {"enable_collect_everything": True},
@@ -304,10 +303,6 @@ def config_fields(svc: Services, project: Project, has_flags: bool) -> dict[str,
     }
 
 
-def _quota_limited(svc: Services, project: Project) -> bool:
-    return svc.quotas.flags_exceeded(project.id)
-
-
 async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     payload = _decode_request(svc, request)
     token = payload.get("api_key") or payload.get("token") or payload.get("$token")
@@ -315,15 +310,16 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     svc.metrics.flag_requests += 1
     request_id = str(uuid_utils.uuid4())
     want_config = request.query.get("config") in ("true", "1", "True")
+    pf = await svc.definitions.get(project.id)
 
-    if _quota_limited(svc, project):
+    if svc.quotas.flags_exceeded(project.id):
         results: list[FlagResult] = []
         errors = False
         limited = True
     elif payload.get("disable_flags") is True:
         results, errors, limited = [], False, False
     else:
-        results, errors = await compute_flags(svc, request, payload, project)
+        results, errors = await compute_flags(svc, request, payload, project, pf)
         limited = False
     if errors:
         svc.metrics.flag_errors += 1
@@ -339,7 +335,6 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
             "requestId": request_id,
         }
     else:
-        pf = await svc.definitions.get(project.id)
         body = {
             "flags": msgspec.Raw(encode_v2_flags(results, pf.fragments)),
             "errorsWhileComputingFlags": errors,
@@ -349,8 +344,7 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     if limited:
         body["quotaLimited"] = ["feature_flags"]
     if want_config:
-        pf = await svc.definitions.get(project.id)
-        body.update(config_fields(svc, project, bool(pf.definitions.flags)))
+        body.update(config_fields(bool(pf.definitions.flags)))
     return Response(_encode(body))
 
 
@@ -368,9 +362,7 @@ async def flags_endpoint(svc: Services, request: Request) -> Response:
 
 async def decide_endpoint(svc: Services, request: Request) -> Response:
     """PostHog's older endpoint: v3 and below answer the legacy shape, v4 and above v2's."""
-    version = _version(request)
-    response = await _answer(svc, request, legacy=version < 4)
-    return response
+    return await _answer(svc, request, legacy=_version(request) < 4)
 
 
 async def definitions_endpoint(svc: Services, request: Request) -> Response:
@@ -388,7 +380,7 @@ async def definitions_endpoint(svc: Services, request: Request) -> Response:
     if_none_match = request.headers.get("if-none-match")
     if if_none_match and pf.etag in {t.strip() for t in if_none_match.split(",")}:
         return Response(b"", 304, headers=headers)
-    return Response(pf.local_evaluation_body(), headers=headers)
+    return Response(pf.local_evaluation_body, headers=headers)
 
 
 async def remote_config_endpoint(svc: Services, request: Request) -> Response:
@@ -417,7 +409,7 @@ async def array_config_endpoint(svc: Services, request: Request) -> Response:
         raise ApiError(404, "not_found", "no such route")
     project = await _project_for(svc, parts[1])
     pf = await svc.definitions.get(project.id)
-    config = {"token": project.api_token, **config_fields(svc, project, bool(pf.definitions.flags))}
+    config = {"token": project.api_token, **config_fields(bool(pf.definitions.flags))}
     if parts[2] == "config":
         return Response(_encode(config))
     script = (
