@@ -83,12 +83,43 @@ def test_event_properties_lift_onto_the_person_with_initial_values() -> None:
     book = run(
         [
             ev("$pageview", "u", props={"$browser": "Firefox", "utm_source": "ad"}),
-            ev("$pageview", "u", props={"$browser": "Chrome"}, ts=T0 + 1),
+            ev("$pageview", "u", props={"$browser": "Chrome", "utm_source": "mail"}, ts=T0 + 1),
         ]
     )
     props = book.get("u").properties  # type: ignore[union-attr]
     assert props["$browser"] == "Chrome" and props["$initial_browser"] == "Firefox"
-    assert props["utm_source"] == "ad" and props["$initial_utm_source"] == "ad"
+    assert props["utm_source"] == "mail" and props["$initial_utm_source"] == "ad"
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "browser", "changed"),
+    [
+        # only churning properties already on the person: PostHog writes nothing
+        ("$pageview", {"props": {"$browser": "Chrome", "$current_url": "/b"}}, "Firefox", False),
+        ("$pageview", {"set": {"$os": "Mac"}}, "Firefox", False),
+        # anything else changing carries the churning ones with it
+        ("$pageview", {"props": {"$browser": "Chrome"}, "set": {"plan": "pro"}}, "Chrome", True),
+        ("$pageview", {"props": {"$browser": "Chrome", "utm_source": "mail"}}, "Chrome", True),
+        ("$pageview", {"props": {"$browser": "Chrome"}, "unset": ["plan"]}, "Chrome", True),
+        # person events always apply everything
+        ("$set", {"props": {"$browser": "Chrome"}}, "Chrome", True),
+        ("$identify", {"props": {"$browser": "Chrome"}}, "Chrome", True),
+        # never updates persons
+        ("$exception", {"props": {"$os": "Linux"}, "set": {"plan": "max"}}, "Firefox", False),
+    ],
+)
+def test_churning_properties_alone_do_not_update_the_person(
+    name: str, kwargs: dict, browser: str, changed: bool
+) -> None:
+    before = {"$browser": "Firefox", "$current_url": "/a", "$os": "Mac", "utm_source": "ad"}
+    before |= {"$initial_browser": "Firefox", "$initial_current_url": "/a", "$initial_os": "Mac"}
+    before |= {"$initial_utm_source": "ad", "plan": "free"}
+    book = run([ev(name, "u", **kwargs)], {"u": person(4, before)})
+    state = book.get("u")
+    assert state is not None and state.properties["$browser"] == browser
+    assert (book.changed() != []) is changed
+    if not changed:
+        assert state.properties == before
 
 
 def test_explicit_set_wins_over_lifted_property() -> None:

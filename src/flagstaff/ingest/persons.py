@@ -74,6 +74,50 @@ _PERSON_NAMESPACE = uuid.UUID("9f1d7a4e-5b0c-4c2a-8e43-f1a9c3b2d6e1")
 
 MERGE_EVENTS = frozenset({"$identify", "$create_alias", "$merge_dangerously"})
 
+# Events that always apply all their property changes (PostHog's person events).
+PERSON_EVENTS = MERGE_EVENTS | {"$set"}
+# Events that never change person properties (PostHog processes them apart from the rest).
+NO_UPDATE_EVENTS = frozenset({"$exception", "$$heatmap"})
+
+# Properties that change often and are not worth a person write on their own: a new value of
+# one already on the person is ignored unless the event changes something else too. PostHog's
+# list (FILTERED_PERSON_UPDATE_PROPERTIES); $geoip_country_name and $geoip_city_name still count.
+FILTERED_UPDATE_PROPERTIES = frozenset(
+    {
+        "$current_url",
+        "$pathname",
+        "$referring_domain",
+        "$referrer",
+        "$screen_height",
+        "$screen_width",
+        "$viewport_height",
+        "$viewport_width",
+        "$browser",
+        "$browser_version",
+        "$device_type",
+        "$raw_user_agent",
+        "$os",
+        "$os_name",
+        "$os_version",
+        "$geoip_postal_code",
+        "$geoip_time_zone",
+        "$geoip_latitude",
+        "$geoip_longitude",
+        "$geoip_accuracy_radius",
+        "$geoip_subdivision_1_code",
+        "$geoip_subdivision_1_name",
+        "$geoip_subdivision_2_code",
+        "$geoip_subdivision_2_name",
+        "$geoip_subdivision_3_code",
+        "$geoip_subdivision_3_name",
+        "$geoip_city_confidence",
+        "$geoip_country_confidence",
+        "$geoip_postal_code_confidence",
+        "$geoip_subdivision_1_confidence",
+        "$geoip_subdivision_2_confidence",
+    }
+)
+
 # Every event property the person and group rules read; the rest is only stored.
 RULE_PROPERTY_KEYS = EVENT_TO_PERSON_PROPERTIES | {
     "$anon_distinct_id",
@@ -197,40 +241,53 @@ def apply_updates(state: PersonState, event: Event) -> None:
     """Apply an event's $set_once, then $set, then $unset to the person.
 
     Event properties PostHog lifts onto persons are set (explicit ``$set`` wins) and kept as
-    ``$initial_*`` first-touch values (explicit ``$set_once`` wins). No dict is built per event.
+    ``$initial_*`` first-touch values (explicit ``$set_once`` wins). Like PostHog, an ordinary
+    event whose only changes are new values of properties that churn (``$current_url``,
+    ``$browser``...: :data:`FILTERED_UPDATE_PROPERTIES`) already on the person leaves the person
+    as it is; with any other change, every change is applied.
     """
+    if event.event in NO_UPDATE_EVENTS:
+        return
     props = state.properties
     explicit_set = event.set or _EMPTY
     explicit_once = event.set_once or _EMPTY
     event_props = event.properties
     lifted = [key for key in event_props if key in EVENT_TO_PERSON_PROPERTIES]
-    changed = False
+    changes: list[tuple[str, Any]] = []
+    counts = event.event in PERSON_EVENTS
     for key, value in explicit_once.items():
         if key not in props:
-            props[key] = value
-            changed = True
+            changes.append((key, value))
+            counts = True
     for key in lifted:
         initial = _INITIAL_NAMES[key]
-        if initial not in props:
-            props[initial] = event_props[key]
-            changed = True
+        if initial not in props and initial not in explicit_once:
+            changes.append((initial, event_props[key]))
+            counts = True
     for key in lifted:
-        if key in explicit_set:
-            continue
-        value = event_props[key]
-        if key not in props or not _same(props[key], value):
-            props[key] = value
-            changed = True
+        if key not in explicit_set:
+            value = event_props[key]
+            if key not in props:
+                changes.append((key, value))
+                counts = True
+            elif not _same(props[key], value):
+                changes.append((key, value))
+                counts = counts or key not in FILTERED_UPDATE_PROPERTIES
     for key, value in explicit_set.items():
-        if key not in props or not _same(props[key], value):
-            props[key] = value
-            changed = True
-    if event.unset:
-        for key in event.unset:
-            if isinstance(key, str) and key in props:
-                del props[key]
-                changed = True
-    if changed:
+        if key not in props:
+            changes.append((key, value))
+            counts = True
+        elif not _same(props[key], value):
+            changes.append((key, value))
+            counts = counts or key not in FILTERED_UPDATE_PROPERTIES
+    removed = [k for k in event.unset if isinstance(k, str) and k in props] if event.unset else []
+    if not counts and not removed:
+        return
+    for key, value in changes:
+        props[key] = value
+    for key in removed:
+        props.pop(key, None)
+    if changes or removed:
         state.dirty = True
 
 
