@@ -8,8 +8,7 @@ from typing import Any
 
 from flagstaff.flags.cohorts import CohortCompiler
 from flagstaff.flags.compiled import CompiledFlag, Condition, Enrollment, Holdout
-from flagstaff.flags.context import Matcher
-from flagstaff.flags.filters import property_matcher
+from flagstaff.flags.filters import CallCheck, Check, DependencyCheck, property_check
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -61,17 +60,13 @@ class DependencyRef:
         self.index: int | None = None
 
 
-def _dependency_matcher(prop: Mapping[str, Any], target: int) -> Matcher:
-    if (prop.get("operator") or "exact") != "flag_evaluates_to":
-        return lambda _ctx: False
+def _dependency_check(prop: Mapping[str, Any], target: int) -> DependencyCheck:
     expected = prop.get("value")
-    if expected is True:
-        return lambda ctx: ctx.values.get(target, False) is not False
-    if expected is False:
-        return lambda ctx: ctx.values.get(target, False) is False
-    if isinstance(expected, str):
-        return lambda ctx: ctx.values.get(target, False) == expected
-    return lambda _ctx: False
+    if (prop.get("operator") or "exact") != "flag_evaluates_to" or not isinstance(
+        expected, bool | str
+    ):
+        expected = None
+    return DependencyCheck(target, expected)
 
 
 class FlagCompiler:
@@ -184,24 +179,24 @@ class FlagCompiler:
     ) -> Condition:
         aggregation = group.get("aggregation_group_type_index", flag_aggregation)
         group_name = self._group_name(aggregation)
-        plain: list[Matcher] = []
-        deferred: list[Matcher] = []
+        plain: list[Check] = []
+        deferred: list[Check] = []
         for prop in group.get("properties") or []:
             kind = prop.get("type")
             if kind == "flag":
                 target = self.resolve_dependency(prop.get("key"))
                 edges.append(target)
-                plain.append(_dependency_matcher(prop, target if target is not None else -1))
+                plain.append(_dependency_check(prop, target if target is not None else -1))
             elif kind == "cohort":
-                deferred.append(self.cohorts.reference(prop))
+                deferred.append(CallCheck(self.cohorts.reference(prop)))
             elif kind == "group":
                 index = prop.get("group_type_index")
                 name = self._group_name(aggregation if index is None else index)
-                plain.append(property_matcher(prop, name, person=False))
+                plain.append(property_check(prop, name, person=False))
             elif kind == "person" or aggregation is None:
-                plain.append(property_matcher(prop, None, person=True))
+                plain.append(property_check(prop, None, person=True))
             else:
-                plain.append(property_matcher(prop, group_name, person=False))
+                plain.append(property_check(prop, group_name, person=False))
         variant = group.get("variant")
         return Condition(
             position,

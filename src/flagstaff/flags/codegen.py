@@ -1,0 +1,319 @@
+"""One generated Python function per compiled flag, instead of loops over matcher closures.
+
+A flag's conditions become straight-line code: person property look-ups and dependency
+values inline, the rollout and variant hashes written out, and every outcome's result built
+once, here. The semantics are those documented on ``CompiledFlag``: conditions in order,
+the first that matches and is inside its rollout wins; otherwise the highest-ranked miss is
+reported (out of rollout > no match > no group type), a later condition with an equal rank
+taking over the index.
+
+The source holds only names made here, integer indexes and fixed code: every value taken
+from the definitions (keys, thresholds, tests, results) is bound through the function's
+globals, so no text from a definition is ever compiled.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import CodeType
+from typing import TYPE_CHECKING, Any
+
+from flagstaff.flags.context import MISSING, Context, EvaluationError
+from flagstaff.flags.filters import CallCheck, Check, DependencyCheck, PropertyCheck
+from flagstaff.flags.hashing import SCALE, VARIANT_SALT, first_64_bits, sha1
+from flagstaff.flags.model import (
+    CONDITION_MATCH,
+    GROUPS_NOT_EVALUATED_DESCRIPTION,
+    NO_CONDITION_MATCH,
+    NO_GROUP_TYPE,
+    OUT_OF_ROLLOUT_BOUND,
+    FlagResult,
+)
+from flagstaff.flags.operators import always, never
+
+if TYPE_CHECKING:
+    from flagstaff.flags.compiled import CompiledFlag, Condition
+
+NO_GROUP_TYPE_RANK = 1
+NO_MATCH_RANK = 2
+OUT_OF_ROLLOUT_RANK = 3
+_CODES = {
+    NO_GROUP_TYPE_RANK: NO_GROUP_TYPE,
+    NO_MATCH_RANK: NO_CONDITION_MATCH,
+    OUT_OF_ROLLOUT_RANK: OUT_OF_ROLLOUT_BOUND,
+}
+_GLOBALS: dict[str, Any] = {
+    "MISSING": MISSING,
+    "EvaluationError": EvaluationError,
+    "SCALE": SCALE,
+    "VARIANT_SALT": VARIANT_SALT,
+    "first_64_bits": first_64_bits,
+    "sha1": sha1,
+}
+_ENCODING = '"utf-8", "surrogatepass"'
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(text: str) -> CodeType:
+    """Compiling is most of the generation's cost, and flags of one shape (every plain
+    rollout, say) have the same text; so does an unchanged flag at the next version."""
+    return compile(text, "<generated flag>", "exec")
+
+
+class FlagSource:
+    """The generated source of one flag's function and the globals it runs with."""
+
+    def __init__(self, flag: CompiledFlag, *, catch: bool, record: bool) -> None:
+        self.flag = flag
+        self.record = record
+        self.namespace: dict[str, Any] = dict(_GLOBALS)
+        self._lines: list[str] = []
+        self._depth = 1
+        # The highest rank a miss before the current condition can have set.
+        self._max_rank = NO_GROUP_TYPE_RANK
+        self._prefix = self._bind("PREFIX", flag.prefix)
+        if catch:
+            self._line("try:")
+            with self._indented():
+                self._body()
+            self._line("except EvaluationError as error:")
+            with self._indented():
+                self._line(f"return {self._bind('FAILED', flag.failed_result)}(str(error))")
+        else:
+            self._body()
+        self.text = "def evaluate(ctx):\n" + "\n".join(self._lines) + "\n"
+
+    def function(self) -> Callable[[Context], FlagResult]:
+        exec(_compiled(self.text), self.namespace)
+        function: Callable[[Context], FlagResult] = self.namespace["evaluate"]
+        return function
+
+    # -- writing -------------------------------------------------------------------------
+
+    def _bind(self, stem: str, value: Any) -> str:
+        name = f"{stem}_{len(self.namespace) - len(_GLOBALS)}"
+        self.namespace[name] = value
+        return name
+
+    def _line(self, text: str) -> None:
+        self._lines.append("    " * self._depth + text)
+
+    @contextmanager
+    def _indented(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+
+    # -- the flag ------------------------------------------------------------------------
+
+    def _body(self) -> None:
+        flag = self.flag
+        conditions = flag.conditions
+        checks = [check for condition in conditions for check in condition.checks]
+        if any(isinstance(check, PropertyCheck) and check.person for check in checks):
+            self._line("person = ctx.person")
+        if self.record or any(isinstance(check, DependencyCheck) for check in checks):
+            self._line("values = ctx.values")
+        person_conditions = [c for c in conditions if not c.grouped]
+        if flag.bucket_by_device and person_conditions:
+            self._line("device_id = ctx.device_id")
+        if any(self._hashes(condition) for condition in person_conditions):
+            self._person_identifier()
+        self._line(f"rank = {NO_GROUP_TYPE_RANK}")
+        self._line(f"miss = {self._missed(NO_GROUP_TYPE_RANK, None)}")
+        grouped = any(condition.grouped for condition in conditions)
+        if grouped:
+            self._line("skipped = False")
+        for condition in conditions:
+            self._line(f"# condition {condition.index}")
+            if self._condition(condition):
+                return
+        if grouped:
+            skipped = {
+                c.index: flag._result(
+                    False, None, NO_CONDITION_MATCH, c.index, GROUPS_NOT_EVALUATED_DESCRIPTION
+                )
+                for c in conditions
+            }
+            self._line(f"if skipped and rank == {NO_MATCH_RANK}:")
+            with self._indented():
+                self._line(f"return {self._bind('SKIPPED', skipped)}[miss.condition_index]")
+        self._line("return miss")
+
+    def _hashes(self, condition: Condition) -> bool:
+        return condition.threshold is not None or (
+            condition.variant is None and bool(self.flag.variants)
+        )
+
+    def _person_identifier(self) -> None:
+        """``ident``: what person conditions hash (device id, override or distinct id)."""
+        if self.flag.bucket_by_device:
+            # Without a device id, no person condition reaches its hash.
+            self._line(f"ident = device_id.encode({_ENCODING}) if device_id else b''")
+            return
+        self._line("ident = ctx.distinct_id_bytes")
+        self._line("if ctx.overrides:")
+        with self._indented():
+            self._line(f"override = ctx.overrides.get({self._bind('KEY', self.flag.key)})")
+            self._line("if override is not None:")
+            with self._indented():
+                self._line(f"ident = override.encode({_ENCODING})")
+
+    def _condition(self, condition: Condition) -> bool:
+        """Write one condition; True when it always returns (later ones are unreachable)."""
+        index = condition.index
+        keyword = "if"
+        ident = "ident"
+        ranks = {NO_MATCH_RANK}
+        if condition.grouped:
+            if condition.group_name is None:
+                self._line("skipped = True")
+                self._miss(NO_GROUP_TYPE_RANK, index)
+                self._max_rank = max(self._max_rank, NO_GROUP_TYPE_RANK)
+                return False
+            group = self._bind("GROUP", condition.group_name)
+            self._line(f"group_key = ctx.group_key({group})")
+            self._line("if group_key is None:")
+            with self._indented():
+                self._line("skipped = True")
+                self._miss(NO_GROUP_TYPE_RANK, index)
+            keyword = "elif"
+            ident = "group_ident"
+            ranks.add(NO_GROUP_TYPE_RANK)
+        elif self.flag.bucket_by_device:
+            self._line("if not device_id:")
+            with self._indented():
+                self._miss(OUT_OF_ROLLOUT_RANK, index)
+            keyword = "elif"
+            ranks.add(OUT_OF_ROLLOUT_RANK)
+        if condition.threshold is not None:
+            ranks.add(OUT_OF_ROLLOUT_RANK)
+
+        test = self._checks(condition.checks)
+        always_returns = False
+        if test is None and keyword == "if":
+            always_returns = self._match(condition, ident)
+        else:
+            self._line(f"{keyword} {test}:" if test is not None else "else:")
+            with self._indented():
+                self._match(condition, ident)
+            if test is not None:
+                if self._max_rank <= NO_MATCH_RANK:
+                    self._line("else:")
+                else:
+                    self._line(f"elif rank <= {NO_MATCH_RANK}:")
+                with self._indented():
+                    self._set_miss(NO_MATCH_RANK, index)
+        self._max_rank = max(self._max_rank, *ranks)
+        return always_returns
+
+    def _match(self, condition: Condition, ident: str) -> bool:
+        """The matched branch; True when it always returns."""
+        if condition.grouped and self._hashes(condition):
+            self._line(f"{ident} = group_key.encode({_ENCODING})")
+        if condition.threshold is None:
+            self._matched(condition, ident)
+            return True
+        self._line(f"hashed = {self._bucket(ident, salted=False)}")
+        self._line(f"if hashed > {self._bind('THRESHOLD', condition.threshold)}:")
+        with self._indented():
+            self._set_miss(OUT_OF_ROLLOUT_RANK, condition.index)
+        self._line("else:")
+        with self._indented():
+            self._matched(condition, ident)
+        return False
+
+    def _matched(self, condition: Condition, ident: str) -> None:
+        flag = self.flag
+        index = condition.index
+        if condition.variant is not None or not flag.variants:
+            variant = condition.variant
+            result = flag._result(True, variant, CONDITION_MATCH, index)
+            if self.record:
+                self._line(f"values[{flag.index}] = {self._bind('VALUE', variant or True)}")
+            self._line(f"return {self._bind('MATCH', result)}")
+            return
+        self._line(f"hashed = {self._bucket(ident, salted=True)}")
+        keyword = "if"
+        for variant, upper in flag.variants:
+            self._line(f"{keyword} hashed < {self._bind('UPPER', upper)}:")
+            with self._indented():
+                result = flag._result(True, variant, CONDITION_MATCH, index)
+                self._line(f"result = {self._bind('MATCH', result)}")
+            keyword = "elif"
+        self._line("else:")
+        with self._indented():
+            result = flag._result(True, None, CONDITION_MATCH, index)
+            self._line(f"result = {self._bind('MATCH', result)}")
+        if self.record:
+            self._line(f"values[{flag.index}] = result.variant or True")
+        self._line("return result")
+
+    def _bucket(self, ident: str, *, salted: bool) -> str:
+        data = f"{self._prefix} + {ident} + VARIANT_SALT" if salted else f"{self._prefix} + {ident}"
+        return f"(first_64_bits(sha1({data}).digest())[0] >> 4) / SCALE if {ident} else 0.0"
+
+    def _missed(self, rank: int, index: int | None) -> str:
+        return self._bind("MISS", self.flag._result(False, None, _CODES[rank], index))
+
+    def _set_miss(self, rank: int, index: int) -> None:
+        self._line(f"rank = {rank}")
+        self._line(f"miss = {self._missed(rank, index)}")
+
+    def _miss(self, rank: int, index: int) -> None:
+        """A miss of ``rank``: it replaces the current miss unless that ranks higher."""
+        if self._max_rank <= rank:
+            self._set_miss(rank, index)
+            return
+        self._line(f"if rank <= {rank}:")
+        with self._indented():
+            self._set_miss(rank, index)
+
+    # -- checks --------------------------------------------------------------------------
+
+    def _checks(self, checks: tuple[Check, ...]) -> str | None:
+        """One expression, true when every check passes (in order); None when always."""
+        parts = [self._check(check) for check in checks]
+        parts = [part for part in parts if part != "True"]
+        return " and ".join(parts) if parts else None
+
+    def _check(self, check: Check) -> str:
+        if isinstance(check, PropertyCheck):
+            if check.person:
+                return self._person_check(check)
+            if check.group_name is None:
+                return str(check.if_missing)
+            return f"{self._bind('CHECK', check.matcher())}(ctx)"
+        if isinstance(check, DependencyCheck):
+            value = f"values.get({check.target}, False)"
+            if check.expected is True:
+                return f"{value} is not False"
+            if check.expected is False:
+                return f"{value} is False"
+            if isinstance(check.expected, str):
+                return f"{value} == {self._bind('EXPECTED', check.expected)}"
+            return "False"
+        assert isinstance(check, CallCheck)
+        return f"{self._bind('CHECK', check.call)}(ctx)"
+
+    def _person_check(self, check: PropertyCheck) -> str:
+        key = self._bind("KEY", check.key)
+        test = check.test
+        if check.key == "distinct_id":
+            if test is always or test is never:
+                return str(test is always)
+            stored = f"(value := person.get({key}, MISSING)) is not MISSING"
+            value = f"value if {stored} else ctx.distinct_id"
+            return f"{self._bind('TEST', test)}({value})"
+        if test is always:
+            return "True" if check.if_missing else f"{key} in person"
+        if test is never:
+            return f"{key} not in person" if check.if_missing else "False"
+        call = f"{self._bind('TEST', test)}(value)"
+        if check.if_missing:
+            return f"((value := person.get({key}, MISSING)) is MISSING or {call})"
+        return f"((value := person.get({key}, MISSING)) is not MISSING and {call})"

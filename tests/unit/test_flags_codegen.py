@@ -1,0 +1,168 @@
+"""The generated per-flag functions: edge cases of the code generator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flagstaff.flags import EvalRequest, FlagResult, compile_flags, evaluate
+from flagstaff.flags.codegen import FlagSource
+from flagstaff.flags.hashing import flag_bucket
+from flagstaff.flags.model import GROUPS_NOT_EVALUATED_DESCRIPTION
+
+MAPPING = {"0": "company"}
+
+
+def flag(key: str, *groups: dict[str, Any], **filters: Any) -> dict[str, Any]:
+    return {"id": 7, "key": key, "active": True, "filters": {"groups": list(groups), **filters}}
+
+
+def cond(*properties: dict[str, Any], rollout: Any = None, **extra: Any) -> dict[str, Any]:
+    return {"properties": list(properties), "rollout_percentage": rollout, **extra}
+
+
+def person(key: str, value: Any, operator: str = "exact") -> dict[str, Any]:
+    return {"key": key, "value": value, "operator": operator, "type": "person"}
+
+
+def results(flags: list[dict[str, Any]], **request: Any) -> dict[str, FlagResult]:
+    request.setdefault("distinct_id", "user-1")
+    compiled = compile_flags(flags, {}, MAPPING)
+    return {r.key: r for r in evaluate(compiled, EvalRequest(**request))}
+
+
+def outcome(definition: dict[str, Any], **request: Any) -> tuple[Any, ...]:
+    r = results([definition], **request)[definition["key"]]
+    return r.enabled, r.variant, r.reason_code, r.condition_index
+
+
+def source(definition: dict[str, Any]) -> str:
+    compiled = compile_flags([definition], {}, MAPPING).flag(definition["key"])
+    assert compiled is not None
+    return FlagSource(compiled, catch=True, record=False).text
+
+
+def test_definition_text_never_reaches_the_source() -> None:
+    key = "f\"\n    import os  # '"
+    prop = person("k'\n\"", "v\\'\"\n")
+    definition = flag(key, cond(prop, rollout=100))
+    text = source(definition)
+    assert "import os" not in text
+    assert "v\\'" not in text
+    assert outcome(definition, person_properties={"k'\n\"": "v\\'\"\n"}) == (
+        True,
+        None,
+        "condition_match",
+        0,
+    )
+
+
+def test_condition_without_filters_ends_the_function() -> None:
+    definition = flag("f", cond(person("a", 1)), cond(), cond(person("b", 1)))
+    text = source(definition)
+    assert "# condition 1" in text
+    assert "# condition 2" not in text
+    assert outcome(definition, person_properties={}) == (True, None, "condition_match", 1)
+
+
+def test_miss_ranks_and_indexes() -> None:
+    miss = person("plan", "pro")
+    out = cond(rollout=0)
+    # A later no-match never replaces an out-of-rollout; an equal rank takes the index.
+    assert outcome(flag("f", out, cond(miss), cond(miss)))[2:] == ("out_of_rollout_bound", 0)
+    assert outcome(flag("f", cond(miss), out, cond(miss)))[2:] == ("out_of_rollout_bound", 1)
+    assert outcome(flag("f", cond(miss), out, out))[2:] == ("out_of_rollout_bound", 2)
+    assert outcome(flag("f", cond(miss), cond(miss)))[2:] == ("no_condition_match", 1)
+    assert outcome(flag("f"))[2:] == ("no_group_type", None)
+
+
+def test_group_conditions_without_a_group() -> None:
+    group = cond(aggregation_group_type_index=0)
+    unknown = cond(aggregation_group_type_index=5)
+    miss = cond(person("plan", "pro"))
+    assert outcome(flag("f", group, unknown))[2:] == ("no_group_type", 1)
+    for definition in (flag("f", group, miss), flag("f", miss, unknown)):
+        r = results([definition])["f"]
+        assert (r.reason_code, r.reason_description) == (
+            "no_condition_match",
+            GROUPS_NOT_EVALUATED_DESCRIPTION,
+        )
+        assert r.condition_index == (1 if definition["filters"]["groups"][0] is group else 0)
+    assert outcome(flag("f", miss, group), groups={"company": "acme"}) == (
+        True,
+        None,
+        "condition_match",
+        1,
+    )
+
+
+def test_group_rollout_hashes_the_group_key() -> None:
+    definition = flag("g", cond(rollout=50, aggregation_group_type_index=0))
+    for key in ("acme", "globex", "initech", "umbrella"):
+        enabled = outcome(definition, groups={"company": key})[0]
+        assert enabled == (flag_bucket("g", key) <= 0.5)
+
+
+def test_empty_override_and_odd_rollouts() -> None:
+    # An empty hash key hashes to 0.0, inside even a 0% rollout.
+    assert outcome(flag("f", cond(rollout=0)), hash_key_overrides={"f": ""})[0] is True
+    assert outcome(flag("f", cond(rollout="nan")))[0] is True
+    assert outcome(flag("f", cond(rollout=-5)))[2] == "out_of_rollout_bound"
+
+
+def test_device_bucketing_without_device_id() -> None:
+    definition = {
+        **flag("f", cond(person("plan", "pro")), cond(aggregation_group_type_index=0)),
+        "bucketing_identifier": "device_id",
+    }
+    assert outcome(definition)[2:] == ("out_of_rollout_bound", 0)
+    assert outcome(definition, groups={"company": "acme"})[2:] == ("condition_match", 1)
+    matched = outcome(definition, device_id="d", person_properties={"plan": "pro"})
+    assert matched == (True, None, "condition_match", 0)
+
+
+def test_inline_person_checks() -> None:
+    is_set = flag("f", cond(person("a", "is_set", "is_set")))
+    is_not_set = flag("f", cond(person("a", "is_not_set", "is_not_set")))
+    assert "in person" in source(is_set)
+    assert outcome(is_set, person_properties={"a": None})[0] is True
+    assert outcome(is_set, person_properties={})[0] is False
+    assert outcome(is_not_set, person_properties={"a": None})[0] is False
+    assert outcome(is_not_set, person_properties={})[0] is True
+    negative = flag("f", cond(person("a", "x", "is_not")))
+    assert outcome(negative, person_properties={})[0] is True
+    assert outcome(negative, person_properties={"a": "X"})[0] is False
+    by_id = flag("f", cond(person("distinct_id", "user-1")))
+    assert outcome(by_id)[0] is True
+    assert outcome(by_id, person_properties={"distinct_id": "other"})[0] is False
+    assert outcome(flag("f", cond(person("distinct_id", "x", "is_set"))))[0] is True
+    assert outcome(flag("f", cond(person("a", "x", "no_such_operator"))))[0] is False
+
+
+def test_dependencies_on_variants_and_false() -> None:
+    variants = {"variants": [{"key": "a", "rollout_percentage": 100}]}
+    target = {**flag("t", cond(person("on", True)), multivariate=variants), "id": 1}
+
+    def dependant(key: str, flag_id: int, value: Any) -> dict[str, Any]:
+        check = {"key": "1", "type": "flag", "operator": "flag_evaluates_to", "value": value}
+        return {**flag(key, cond(check)), "id": flag_id}
+
+    flags = [target, dependant("v", 2, "a"), dependant("n", 3, False), dependant("x", 4, 3)]
+    on = results(flags, person_properties={"on": True})
+    off = results(flags, person_properties={"on": False})
+    assert on["t"].variant == "a"
+    assert [on[k].enabled for k in "vnx"] == [True, False, False]
+    assert [off[k].enabled for k in "vnx"] == [False, True, False]
+
+
+def test_failing_cohort_fails_the_flag_after_earlier_misses() -> None:
+    cohort = {"key": "id", "type": "cohort", "value": 99}
+    definition = flag("f", cond(person("plan", "pro")), cond(cohort))
+    r = results([definition])["f"]
+    assert (r.failed, r.reason_code) == (True, "evaluation_error")
+    assert outcome(definition, person_properties={"plan": "pro"})[0] is True
+
+
+def test_outcomes_are_shared_across_requests() -> None:
+    compiled = compile_flags([flag("f", cond(rollout=50), cond(person("a", 1)))], {}, MAPPING)
+    seen = {id(evaluate(compiled, EvalRequest(distinct_id=f"u{n}"))[0]) for n in range(200)}
+    assert len(seen) == 2
