@@ -44,6 +44,21 @@ class ProjectCache:
         return project
 
 
+class Fragments:
+    """Encoded JSON fragments of shared flag results, by the result's id. The results are
+    kept alive here, so an id stays unique to its result while its fragment is stored."""
+
+    __slots__ = ("by_id", "owners")
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, bytes] = {}
+        self.owners: list[Any] = []
+
+    def clear(self) -> None:
+        self.by_id.clear()
+        self.owners.clear()
+
+
 class ProjectFlags:
     """One project's definitions at one version, compiled, with what the API serves of them."""
 
@@ -68,7 +83,7 @@ class ProjectFlags:
         self.stored_data_keys = frozenset(
             f["key"] for f in definitions.flags if _reads_properties(f.get("filters") or {})
         )
-        self.fragments: dict[int, tuple[Any, bytes]] = {}
+        self.fragments = Fragments()
         self.local_evaluation_body: bytes = msgspec.json.encode(
             {
                 "flags": local_evaluation_flags(definitions.flags),

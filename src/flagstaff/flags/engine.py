@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flagstaff.flags.compiled import CompiledFlag
@@ -14,6 +14,7 @@ from flagstaff.flags.runtime import contexts_allow, runtime_allows
 
 _PLAN_CACHE_SIZE = 512
 PlanKey = tuple[str | None, frozenset[str] | None, tuple[str, ...] | None]
+Runner = Callable[[Context], FlagResult]
 
 
 class CompiledFlags:
@@ -42,7 +43,7 @@ class CompiledFlags:
         self._flags = tuple(flags)
         self._order = tuple(order)
         self._by_key = {flag.key: flag for flag in flags}
-        self._plans: dict[PlanKey, tuple[CompiledFlag, ...]] = {}
+        self._plans: dict[PlanKey, tuple[Runner, ...]] = {}
         self._lock = threading.Lock()
         self.keys = frozenset(self._by_key)
         self.continuity_flag_keys = continuity_flag_keys
@@ -54,8 +55,8 @@ class CompiledFlags:
         runtime: str | None,
         contexts: list[str] | None,
         flag_keys: list[str] | None,
-    ) -> tuple[CompiledFlag, ...]:
-        """The flags to evaluate and report, dependencies first."""
+    ) -> tuple[Runner, ...]:
+        """The evaluation functions of the flags to evaluate and report, dependencies first."""
         key: PlanKey = (
             runtime,
             frozenset(contexts) if contexts else None,
@@ -75,7 +76,7 @@ class CompiledFlags:
         runtime: str | None,
         contexts: frozenset[str] | None,
         flag_keys: tuple[str, ...] | None,
-    ) -> tuple[CompiledFlag, ...]:
+    ) -> tuple[Runner, ...]:
         def allowed(flag: CompiledFlag) -> bool:
             return (
                 flag.active
@@ -94,7 +95,7 @@ class CompiledFlags:
                     continue
                 chosen.add(flag.index)
                 pending.extend(self._flags[d] for d in flag.dependencies)
-        return tuple(self._flags[index] for index in self._order if index in chosen)
+        return tuple(self._flags[index].run for index in self._order if index in chosen)
 
     def flag(self, key: str) -> CompiledFlag | None:
         return self._by_key.get(key)
@@ -126,4 +127,4 @@ def evaluate(compiled: CompiledFlags, request: EvalRequest) -> list[FlagResult]:
     as the PostHog server omits them; they count as false for dependent flags."""
     plan = compiled.plan(request.runtime, request.contexts, request.flag_keys)
     ctx = Context(request)
-    return [flag.run(ctx) for flag in plan]
+    return [run(ctx) for run in plan]

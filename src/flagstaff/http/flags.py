@@ -7,6 +7,7 @@ look-up each), overlay the request's properties, evaluate, encode.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +16,7 @@ import msgspec
 import uuid_utils
 
 from flagstaff import logs
-from flagstaff.caches import ProjectFlags
+from flagstaff.caches import Fragments, ProjectFlags
 from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.auth import check_personal_key
@@ -27,7 +28,8 @@ from flagstaff.store.base import FlagContext, Project
 from flagstaff.store.keys import check_project_token
 
 _encode = msgspec.json.encode
-_CLIENT_HEADERS = ("origin", "referer", "sec-fetch-mode", "sec-fetch-site")
+_CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-site"))
+_failed = operator.attrgetter("failed")
 SUPPORTED_COMPRESSION = ["gzip", "gzip-js", "lz64"]
 _MAX_DISTINCT_ID = 200
 
@@ -211,7 +213,7 @@ async def compute_flags(
         if isinstance(payload.get("evaluation_runtime"), str)
         else None,
         headers.get("user-agent"),
-        any(h in headers for h in _CLIENT_HEADERS),
+        not headers.keys().isdisjoint(_CLIENT_HEADERS),
     )
     device_id = payload.get("device_id") or payload.get("$device_id")
     eval_request = EvalRequest(
@@ -230,7 +232,7 @@ async def compute_flags(
     if errors:
         results = [_failed_if_stored(r, pf) for r in results]
     svc.metrics.flag_evaluations += len(results)
-    return results, errors or pf.compiled.has_dependency_cycle or any(r.failed for r in results)
+    return results, errors or pf.compiled.has_dependency_cycle or any(map(_failed, results))
 
 
 def _failed_if_stored(result: FlagResult, pf: ProjectFlags) -> FlagResult:
@@ -261,24 +263,26 @@ def _v2_flag(r: FlagResult) -> dict[str, Any]:
     return out
 
 
-def encode_v2_flags(
-    results: list[FlagResult], fragments: dict[int, tuple[FlagResult, bytes]]
-) -> bytes:
+def encode_v2_flags(results: list[FlagResult], fragments: Fragments) -> bytes:
     """The v2 ``flags`` object, joined from per-result JSON fragments.
 
     The engine shares one result object per outcome of a flag, so each outcome is encoded
-    once per definitions version. Entries are found by the result's identity and keep the
-    result alive, so an id cannot be reused by another object while its entry exists.
+    once per definitions version. Fragments are found by the result's identity; ``fragments``
+    keeps every such result alive, so no other object can have its id meanwhile.
     """
-    parts = []
-    for r in results:
-        entry = fragments.get(id(r))
-        if entry is None or entry[0] is not r:
-            if len(fragments) > 50_000:
-                fragments.clear()
-            entry = (r, _encode(r.key) + b":" + _encode(_v2_flag(r)))
-            fragments[id(r)] = entry
-        parts.append(entry[1])
+    by_id = fragments.by_id
+    try:
+        parts = list(map(by_id.__getitem__, map(id, results)))
+    except KeyError:
+        if len(by_id) > 50_000:
+            fragments.clear()
+        parts = []
+        for r in results:
+            part = by_id.get(id(r))
+            if part is None:
+                part = by_id[id(r)] = _encode(r.key) + b":" + _encode(_v2_flag(r))
+                fragments.owners.append(r)
+            parts.append(part)
     return b"{" + b",".join(parts) + b"}"
 
 
