@@ -166,3 +166,113 @@ def test_outcomes_are_shared_across_requests() -> None:
     compiled = compile_flags([flag("f", cond(rollout=50), cond(person("a", 1)))], {}, MAPPING)
     seen = {id(evaluate(compiled, EvalRequest(distinct_id=f"u{n}"))[0]) for n in range(200)}
     assert len(seen) == 2
+
+
+def _cohort_flag(cohort_id: int) -> dict[str, Any]:
+    return flag("f", cond({"key": "id", "type": "cohort", "value": cohort_id}))
+
+
+def _cohort_outcome(cohorts: dict[str, Any], cohort_id: int, **properties: Any) -> bool:
+    compiled = compile_flags([_cohort_flag(cohort_id)], cohorts, MAPPING)
+    return evaluate(compiled, EvalRequest(distinct_id="u", person_properties=properties))[0].enabled
+
+
+def test_generated_cohorts_and_or_negation_and_empty_groups() -> None:
+    cohorts = {
+        "1": {
+            "id": 1,
+            "filters": {
+                "properties": {
+                    "type": "OR",
+                    "values": [
+                        {"type": "AND", "values": [person("a", 1), person("b", 2)]},
+                        {**person("c", 3), "negation": True},
+                    ],
+                }
+            },
+        },
+        "2": {"id": 2, "filters": {"properties": {"type": "OR", "values": []}}},
+        "3": {"id": 3, "filters": {"properties": {"type": "AND", "values": []}}},
+        "4": {
+            "id": 4,
+            "filters": {
+                "properties": {
+                    "type": "AND",
+                    "values": [{"key": "id", "type": "cohort", "value": 1, "negation": True}],
+                }
+            },
+        },
+    }
+    assert _cohort_outcome(cohorts, 1, a=1, b=2, c=3) is True
+    assert _cohort_outcome(cohorts, 1, a=1, b=1, c=3) is False
+    assert _cohort_outcome(cohorts, 1, a=1, b=1) is True
+    assert _cohort_outcome(cohorts, 2) is False
+    assert _cohort_outcome(cohorts, 3) is True
+    assert _cohort_outcome(cohorts, 4, c=3) is True
+    assert _cohort_outcome(cohorts, 4) is False
+
+
+def test_deeply_nested_cohort_keeps_closures() -> None:
+    tree: dict[str, Any] = {"type": "AND", "values": [person("a", 1)]}
+    for depth in range(200):
+        tree = {"type": "OR" if depth % 2 else "AND", "values": [tree]}
+    cohorts = {"1": {"id": 1, "filters": {"properties": tree}}}
+    assert _cohort_outcome(cohorts, 1, a=1) is True
+    assert _cohort_outcome(cohorts, 1, a=2) is False
+
+
+def test_equality_fast_paths_keep_their_meaning() -> None:
+    def matches(operator: str, value: Any, prop: Any) -> bool:
+        definition = flag("f", cond(person("p", value, operator)))
+        return bool(outcome(definition, person_properties={"p": prop})[0])
+
+    for value in (True, "TRUE", ["true"], [True, "True"]):
+        assert [matches("exact", value, p) for p in (True, "true", ["true"], False, 1)] == [
+            True,
+            True,
+            True,
+            False,
+            False,
+        ]
+        assert [matches("is_not", value, p) for p in (True, "True", False, "false", 0)] == [
+            False,
+            False,
+            True,
+            True,
+            True,
+        ]
+    for value in (False, "false", ["FALSE"]):
+        assert [matches("exact", value, p) for p in (False, "false", "x", None, True)] == [
+            True,
+            True,
+            True,
+            True,
+            False,
+        ]
+    assert [matches("exact", [], p) for p in (True, "x", [])] == [True, False, True]
+    assert [matches("is_not", [], p) for p in (True, "x", [])] == [False, True, False]
+    assert matches("exact", ["A", 1], 1) and matches("is_not", "a", "B")
+    assert not matches("is_not", {"k": 1}, {"k": 1})
+
+
+def test_numbers_and_versions_of_every_type() -> None:
+    def matches(operator: str, value: Any, prop: Any) -> bool:
+        definition = flag("f", cond(person("p", value, operator)))
+        return bool(outcome(definition, person_properties={"p": prop})[0])
+
+    assert [matches("gt", 1, p) for p in (2, 2.5, "3", True, 10**400, float("inf"))] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert [matches("semver_gte", "1.2.0", p) for p in ("1.2.0", "v1.3", 2, 1.5, True)] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert matches("semver_lt", "1.2.0", "1.1.9") and not matches("semver_gt", "1.2.0", "1.2")

@@ -55,6 +55,30 @@ _GLOBALS: dict[str, Any] = {
 _ENCODING = '"utf-8", "surrogatepass"'
 
 
+MAX_NESTING = 32
+"""Cohort trees nested deeper than this keep closures (Python's parser limits nesting)."""
+
+
+class Combination:
+    """Cohort entries joined by AND (``any_of`` False) or OR, decided in order."""
+
+    __slots__ = ("any_of", "parts")
+
+    def __init__(self, any_of: bool, parts: tuple[Node, ...]) -> None:
+        self.any_of = any_of
+        self.parts = parts
+
+
+class Negation:
+    __slots__ = ("part",)
+
+    def __init__(self, part: Node) -> None:
+        self.part = part
+
+
+Node = Combination | Negation | Check | bool
+
+
 @functools.lru_cache(maxsize=4096)
 def _compiled(text: str) -> CodeType:
     """Compiling is most of the generation's cost, and flags of one shape (every plain
@@ -62,35 +86,24 @@ def _compiled(text: str) -> CodeType:
     return compile(text, "<generated flag>", "exec")
 
 
-class FlagSource:
-    """The generated source of one flag's function and the globals it runs with."""
+class _Source:
+    """A function's source being written, and the globals it will run with."""
 
-    def __init__(self, flag: CompiledFlag, *, catch: bool, record: bool) -> None:
-        self.flag = flag
-        self.record = record
+    text: str
+
+    def __init__(self) -> None:
         self.namespace: dict[str, Any] = dict(_GLOBALS)
         self._lines: list[str] = []
         self._depth = 1
-        # The highest rank a miss before the current condition can have set.
-        self._max_rank = NO_GROUP_TYPE_RANK
-        self._prefix = self._bind("PREFIX", flag.prefix)
-        if catch:
-            self._line("try:")
-            with self._indented():
-                self._body()
-            self._line("except EvaluationError as error:")
-            with self._indented():
-                self._line(f"return {self._bind('FAILED', flag.failed_result)}(str(error))")
-        else:
-            self._body()
+        self._reads_person = False
+
+    def _finish(self) -> None:
         self.text = "def evaluate(ctx):\n" + "\n".join(self._lines) + "\n"
 
-    def function(self) -> Callable[[Context], FlagResult]:
+    def function(self) -> Callable[[Context], Any]:
         exec(_compiled(self.text), self.namespace)
-        function: Callable[[Context], FlagResult] = self.namespace["evaluate"]
+        function: Callable[[Context], Any] = self.namespace["evaluate"]
         return function
-
-    # -- writing -------------------------------------------------------------------------
 
     def _bind(self, stem: str, value: Any) -> str:
         name = f"{stem}_{len(self.namespace) - len(_GLOBALS)}"
@@ -107,6 +120,112 @@ class FlagSource:
             yield
         finally:
             self._depth -= 1
+
+    # -- checks --------------------------------------------------------------------------
+
+    def _checks(self, checks: tuple[Check, ...]) -> str | None:
+        """One expression, true when every check passes (in order); None when always."""
+        parts = [self._check(check) for check in checks]
+        parts = [part for part in parts if part != "True"]
+        return " and ".join(parts) if parts else None
+
+    def _check(self, check: Check) -> str:
+        if isinstance(check, PropertyCheck):
+            if check.person:
+                return self._person_check(check)
+            if check.group_name is None:
+                return str(check.if_missing)
+            return f"{self._bind('CHECK', check.matcher())}(ctx)"
+        if isinstance(check, DependencyCheck):
+            value = f"values.get({check.target}, False)"
+            if check.expected is True:
+                return f"{value} is not False"
+            if check.expected is False:
+                return f"{value} is False"
+            if isinstance(check.expected, str):
+                return f"{value} == {self._bind('EXPECTED', check.expected)}"
+            return "False"
+        assert isinstance(check, CallCheck)
+        return f"{self._bind('CHECK', check.call)}(ctx)"
+
+    def _person_check(self, check: PropertyCheck) -> str:
+        self._reads_person = True
+        key = self._bind("KEY", check.key)
+        test = check.test
+        if check.key == "distinct_id":
+            if test is always or test is never:
+                return str(test is always)
+            stored = f"(value := person.get({key}, MISSING)) is not MISSING"
+            value = f"value if {stored} else ctx.distinct_id"
+            return f"{self._bind('TEST', test)}({value})"
+        if test is always:
+            return "True" if check.if_missing else f"{key} in person"
+        if test is never:
+            return f"{key} not in person" if check.if_missing else "False"
+        call = f"{self._bind('TEST', test)}(value)"
+        if check.if_missing:
+            return f"((value := person.get({key}, MISSING)) is MISSING or {call})"
+        return f"((value := person.get({key}, MISSING)) is not MISSING and {call})"
+
+
+class CohortSource(_Source):
+    """The generated membership function of one dynamic cohort, decided at most once per
+    request (the answer is kept in ``ctx.cohort_results``)."""
+
+    def __init__(self, cohort_id: int, tree: Node) -> None:
+        super().__init__()
+        expression = self._node(tree)
+        cohort = self._bind("COHORT", cohort_id)
+        self._line(f"known = ctx.cohort_results.get({cohort})")
+        self._line("if known is None:")
+        with self._indented():
+            if self._reads_person:
+                self._line("person = ctx.person")
+            self._line(f"known = ctx.cohort_results[{cohort}] = True if {expression} else False")
+        self._line("return known")
+        self._finish()
+
+    def function(self) -> Callable[[Context], bool]:
+        function: Callable[[Context], bool] = super().function()
+        return function
+
+    def _node(self, node: Node) -> str:
+        if isinstance(node, bool):
+            return str(node)
+        if isinstance(node, Negation):
+            return f"(not {self._node(node.part)})"
+        if isinstance(node, Combination):
+            if not node.parts:
+                return str(not node.any_of)
+            joiner = " or " if node.any_of else " and "
+            return "(" + joiner.join(self._node(part) for part in node.parts) + ")"
+        return self._check(node)
+
+
+class FlagSource(_Source):
+    """The generated function of one flag."""
+
+    def __init__(self, flag: CompiledFlag, *, catch: bool, record: bool) -> None:
+        super().__init__()
+        self.flag = flag
+        self.record = record
+        # The highest rank a miss before the current condition can have set.
+        self._max_rank = NO_GROUP_TYPE_RANK
+        self._prefix = self._bind("PREFIX", flag.prefix)
+        if catch:
+            self._line("try:")
+            with self._indented():
+                self._body()
+            self._line("except EvaluationError as error:")
+            with self._indented():
+                self._line(f"return {self._bind('FAILED', flag.failed_result)}(str(error))")
+        else:
+            self._body()
+        self._finish()
+
+    def function(self) -> Callable[[Context], FlagResult]:
+        function: Callable[[Context], FlagResult] = super().function()
+        return function
 
     # -- the flag ------------------------------------------------------------------------
 
@@ -272,48 +391,3 @@ class FlagSource:
         self._line(f"if rank <= {rank}:")
         with self._indented():
             self._set_miss(rank, index)
-
-    # -- checks --------------------------------------------------------------------------
-
-    def _checks(self, checks: tuple[Check, ...]) -> str | None:
-        """One expression, true when every check passes (in order); None when always."""
-        parts = [self._check(check) for check in checks]
-        parts = [part for part in parts if part != "True"]
-        return " and ".join(parts) if parts else None
-
-    def _check(self, check: Check) -> str:
-        if isinstance(check, PropertyCheck):
-            if check.person:
-                return self._person_check(check)
-            if check.group_name is None:
-                return str(check.if_missing)
-            return f"{self._bind('CHECK', check.matcher())}(ctx)"
-        if isinstance(check, DependencyCheck):
-            value = f"values.get({check.target}, False)"
-            if check.expected is True:
-                return f"{value} is not False"
-            if check.expected is False:
-                return f"{value} is False"
-            if isinstance(check.expected, str):
-                return f"{value} == {self._bind('EXPECTED', check.expected)}"
-            return "False"
-        assert isinstance(check, CallCheck)
-        return f"{self._bind('CHECK', check.call)}(ctx)"
-
-    def _person_check(self, check: PropertyCheck) -> str:
-        key = self._bind("KEY", check.key)
-        test = check.test
-        if check.key == "distinct_id":
-            if test is always or test is never:
-                return str(test is always)
-            stored = f"(value := person.get({key}, MISSING)) is not MISSING"
-            value = f"value if {stored} else ctx.distinct_id"
-            return f"{self._bind('TEST', test)}({value})"
-        if test is always:
-            return "True" if check.if_missing else f"{key} in person"
-        if test is never:
-            return f"{key} not in person" if check.if_missing else "False"
-        call = f"{self._bind('TEST', test)}(value)"
-        if check.if_missing:
-            return f"((value := person.get({key}, MISSING)) is MISSING or {call})"
-        return f"((value := person.get({key}, MISSING)) is not MISSING and {call})"

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flagstaff.flags.codegen import MAX_NESTING, CohortSource, Combination, Negation, Node
 from flagstaff.flags.context import Context, EvaluationError, Matcher
-from flagstaff.flags.filters import property_matcher
+from flagstaff.flags.filters import CallCheck, property_check
 
 
 def _always_false(_ctx: Context) -> bool:
@@ -79,19 +80,15 @@ class CohortCompiler:
         self._in_progress.add(cohort_id)
         try:
             group = _properties_of(definition)
-            inner = self._group(group) if group else _always_false
+            tree: Node = self._group(group) if group else False
         finally:
             self._in_progress.discard(cohort_id)
-        dynamic_id = cohort_id
-
-        def dynamic_member(ctx: Context) -> bool:
-            known = ctx.cohort_results.get(dynamic_id)
-            if known is None:
-                known = ctx.cohort_results[dynamic_id] = inner(ctx)
-            return known
-
-        self._membership[cohort_id] = dynamic_member
-        return dynamic_member
+        if _depth(tree) <= MAX_NESTING:
+            member = CohortSource(cohort_id, tree).function()
+        else:
+            member = _cached_member(cohort_id, _matcher(tree))
+        self._membership[cohort_id] = member
+        return member
 
     def reference(self, prop: dict[str, Any]) -> Matcher:
         """Matcher for a ``type: cohort`` filter: operator in (default) or not_in."""
@@ -103,28 +100,58 @@ class CohortCompiler:
             return lambda ctx: not member(ctx)
         return _always_false
 
-    def _group(self, group: dict[str, Any]) -> Matcher:
+    def _group(self, group: dict[str, Any]) -> Node:
         kind = group.get("type", "AND")
         values = group.get("values")
         if kind not in ("AND", "OR", "property") or not isinstance(values, list):
-            return _always_false
+            return False
         parts = tuple(self._entry(entry) for entry in values if isinstance(entry, dict))
-        if kind == "OR":
-            return lambda ctx: any(part(ctx) for part in parts)
-        return lambda ctx: all(part(ctx) for part in parts)
+        return Combination(kind == "OR", parts)
 
-    def _entry(self, entry: dict[str, Any]) -> Matcher:
+    def _entry(self, entry: dict[str, Any]) -> Node:
         if _is_group(entry):
             return self._group(entry)
+        node: Node
         if entry.get("type") == "cohort":
-            matcher = self.reference(entry)
+            node = CallCheck(self.reference(entry))
         elif entry.get("type") == "flag":
-            matcher = _always_false
+            node = False
         else:
-            matcher = property_matcher(entry, None, person=True)
-        if entry.get("negation"):
-            return lambda ctx: not matcher(ctx)
-        return matcher
+            node = property_check(entry, None, person=True)
+        return Negation(node) if entry.get("negation") else node
+
+
+def _depth(node: Node) -> int:
+    if isinstance(node, Combination):
+        return 1 + max(map(_depth, node.parts), default=0)
+    if isinstance(node, Negation):
+        return 1 + _depth(node.part)
+    return 0
+
+
+def _matcher(node: Node) -> Matcher:
+    """The closure form of a cohort's tree, for trees nested too deep to generate."""
+    if isinstance(node, bool):
+        return lambda _ctx: node
+    if isinstance(node, Negation):
+        inner = _matcher(node.part)
+        return lambda ctx: not inner(ctx)
+    if isinstance(node, Combination):
+        parts = tuple(map(_matcher, node.parts))
+        if node.any_of:
+            return lambda ctx: any(part(ctx) for part in parts)
+        return lambda ctx: all(part(ctx) for part in parts)
+    return node.matcher()
+
+
+def _cached_member(cohort_id: int, inner: Matcher) -> Matcher:
+    def dynamic_member(ctx: Context) -> bool:
+        known = ctx.cohort_results.get(cohort_id)
+        if known is None:
+            known = ctx.cohort_results[cohort_id] = bool(inner(ctx))
+        return known
+
+    return dynamic_member
 
 
 def _properties_of(definition: dict[str, Any]) -> dict[str, Any] | None:

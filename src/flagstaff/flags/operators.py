@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from operator import eq, ge, gt, le, lt, ne
 from typing import Any
 
 from flagstaff.flags import dates, semver
 from flagstaff.flags.regex import compile_search
 from flagstaff.flags.values import (
+    ASCII_LOWER,
     ascii_lower,
     is_boolean_like,
     is_truthy,
@@ -88,35 +90,57 @@ def _lower_text(value: Any) -> str:
     return (value if type(value) is str else json_text(value)).lower()
 
 
-def _equality(value: Any) -> Test:
+# The tests below are called once per filter per request: each is one function with the
+# value conversions written inline, and the negative operators negate inside it.
+
+
+def _equality(value: Any, negate: bool) -> Test:
     if value == []:
-        return is_truthy
+        return (lambda v: not is_truthy(v)) if negate else is_truthy
     if is_boolean_like(value):
-        wanted = is_truthy(value)
-        return lambda v: is_truthy(v) == wanted
+        wanted = is_truthy(value) != negate
+        if wanted:
+            return lambda v: v is True or (type(v) is not bool and is_truthy(v))
+        return lambda v: v is False or (type(v) is not bool and not is_truthy(v))
     if isinstance(value, list):
         choices = frozenset(_lower_text(item) for item in value)
-        return lambda v: _lower_text(v) in choices
+        if negate:
+            return lambda v: (v if type(v) is str else json_text(v)).lower() not in choices
+        return lambda v: (v if type(v) is str else json_text(v)).lower() in choices
     target = _lower_text(value)
-    return lambda v: _lower_text(v) == target
+    if negate:
+        return lambda v: (v if type(v) is str else json_text(v)).lower() != target
+    return lambda v: (v if type(v) is str else json_text(v)).lower() == target
 
 
 def _text(operator: str, value: Any) -> Test:
     needle = ascii_lower(to_text(value))
+    negate = operator.startswith("not_")
     if operator.endswith("icontains"):
-        return lambda v: needle in ascii_lower(to_text(v))
-    if operator.endswith("starts_with"):
-        return lambda v: ascii_lower(to_text(v)).startswith(needle)
-    return lambda v: ascii_lower(to_text(v)).endswith(needle)
+
+        def contains(v: Any) -> bool:
+            text = v if type(v) is str else json_text(v)
+            lowered = text.lower() if text.isascii() else text.translate(ASCII_LOWER)
+            return (needle in lowered) != negate
+
+        return contains
+    check = str.startswith if operator.endswith("starts_with") else str.endswith
+
+    def test(v: Any) -> bool:
+        text = v if type(v) is str else json_text(v)
+        lowered = text.lower() if text.isascii() else text.translate(ASCII_LOWER)
+        return check(lowered, needle) != negate
+
+    return test
 
 
-def _multi(value: Any) -> Test:
+def _multi(value: Any, negate: bool) -> Test:
     items = value if isinstance(value, list) else [value]
     needles = tuple(ascii_lower(to_text(item)) for item in items)
 
     def test(v: Any) -> bool:
         haystack = ascii_lower(to_text(v))
-        return any(needle in haystack for needle in needles)
+        return any(needle in haystack for needle in needles) != negate
 
     return test
 
@@ -178,21 +202,21 @@ def _date(operator: str, value: Any) -> Test:
     if bound is None:
         return never
 
+    compare = {"is_date_before": lt, "is_date_after": gt}.get(operator, eq)
+
     def test(v: Any) -> bool:
         moment = dates.parse_property_date(v)
-        limit = bound()
-        if moment is None or limit is None:
+        if moment is None:
             return False
-        if operator == "is_date_before":
-            return moment < limit
-        if operator == "is_date_after":
-            return moment > limit
-        return moment == limit
+        limit = bound()
+        return limit is not None and compare(moment, limit)
 
     return test
 
 
 def _semver(operator: str, value: Any) -> Test:
+    parse_text, parse_other = semver.parse_version_text, semver.parse_version
+
     if operator in SEMVER_RANGES:
         if operator == "semver_tilde":
             bounds = semver.tilde_bounds(value)
@@ -203,19 +227,25 @@ def _semver(operator: str, value: Any) -> Test:
         if bounds is None:
             return never
         low, high = bounds
-        return lambda v: (p := semver.parse_version(v)) is not None and low <= p < high
+        return lambda v: (
+            (p := parse_text(v) if type(v) is str else parse_other(v)) is not None
+            and low <= p < high
+        )
     version = semver.parse_version(value)
     if version is None:
         return never
-    compare: Callable[[semver.Version], bool] = {
-        "semver_eq": version.__eq__,
-        "semver_neq": version.__ne__,
-        "semver_gt": version.__lt__,
-        "semver_gte": version.__le__,
-        "semver_lt": version.__gt__,
-        "semver_lte": version.__ge__,
+    compare = {
+        "semver_eq": eq,
+        "semver_neq": ne,
+        "semver_gt": gt,
+        "semver_gte": ge,
+        "semver_lt": lt,
+        "semver_lte": le,
     }[operator]
-    return lambda v: (p := semver.parse_version(v)) is not None and compare(p)
+    return lambda v: (
+        (p := parse_text(v) if type(v) is str else parse_other(v)) is not None
+        and compare(p, version)
+    )
 
 
 def _regex(operator: str, value: Any) -> Test:
@@ -223,8 +253,8 @@ def _regex(operator: str, value: Any) -> Test:
     if search is None:
         return never
     if operator == "regex":
-        return lambda v: search(to_text(v))
-    return lambda v: not search(to_text(v))
+        return lambda v: search(v if type(v) is str else json_text(v))
+    return lambda v: not search(v if type(v) is str else json_text(v))
 
 
 def compile_test(operator: str, value: Any) -> tuple[Test, bool]:
@@ -235,20 +265,11 @@ def compile_test(operator: str, value: Any) -> tuple[Test, bool]:
     if value is None or operator not in PROPERTY_OPERATORS:
         return never, False
     if operator in EQUALITY_OPERATORS:
-        test = _equality(value)
-        if operator == "is_not":
-            return (lambda v: not test(v)), True
-        return test, False
+        return _equality(value, operator == "is_not"), if_missing
     if operator in TEXT_OPERATORS:
-        test = _text(operator, value)
-        if operator.startswith("not_"):
-            return (lambda v: not test(v)), True
-        return test, False
+        return _text(operator, value), if_missing
     if operator in MULTI_OPERATORS:
-        test = _multi(value)
-        if operator.startswith("not_"):
-            return (lambda v: not test(v)), True
-        return test, False
+        return _multi(value, operator.startswith("not_")), if_missing
     if operator in REGEX_OPERATORS:
         return _regex(operator, value), if_missing
     if operator in NUMERIC_OPERATORS:

@@ -20,11 +20,11 @@ def _number(part: str) -> int:
 def parse_version(value: object) -> Version | None:
     if isinstance(value, bool) or value is None:
         return None
-    return _parse_version_text(value if isinstance(value, str) else str(value))
+    return parse_version_text(value if isinstance(value, str) else str(value))
 
 
 @functools.lru_cache(maxsize=16384)
-def _parse_version_text(value: str) -> Version | None:
+def parse_version_text(value: str) -> Version | None:
     """Memoised: the same version strings recur across persons."""
     text = value.strip().lstrip("vV")
     text = text.split("-")[0].split("+")[0]

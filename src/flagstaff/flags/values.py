@@ -12,7 +12,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _NUMERIC_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
@@ -64,7 +64,7 @@ def to_text(value: Any) -> str:
 def ascii_lower(text: str) -> str:
     if text.isascii():
         return text.lower()
-    return text.translate(_ASCII_LOWER)
+    return text.translate(ASCII_LOWER)
 
 
 def is_boolean_like(value: Any) -> bool:
@@ -90,6 +90,14 @@ def is_truthy(value: Any) -> bool:
 
 def to_number(value: Any) -> float | None:
     """A finite float for numbers and plain numeric strings; None otherwise."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
