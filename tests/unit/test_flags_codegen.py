@@ -276,3 +276,19 @@ def test_numbers_and_versions_of_every_type() -> None:
         False,
     ]
     assert matches("semver_lt", "1.2.0", "1.1.9") and not matches("semver_gt", "1.2.0", "1.2")
+
+
+def test_flags_sharing_a_regex_share_its_last_answer() -> None:
+    pattern = person("email", "^[a-m].*@", "regex")
+    negated = person("email", "^[a-m].*@", "not_regex")
+    flags = [flag(f"r{n}", cond(pattern if n % 2 else negated)) for n in range(6)]
+    flags.append(flag("other", cond(person("name", "^[a-m].*@", "regex"))))
+    for email, name, expected in (
+        ("bob@x.io", "zed@x", True),
+        ("zoe@x.io", "amy@x", False),
+        (["bob@"], "bob@", False),
+        ("amy@x.io", 5, True),
+    ):
+        got = results(flags, person_properties={"email": email, "name": name})
+        assert [got[f"r{n}"].enabled for n in range(6)] == [not expected, expected] * 3
+        assert got["other"].enabled is (name == "amy@x" or name == "bob@")

@@ -9,6 +9,7 @@ server. Perl classes (``\\d``, ``\\w``, ``\\s``) are ASCII-only in RE2.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import re2
@@ -27,8 +28,15 @@ def _never(_text: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=256)
 def compile_search(pattern: str) -> Searcher | None:
-    """A function telling whether ``pattern`` occurs in a text; None if it cannot compile."""
+    """A function telling whether ``pattern`` occurs in a text; None if it cannot compile.
+
+    Shared by every filter with the same pattern, and it remembers its last answer: flags
+    often repeat a filter (say, on the email), so one request asks it about the same value
+    several times in a row. The last text is kept alive with its answer, so an identity
+    test is enough.
+    """
     try:
         compiled = _re2.RE2(pattern.encode("utf-8", "surrogatepass"), _OPTIONS)
     except Exception:
@@ -36,10 +44,17 @@ def compile_search(pattern: str) -> Searcher | None:
     if not compiled.ok():
         return None
     match = compiled.Match
+    last: tuple[str | None, bool] = (None, False)
 
     def search(text: str) -> bool:
+        nonlocal last
+        seen, found = last
+        if seen is text:
+            return found
         data = text.encode("utf-8", "surrogatepass")
-        return match(_UNANCHORED, data, 0, len(data))[0][0] != -1
+        found = match(_UNANCHORED, data, 0, len(data))[0][0] != -1
+        last = (text, found)
+        return found
 
     return search
 
