@@ -263,12 +263,14 @@ def _v2_flag(r: FlagResult) -> dict[str, Any]:
     return out
 
 
-def encode_v2_flags(results: list[FlagResult], fragments: Fragments) -> bytes:
-    """The v2 ``flags`` object, joined from per-result JSON fragments.
+def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes) -> bytes:
+    """The v2 answer: ``{"flags":{...}`` then ``rest`` (its other fields and the closing
+    brace), joined from per-result JSON fragments into one new buffer.
 
     The engine shares one result object per outcome of a flag, so each outcome is encoded
-    once per definitions version. Fragments are found by the result's identity; ``fragments``
-    keeps every such result alive, so no other object can have its id meanwhile.
+    once per definitions version. Fragments (each ``,"key":{...}``) are found by the result's
+    identity; ``fragments`` keeps every such result alive, so no other object can have its
+    id meanwhile.
     """
     by_id = fragments.by_id
     try:
@@ -280,10 +282,12 @@ def encode_v2_flags(results: list[FlagResult], fragments: Fragments) -> bytes:
         for r in results:
             part = by_id.get(id(r))
             if part is None:
-                part = by_id[id(r)] = _encode(r.key) + b":" + _encode(_v2_flag(r))
+                part = by_id[id(r)] = b"," + _encode(r.key) + b":" + _encode(_v2_flag(r))
                 fragments.owners.append(r)
             parts.append(part)
-    return b"{" + b",".join(parts) + b"}"
+    if not parts:
+        return b'{"flags":{}' + rest
+    return b"".join([b'{"flags":{', memoryview(parts[0])[1:], *parts[1:], b"}", rest])
 
 
 def config_fields(has_flags: bool) -> dict[str, Any]:
@@ -328,7 +332,11 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     if errors:
         svc.metrics.flag_errors += 1
 
-    body: dict[str, Any]
+    extra: dict[str, Any] = {}
+    if limited:
+        extra["quotaLimited"] = ["feature_flags"]
+    if want_config:
+        extra.update(config_fields(bool(pf.definitions.flags)))
     if legacy:
         body = {
             "featureFlags": {r.key: (r.variant or True) if r.enabled else False for r in results},
@@ -337,19 +345,17 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
             },
             "errorsWhileComputingFlags": errors,
             "requestId": request_id,
+            **extra,
         }
-    else:
-        body = {
-            "flags": msgspec.Raw(encode_v2_flags(results, pf.fragments)),
-            "errorsWhileComputingFlags": errors,
-            "requestId": request_id,
-            "evaluatedAt": int(time.time() * 1000),
-        }
-    if limited:
-        body["quotaLimited"] = ["feature_flags"]
-    if want_config:
-        body.update(config_fields(bool(pf.definitions.flags)))
-    return Response(_encode(body))
+        return Response(_encode(body))
+    # Built by hand: msgspec would copy the ~10 kB flags object into a growing buffer.
+    rest = b',"errorsWhileComputingFlags":%s,"requestId":%s,"evaluatedAt":%d%s' % (
+        b"true" if errors else b"false",
+        _encode(request_id),
+        int(time.time() * 1000),
+        (b"," + _encode(extra)[1:]) if extra else b"}",
+    )
+    return Response(encode_v2_body(results, pf.fragments, rest))
 
 
 def _version(request: Request) -> int:
