@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flagstaff.flags import EvalRequest, FlagResult, compile_flags, evaluate
+from flagstaff.flags import EvalRequest, FlagResult, compile_flags, evaluate, evaluate_checked
 from flagstaff.flags.codegen import FlagSource
 from flagstaff.flags.hashing import flag_bucket
 from flagstaff.flags.model import GROUPS_NOT_EVALUATED_DESCRIPTION
@@ -292,3 +292,15 @@ def test_flags_sharing_a_regex_share_its_last_answer() -> None:
         got = results(flags, person_properties={"email": email, "name": name})
         assert [got[f"r{n}"].enabled for n in range(6)] == [not expected, expected] * 3
         assert got["other"].enabled is (name == "amy@x" or name == "bob@")
+
+
+def test_evaluate_checked_reports_failures() -> None:
+    cohort = {"key": "id", "type": "cohort", "value": 99}
+    broken = {**flag("broken", cond(cohort)), "id": 1}
+    plain = {**flag("plain", cond()), "id": 2}
+    compiled = compile_flags([broken, plain], {}, MAPPING)
+    assert evaluate_checked(compiled, EvalRequest(distinct_id="u"))[1] is True
+    only_plain = EvalRequest(distinct_id="u", flag_keys=["plain"])
+    assert evaluate_checked(compiled, only_plain) == ([results([plain])["plain"]], False)
+    bad = {**flag("bad", cond()), "filters": "not an object"}
+    assert evaluate_checked(compile_flags([bad], {}, MAPPING), EvalRequest(distinct_id="u"))[1]

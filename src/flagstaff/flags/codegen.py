@@ -218,7 +218,7 @@ class FlagSource(_Source):
                 self._body()
             self._line("except EvaluationError as error:")
             with self._indented():
-                self._line(f"return {self._bind('FAILED', flag.failed_result)}(str(error))")
+                self._line(f"return {self._bind('FAILED', flag.failed_result)}(ctx, str(error))")
         else:
             self._body()
         self._finish()

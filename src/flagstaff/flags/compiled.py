@@ -179,7 +179,8 @@ class CompiledFlag:
             self.shared_results[shape] = result
         return result
 
-    def failed_result(self, message: str) -> FlagResult:
+    def failed_result(self, ctx: Context, message: str) -> FlagResult:
+        ctx.failed = True
         return msgspec.structs.replace(
             self._result(False, None, EVALUATION_ERROR, None, message), failed=True
         )
@@ -217,7 +218,7 @@ class CompiledFlag:
 
     def _evaluate_special(self, ctx: Context) -> FlagResult:
         if self.error is not None:
-            return self.failed_result(self.error)
+            return self.failed_result(ctx, self.error)
         if self.missing_dependency:
             return self._result(False, None, MISSING_DEPENDENCY, None)
         try:
@@ -229,7 +230,7 @@ class CompiledFlag:
             if result is None:
                 result = self.match(ctx)
         except EvaluationError as error:
-            return self.failed_result(str(error))
+            return self.failed_result(ctx, str(error))
         if self.records_value and result.enabled:
             ctx.values[self.index] = result.variant or True
         return result

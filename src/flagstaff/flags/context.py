@@ -20,6 +20,7 @@ class Context:
         "device_id",
         "distinct_id",
         "distinct_id_bytes",
+        "failed",
         "group_properties",
         "groups",
         "overrides",
@@ -39,6 +40,8 @@ class Context:
         self.static_cohort_ids = request.static_cohort_ids
         self.values: dict[int, Any] = {}
         self.cohort_results: dict[int, bool] = {}
+        self.failed = False
+        """Whether some flag's result is a failure (``failed=True``)."""
 
     def group_key(self, group_name: str | None) -> str | None:
         """The request's key for a group type, when it is a usable identifier."""

@@ -125,6 +125,13 @@ def evaluate(compiled: CompiledFlags, request: EvalRequest) -> list[FlagResult]:
     """Results for the active flags that pass the context and runtime filters (and
     ``flag_keys`` plus their dependencies), dependencies first. Inactive flags are omitted,
     as the PostHog server omits them; they count as false for dependent flags."""
+    return evaluate_checked(compiled, request)[0]
+
+
+def evaluate_checked(
+    compiled: CompiledFlags, request: EvalRequest
+) -> tuple[list[FlagResult], bool]:
+    """``evaluate``'s results, and whether any of them failed."""
     plan = compiled.plan(request.runtime, request.contexts, request.flag_keys)
     ctx = Context(request)
-    return [run(ctx) for run in plan]
+    return [run(ctx) for run in plan], ctx.failed

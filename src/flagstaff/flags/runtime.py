@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 CLIENT = "client"
 SERVER = "server"
 
@@ -13,7 +15,9 @@ _BROWSER_TOKENS = ("Mozilla/", "Chrome/", "Safari/", "Firefox/", "Edge/")
 _HTTP_CLIENT_TOKENS = ("python-requests/", "curl/")
 
 
+@functools.lru_cache(maxsize=1024)
 def _from_user_agent(user_agent: str) -> str | None:
+    """Memoised: a few SDK and browser User-Agents make most requests."""
     if user_agent.startswith("posthog-"):
         name, slash, version = user_agent[len("posthog-") :].partition("/")
         if not slash or not name or not version.split(" ")[0]:

@@ -7,7 +7,6 @@ look-up each), overlay the request's properties, evaluate, encode.
 
 from __future__ import annotations
 
-import operator
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -17,7 +16,7 @@ import uuid_utils
 
 from flagstaff import logs
 from flagstaff.caches import Fragments, ProjectFlags
-from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate
+from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate_checked
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.auth import check_personal_key
 from flagstaff.http.errors import ApiError
@@ -29,7 +28,6 @@ from flagstaff.store.keys import check_project_token
 
 _encode = msgspec.json.encode
 _CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-site"))
-_failed = operator.attrgetter("failed")
 SUPPORTED_COMPRESSION = ["gzip", "gzip-js", "lz64"]
 _MAX_DISTINCT_ID = 200
 
@@ -228,11 +226,11 @@ async def compute_flags(
         runtime=runtime,
         contexts=_string_list(payload, "evaluation_contexts", "evaluation_environments"),
     )
-    results = evaluate(pf.compiled, eval_request)
+    results, failed = evaluate_checked(pf.compiled, eval_request)
     if errors:
         results = [_failed_if_stored(r, pf) for r in results]
     svc.metrics.flag_evaluations += len(results)
-    return results, errors or pf.compiled.has_dependency_cycle or any(map(_failed, results))
+    return results, errors or failed or pf.compiled.has_dependency_cycle
 
 
 def _failed_if_stored(result: FlagResult, pf: ProjectFlags) -> FlagResult:
