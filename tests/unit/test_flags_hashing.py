@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import random
 
 import pytest
 
 from flagstaff.flags import EvalRequest, compile_flags, evaluate
-from flagstaff.flags.hashing import bucket, flag_bucket, holdout_bucket
+from flagstaff.flags.hashing import (
+    SCALE,
+    bucket,
+    flag_bucket,
+    holdout_bucket,
+    rollout_limit,
+    variant_limit,
+)
 
 
 def _reference(text: str) -> float:
@@ -94,3 +103,20 @@ def test_weights_under_100_can_leave_plain_true() -> None:
     values = _values(flag)
     assert True in values
     assert set(values) <= {True, "only"}
+
+
+def test_digest_limits_decide_exactly_as_the_float_buckets() -> None:
+    rng = random.Random(5)
+    bounds = [0.0, -0.0, 1.0, 0.05, 0.2, 0.5, 0.7, 1 / 3, 2 / 3, 0.999999, 1e-18, -0.01, 1.01]
+    bounds += [math.nan, math.inf, -math.inf] + [rng.random() for _ in range(300)]
+    for bound in bounds:
+        over, under = rollout_limit(bound), variant_limit(bound)
+        edges = [0, 1, 15, 16, (1 << 64) - 1] + [rng.getrandbits(64) for _ in range(50)]
+        for edge in (over, under):
+            edges += [edge + delta for delta in range(-40, 40)]
+        for prefix in edges:
+            if not 0 <= prefix < 1 << 64:
+                continue
+            bucket = (prefix >> 4) / SCALE
+            assert (bucket > bound) is (prefix >= over), (bound, prefix)
+            assert (bucket < bound) is (prefix < under), (bound, prefix)

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from flagstaff.flags.context import MISSING, Context, EvaluationError
 from flagstaff.flags.filters import CallCheck, Check, DependencyCheck, PropertyCheck
-from flagstaff.flags.hashing import SCALE, VARIANT_SALT, first_64_bits, sha1
+from flagstaff.flags.hashing import (
+    VARIANT_SALT,
+    first_64_bits,
+    rollout_limit,
+    sha1,
+    variant_limit,
+)
 from flagstaff.flags.model import (
     CONDITION_MATCH,
     GROUPS_NOT_EVALUATED_DESCRIPTION,
@@ -47,7 +53,6 @@ _CODES = {
 _GLOBALS: dict[str, Any] = {
     "MISSING": MISSING,
     "EvaluationError": EvaluationError,
-    "SCALE": SCALE,
     "VARIANT_SALT": VARIANT_SALT,
     "first_64_bits": first_64_bits,
     "sha1": sha1,
@@ -337,8 +342,9 @@ class FlagSource(_Source):
         if condition.threshold is None:
             self._matched(condition, ident)
             return True
-        self._line(f"hashed = {self._bucket(ident, salted=False)}")
-        self._line(f"if hashed > {self._bind('THRESHOLD', condition.threshold)}:")
+        limit = rollout_limit(condition.threshold)
+        self._line(f"hashed = {self._hash(ident, salted=False)}")
+        self._line(f"if hashed >= {self._bind('OUT_OF_ROLLOUT', limit)}:")
         with self._indented():
             self._set_miss(OUT_OF_ROLLOUT_RANK, condition.index)
         self._line("else:")
@@ -356,10 +362,10 @@ class FlagSource(_Source):
                 self._line(f"values[{flag.index}] = {self._bind('VALUE', variant or True)}")
             self._line(f"return {self._bind('MATCH', result)}")
             return
-        self._line(f"hashed = {self._bucket(ident, salted=True)}")
+        self._line(f"hashed = {self._hash(ident, salted=True)}")
         keyword = "if"
         for variant, upper in flag.variants:
-            self._line(f"{keyword} hashed < {self._bind('UPPER', upper)}:")
+            self._line(f"{keyword} hashed < {self._bind('UPPER', variant_limit(upper))}:")
             with self._indented():
                 result = flag._result(True, variant, CONDITION_MATCH, index)
                 self._line(f"result = {self._bind('MATCH', result)}")
@@ -372,9 +378,10 @@ class FlagSource(_Source):
             self._line(f"values[{flag.index}] = result.variant or True")
         self._line("return result")
 
-    def _bucket(self, ident: str, *, salted: bool) -> str:
+    def _hash(self, ident: str, *, salted: bool) -> str:
+        """The first 64 bits of the bucketing digest (see hashing.rollout_limit)."""
         data = f"{self._prefix} + {ident} + VARIANT_SALT" if salted else f"{self._prefix} + {ident}"
-        return f"(first_64_bits(sha1({data}).digest())[0] >> 4) / SCALE if {ident} else 0.0"
+        return f"first_64_bits(sha1({data}).digest())[0] if {ident} else 0"
 
     def _missed(self, rank: int, index: int | None) -> str:
         return self._bind("MISS", self.flag._result(False, None, _CODES[rank], index))
