@@ -212,13 +212,19 @@ def test_generated_cohorts_and_or_negation_and_empty_groups() -> None:
     assert _cohort_outcome(cohorts, 4) is False
 
 
-def test_deeply_nested_cohort_keeps_closures() -> None:
+def test_deep_or_large_cohorts_keep_closures() -> None:
     tree: dict[str, Any] = {"type": "AND", "values": [person("a", 1)]}
     for depth in range(200):
         tree = {"type": "OR" if depth % 2 else "AND", "values": [tree]}
-    cohorts = {"1": {"id": 1, "filters": {"properties": tree}}}
+    wide = {"type": "OR", "values": [person(f"k{n}", n) for n in range(2000)]}
+    cohorts = {
+        "1": {"id": 1, "filters": {"properties": tree}},
+        "2": {"id": 2, "filters": {"properties": wide}},
+    }
     assert _cohort_outcome(cohorts, 1, a=1) is True
     assert _cohort_outcome(cohorts, 1, a=2) is False
+    assert _cohort_outcome(cohorts, 2, k1999=1999) is True
+    assert _cohort_outcome(cohorts, 2, k1999=1) is False
 
 
 def test_equality_fast_paths_keep_their_meaning() -> None:

@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flagstaff.flags.codegen import MAX_NESTING, CohortSource, Combination, Negation, Node
+from flagstaff.flags.codegen import (
+    MAX_ENTRIES,
+    MAX_NESTING,
+    CohortSource,
+    Combination,
+    Negation,
+    Node,
+)
 from flagstaff.flags.context import Context, EvaluationError, Matcher
 from flagstaff.flags.filters import CallCheck, property_check
 
@@ -83,7 +90,7 @@ class CohortCompiler:
             tree: Node = self._group(group) if group else False
         finally:
             self._in_progress.discard(cohort_id)
-        if _depth(tree) <= MAX_NESTING:
+        if _depth(tree) <= MAX_NESTING and _size(tree) <= MAX_ENTRIES:
             member = CohortSource(cohort_id, tree).function()
         else:
             member = _cached_member(cohort_id, _matcher(tree))
@@ -129,8 +136,16 @@ def _depth(node: Node) -> int:
     return 0
 
 
+def _size(node: Node) -> int:
+    if isinstance(node, Combination):
+        return 1 + sum(map(_size, node.parts))
+    if isinstance(node, Negation):
+        return 1 + _size(node.part)
+    return 1
+
+
 def _matcher(node: Node) -> Matcher:
-    """The closure form of a cohort's tree, for trees nested too deep to generate."""
+    """The closure form of a cohort's tree, for trees too deep or large to generate."""
     if isinstance(node, bool):
         return lambda _ctx: node
     if isinstance(node, Negation):
