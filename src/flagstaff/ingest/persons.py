@@ -230,11 +230,7 @@ class PersonBook:
         return out
 
 
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
-
-
-_EMPTY: dict[str, Any] = {}
+_MISSING = object()
 
 
 def apply_updates(state: PersonState, event: Event) -> None:
@@ -249,37 +245,42 @@ def apply_updates(state: PersonState, event: Event) -> None:
     if event.event in NO_UPDATE_EVENTS:
         return
     props = state.properties
-    explicit_set = event.set or _EMPTY
-    explicit_once = event.set_once or _EMPTY
-    event_props = event.properties
-    lifted = [key for key in event_props if key in EVENT_TO_PERSON_PROPERTIES]
+    explicit_set = event.set
+    explicit_once = event.set_once
     changes: list[tuple[str, Any]] = []
     counts = event.event in PERSON_EVENTS
-    for key, value in explicit_once.items():
-        if key not in props:
-            changes.append((key, value))
-            counts = True
-    for key in lifted:
-        initial = _INITIAL_NAMES[key]
-        if initial not in props and initial not in explicit_once:
-            changes.append((initial, event_props[key]))
-            counts = True
-    for key in lifted:
-        if key not in explicit_set:
-            value = event_props[key]
+    if explicit_once:
+        for key, value in explicit_once.items():
             if key not in props:
                 changes.append((key, value))
                 counts = True
-            elif not _same(props[key], value):
-                changes.append((key, value))
-                counts = counts or key not in FILTERED_UPDATE_PROPERTIES
-    for key, value in explicit_set.items():
-        if key not in props:
+    for key, value in event.properties.items():
+        initial = _INITIAL_NAMES.get(key)
+        if initial is None:
+            continue
+        if initial not in props and not (explicit_once and initial in explicit_once):
+            changes.append((initial, value))
+            counts = True
+        if explicit_set and key in explicit_set:
+            continue
+        current = props.get(key, _MISSING)
+        if current is _MISSING:
             changes.append((key, value))
             counts = True
-        elif not _same(props[key], value):
+        elif type(current) is not type(value) or current != value:
             changes.append((key, value))
-            counts = counts or key not in FILTERED_UPDATE_PROPERTIES
+            if key not in FILTERED_UPDATE_PROPERTIES:
+                counts = True
+    if explicit_set:
+        for key, value in explicit_set.items():
+            current = props.get(key, _MISSING)
+            if current is _MISSING:
+                changes.append((key, value))
+                counts = True
+            elif type(current) is not type(value) or current != value:
+                changes.append((key, value))
+                if key not in FILTERED_UPDATE_PROPERTIES:
+                    counts = True
     removed = [k for k in event.unset if isinstance(k, str) and k in props] if event.unset else []
     if not counts and not removed:
         return
