@@ -21,6 +21,7 @@ import msgspec
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store import keys
+from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import (
     Conflict,
     Definitions,
@@ -539,9 +540,13 @@ class SQLiteStore:
         if self._ingest_client is not None:
             return await self._ingest_client.ingest(project_id, events, drops)
         now_ms = int(time.time() * 1000)
-        return await self._writer.submit(
-            lambda conn: apply_ingest(conn, project_id, events, drops, now_ms)
-        )
+
+        def write(conn: sqlite3.Connection) -> IngestResult:
+            result = apply_ingest(conn, project_id, events, drops, now_ms)
+            event_index.index_events(conn)
+            return result
+
+        return await self._writer.submit(write)
 
     # read views ------------------------------------------------------------------------
 
@@ -598,12 +603,13 @@ class SQLiteStore:
         cursor: tuple[int, int] | None = None,
         limit: int = 100,
     ) -> list[StoredEvent]:
-        """Newest first by timestamp; ``cursor`` is the (timestamp, seq) of the last row seen."""
-        where = ["e.project_id = ?"]
-        args: list[Any] = [project_id]
-        if distinct_id is not None:
-            where.append("e.distinct_id = ?")
-            args.append(distinct_id)
+        """Newest first by timestamp; ``cursor`` is the (timestamp, seq) of the last row seen.
+
+        By distinct id: the indexed entries (``events_by_distinct_id``) plus the events past
+        the index's watermark, read in one snapshot.
+        """
+        where: list[str] = []
+        args: list[Any] = []
         if event is not None:
             where.append("e.event = ?")
             args.append(event)
@@ -616,18 +622,52 @@ class SQLiteStore:
         if cursor is not None:
             where.append("(e.timestamp_ms < ? OR (e.timestamp_ms = ? AND e.seq < ?))")
             args.extend([cursor[0], cursor[0], cursor[1]])
-        rows = self.db.execute(
-            "SELECT e.seq, e.uuid, e.event, e.distinct_id, e.properties, e.timestamp_ms, "
-            "e.received_ms, e.historical, p.id, p.uuid FROM events e "
-            "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
-            "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
-            f"WHERE {' AND '.join(where)} ORDER BY e.timestamp_ms DESC, e.seq DESC LIMIT ?",
-            (*args, limit),
-        ).fetchall()
+        if distinct_id is None:
+            rows = self._event_rows("", ["e.project_id = ?", *where], [project_id, *args], limit)
+        else:
+            indexed = [w.replace("e.timestamp_ms", "x.timestamp_ms") for w in where]
+            db = self.db
+            db.execute("BEGIN")
+            try:
+                mark = event_index.watermark(db)
+                rows = self._event_rows(
+                    "JOIN events_by_distinct_id x ON x.seq = e.seq ",
+                    ["x.project_id = ?", "x.distinct_id = ?", *indexed],
+                    [project_id, distinct_id, *args],
+                    limit,
+                    order="x.timestamp_ms DESC, x.seq DESC",
+                )
+                rows += self._event_rows(
+                    "",
+                    ["e.project_id = ?", "e.seq > ?", "e.distinct_id = ?", *where],
+                    [project_id, mark, distinct_id, *args],
+                    limit,
+                )
+            finally:
+                db.execute("COMMIT")
+            rows.sort(key=lambda r: (r[5], r[0]), reverse=True)
+            del rows[limit:]
         return [
             StoredEvent(r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], bool(r[7]), r[8], r[9])
             for r in rows
         ]
+
+    def _event_rows(
+        self,
+        join: str,
+        where: list[str],
+        args: list[Any],
+        limit: int,
+        order: str = "e.timestamp_ms DESC, e.seq DESC",
+    ) -> list[Any]:
+        return self.db.execute(
+            "SELECT e.seq, e.uuid, e.event, e.distinct_id, e.properties, e.timestamp_ms, "
+            f"e.received_ms, e.historical, p.id, p.uuid FROM events e {join}"
+            "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+            "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
+            f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ?",
+            (*args, limit),
+        ).fetchall()
 
     async def iter_events(
         self, project_id: int, since_ms: int | None, batch: int = 1000

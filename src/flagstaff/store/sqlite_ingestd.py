@@ -2,43 +2,51 @@
 
 ``flagstaff serve`` starts it before the HTTP workers and stops it after them. Workers decode
 and normalise events in parallel and send them here over a Unix socket; this process runs the
-person and group rules and the group-committed transactions, and answers each request after
-its commit. Being the only process that writes persons, it keeps them in memory
+person and group rules and the transactions, and answers each request after its commit. Being
+the only process that writes persons, it keeps them in memory
 (:class:`~flagstaff.store.person_cache.PersonCache`) instead of reading them back per batch.
 
+It is one thread around one ``select`` loop: read every frame that has arrived on any
+connection, apply them all in one transaction, commit (fsync), answer them all. Requests that
+arrive during a commit wait in the socket buffers and form the next transaction: group commit
+with no timer. When no request is waiting, it indexes stored events by distinct id
+(:mod:`~flagstaff.store.sqlite_event_index`).
+
 It ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group, and the workers must
-finish their in-flight requests first) and exits when its standard input closes: the serving
-process closes it after the workers stopped, or the kernel does when that process died.
+finish their in-flight requests first) and exits once its standard input is closed and every
+worker has disconnected: the serving process closes it after the workers stopped, or the
+kernel does when that process died.
 
 Run: ``python -m flagstaff.store.sqlite_ingestd DB_PATH SOCKET_PATH``
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import os
+import selectors
 import signal
+import socket
+import sqlite3
 import sys
 import time
 from pathlib import Path
 
+from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import IngestResult
-from flagstaff.store.ingest_protocol import (
-    Outbox,
-    read_frame,
-    request_decoder,
-    request_encoder,
-)
+from flagstaff.store.ingest_protocol import HEADER, MAX_FRAME, request_decoder, request_encoder
 from flagstaff.store.person_cache import PersonCache
 from flagstaff.store.sqlite_ingest import IngestRequest, apply_many
-from flagstaff.store.sqlite_writer import Writer
+from flagstaff.store.sqlite_writer import connect, writer_lock
 
 READY = b"ready\n"
 # The automatic checkpoint runs inside the commit that crosses it; every 64 MB of WAL instead
 # of SQLite's 4 MB, pages rewritten many times (indexes, persons) are copied back once.
 WAL_CHECKPOINT_PAGES = 16384
+# Waiting this long with nothing to do counts as idle: time to index events.
+IDLE_SECONDS = 0.05
+_READ_SIZE = 1 << 20
 
 
 def lock_data_dir(db_path: Path) -> int:
@@ -52,96 +60,225 @@ def lock_data_dir(db_path: Path) -> int:
     return fd
 
 
+class Peer:
+    """One worker's connection: bytes in, complete frames out, answers buffered."""
+
+    __slots__ = ("inbox", "outbox", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.inbox = bytearray()
+        self.outbox = bytearray()
+
+    def receive(self) -> tuple[list[bytes], bool]:
+        """Frames complete so far, and whether the worker closed its end."""
+        closed = False
+        while True:
+            try:
+                chunk = self.sock.recv(_READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError:
+                closed = True
+                break
+            if not chunk:
+                closed = True
+                break
+            self.inbox += chunk
+            if len(chunk) < _READ_SIZE:
+                break
+        frames: list[bytes] = []
+        inbox, offset, size = self.inbox, 0, HEADER.size
+        while len(inbox) - offset >= size:
+            (length,) = HEADER.unpack_from(inbox, offset)
+            if length > MAX_FRAME:
+                raise ValueError(f"frame of {length} bytes is over the limit")
+            end = offset + size + length
+            if len(inbox) < end:
+                break
+            frames.append(bytes(inbox[offset + size : end]))
+            offset = end
+        if offset:
+            del inbox[:offset]
+        return frames, closed
+
+    def queue(self, payload: bytes) -> None:
+        self.outbox += HEADER.pack(len(payload))
+        self.outbox += payload
+
+    def flush(self) -> bool:
+        """Send what the socket takes; True when everything left."""
+        if self.outbox:
+            try:
+                sent = self.sock.send(self.outbox)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.outbox.clear()
+                return True
+            del self.outbox[:sent]
+        return not self.outbox
+
+
 class IngestServer:
     def __init__(self, db_path: Path, socket_path: Path) -> None:
         self.db_path = db_path
         self.socket_path = socket_path
         self.cache = PersonCache()
-        self.writer = Writer(
-            db_path, on_failure=self.cache.clear, wal_autocheckpoint_pages=WAL_CHECKPOINT_PAGES
-        )
-        self._connections: set[asyncio.Task[None]] = set()
-        self._pending: list[tuple[IngestRequest, asyncio.Future[IngestResult]]] = []
+        self.conn: sqlite3.Connection | None = None
+        self._lock_fd = -1
+        self._selector = selectors.DefaultSelector()
+        self._peers: dict[int, Peer] = {}
+        self._unindexed = 0
+        self.commits = 0
 
-    async def serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.writer.start(loop)
+    def serve(self) -> None:
+        self.conn = connect(self.db_path)
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+        self._lock_fd = os.open(str(self.db_path) + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._unindexed = event_index.unindexed(self.conn)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
-        server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path))
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.socket_path))
         os.chmod(self.socket_path, 0o600)
+        listener.listen(128)
+        listener.setblocking(False)
+        self._selector.register(listener, selectors.EVENT_READ, "accept")
+        self._selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "stdin")
         sys.stdout.buffer.write(READY)
         sys.stdout.flush()
-        await self._wait_for_stdin_close()
-        server.close()
-        await server.wait_closed()
-        for task in list(self._connections):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self.writer.stop()
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
-
-    async def _wait_for_stdin_close(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, sys.stdin.buffer.read)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        in_flight: set[asyncio.Task[None]] = set()
-        outbox = Outbox(writer)
         try:
-            while True:
-                try:
-                    payload = await read_frame(reader)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                answer = asyncio.create_task(self._answer(payload, outbox))
-                in_flight.add(answer)
-                answer.add_done_callback(in_flight.discard)
-            if in_flight:
-                await asyncio.gather(*in_flight, return_exceptions=True)
+            self._loop(listener)
         finally:
-            writer.close()
-            self._connections.discard(task)
+            self._selector.close()
+            listener.close()
+            for peer in self._peers.values():
+                peer.sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+            self.conn.close()
+            os.close(self._lock_fd)
 
-    async def _answer(self, payload: bytes, outbox: Outbox) -> None:
-        request_id = 0
-        try:
-            request_id, project_id, events, drops = request_decoder.decode(payload)
-            future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-            if not self._pending:
-                asyncio.get_running_loop().call_soon(self._flush)
-            self._pending.append(((project_id, events, drops), future))
-            answer = (request_id, await future, None)
-        except Exception as exc:
-            answer = (request_id, None, f"{type(exc).__name__}: {exc}")
-        outbox.send(request_encoder.encode(answer))
-
-    def _flush(self) -> None:
-        """Hand everything that arrived during this loop tick to the writer as one job."""
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        requests = [request for request, _ in pending]
-        now_ms = int(time.time() * 1000)
-        cache = self.cache
-        job = self.writer.submit(lambda conn: apply_many(conn, requests, now_ms, cache))
-
-        def settle(done: asyncio.Future[list[IngestResult | Exception]]) -> None:
-            error = done.exception()
-            results = [error] * len(pending) if error is not None else done.result()
-            for (_, future), result in zip(pending, results, strict=True):
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
+    def _loop(self, listener: socket.socket) -> None:
+        stopping = False
+        while not stopping or self._peers:
+            ready = self._selector.select(IDLE_SECONDS if self._unindexed else None)
+            if not ready:
+                self._index_some()
+                continue
+            frames: list[tuple[Peer, bytes]] = []
+            for key, mask in ready:
+                if key.data == "accept":
+                    self._accept(listener)
+                elif key.data == "stdin":
+                    if not os.read(key.fd, 4096):
+                        stopping = True
+                        self._selector.unregister(key.fd)
+                        self._selector.unregister(listener)
                 else:
-                    future.set_result(result)  # type: ignore[arg-type]
+                    peer: Peer = key.data
+                    if mask & selectors.EVENT_READ:
+                        self._read(peer, frames)
+                    if mask & selectors.EVENT_WRITE and peer.sock.fileno() in self._peers:
+                        self._flush(peer)
+            if frames:
+                self._apply(frames)
+                if self._unindexed >= event_index.BATCH:
+                    self._index_some()
 
-        job.add_done_callback(settle)
+    def _accept(self, listener: socket.socket) -> None:
+        with contextlib.suppress(BlockingIOError):
+            sock, _ = listener.accept()
+            sock.setblocking(False)
+            peer = Peer(sock)
+            self._peers[sock.fileno()] = peer
+            self._selector.register(sock, selectors.EVENT_READ, peer)
+
+    def _read(self, peer: Peer, frames: list[tuple[Peer, bytes]]) -> None:
+        try:
+            received, closed = peer.receive()
+        except ValueError:
+            received, closed = [], True
+        frames.extend((peer, payload) for payload in received)
+        if closed:
+            self._drop(peer)
+
+    def _drop(self, peer: Peer) -> None:
+        fd = peer.sock.fileno()
+        if self._peers.pop(fd, None) is not None:
+            self._selector.unregister(peer.sock)
+            peer.sock.close()
+
+    def _flush(self, peer: Peer) -> None:
+        if peer.sock.fileno() not in self._peers:
+            return
+        events = (
+            selectors.EVENT_READ if peer.flush() else selectors.EVENT_READ | selectors.EVENT_WRITE
+        )
+        self._selector.modify(peer.sock, events, peer)
+
+    def _apply(self, frames: list[tuple[Peer, bytes]]) -> None:
+        """One transaction for every frame read in this turn of the loop; then the answers."""
+        accepted: list[tuple[Peer, int]] = []
+        requests: list[IngestRequest] = []
+        for peer, payload in frames:
+            try:
+                request_id, project_id, events, drops = request_decoder.decode(payload)
+            except Exception as exc:
+                peer.queue(request_encoder.encode((0, None, f"{type(exc).__name__}: {exc}")))
+                continue
+            accepted.append((peer, request_id))
+            requests.append((project_id, events, drops))
+        if requests:
+            results = self._transaction(requests)
+            for (peer, request_id), result in zip(accepted, results, strict=True):
+                if isinstance(result, BaseException):
+                    answer = (request_id, None, f"{type(result).__name__}: {result}")
+                else:
+                    answer = (request_id, result, None)
+                peer.queue(request_encoder.encode(answer))
+        for peer in {peer for peer, _ in frames}:
+            self._flush(peer)
+
+    def _transaction(self, requests: list[IngestRequest]) -> list[IngestResult | Exception]:
+        conn = self.conn
+        assert conn is not None
+        now_ms = int(time.time() * 1000)
+        with writer_lock(self._lock_fd):
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                results = apply_many(conn, requests, now_ms, self.cache)
+                conn.execute("COMMIT")
+            except Exception as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                self.cache.clear()
+                return [exc] * len(requests)
+        self.commits += 1
+        for result in results:
+            if isinstance(result, IngestResult):
+                self._unindexed += result.ingested
+        return results
+
+    def _index_some(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        with writer_lock(self._lock_fd):
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                moved = event_index.index_events(conn)
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                return
+        if moved == 0:
+            self._unindexed = 0
+        else:
+            self._unindexed = max(0, self._unindexed - moved)
+            if self._unindexed == 0:
+                self._unindexed = event_index.unindexed(conn)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     db_path, socket_path = Path(args[0]), Path(args[1])
     lock = lock_data_dir(db_path)
     try:
-        asyncio.run(IngestServer(db_path, socket_path).serve())
+        IngestServer(db_path, socket_path).serve()
     finally:
         os.close(lock)
     return 0

@@ -16,7 +16,7 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +37,21 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
         conn.execute("PRAGMA query_only=1")
     return conn
+
+
+@contextlib.contextmanager
+def writer_lock(fd: int) -> Iterator[None]:
+    """Hold the data dir's writer lock (``<db>.writer-lock``) for one transaction.
+
+    Every process that writes has one writing connection; SQLite would make the others wait in
+    its busy handler, which sleeps in steps of up to 100 ms. A blocking flock hands the turn
+    over the moment the holder commits.
+    """
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 class Writer:
@@ -132,20 +147,9 @@ class Writer:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(_resolve, outcomes)
 
-    @contextlib.contextmanager
-    def _exclusive(self) -> Any:
-        """Hold the data dir's writer lock for one transaction.
-
-        Every worker process has a writer; SQLite would make the others wait in its busy
-        handler, which sleeps in steps of up to 100 ms. A blocking flock hands the turn over
-        the moment the holder commits.
-        """
+    def _exclusive(self) -> contextlib.AbstractContextManager[None]:
         assert self._lock_fd is not None
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        return writer_lock(self._lock_fd)
 
     def _run_batch(
         self,
