@@ -6,7 +6,6 @@ exactly one of the last two set. msgspec encodes the event structs directly.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import msgspec
@@ -50,32 +49,3 @@ def for_writer(events: list[Event]) -> list[Event]:
             )
         )
     return out
-
-
-class Outbox:
-    """Frames written during one event loop tick leave in one write (one syscall)."""
-
-    __slots__ = ("_frames", "_writer")
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
-        self._frames: list[bytes] = []
-
-    def send(self, payload: bytes) -> None:
-        if not self._frames:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._frames.append(HEADER.pack(len(payload)))
-        self._frames.append(payload)
-
-    def _flush(self) -> None:
-        frames, self._frames = self._frames, []
-        if not self._writer.is_closing():
-            self._writer.write(b"".join(frames))
-
-
-async def read_frame(reader: asyncio.StreamReader) -> bytes:
-    header = await reader.readexactly(HEADER.size)
-    (size,) = HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes is over the limit")
-    return await reader.readexactly(size)
