@@ -42,8 +42,9 @@ from flagstaff.store.sqlite_writer import connect, writer_lock
 
 READY = b"ready\n"
 # The automatic checkpoint runs inside the commit that crosses it; every 64 MB of WAL instead
-# of SQLite's 4 MB, pages rewritten many times (indexes, persons) are copied back once.
-WAL_CHECKPOINT_PAGES = 16384
+# of SQLite's default 1,000 pages, pages rewritten many times (indexes, persons) are copied
+# back once.
+WAL_CHECKPOINT_BYTES = 64 * 1024 * 1024
 # Waiting this long with nothing to do counts as idle: time to index events.
 IDLE_SECONDS = 0.05
 _READ_SIZE = 1 << 20
@@ -140,7 +141,8 @@ class IngestServer:
 
     def serve(self) -> None:
         self.conn = connect(self.db_path)
-        self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+        page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_BYTES // page_size}")
         self._lock_fd = os.open(str(self.db_path) + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o600)
         self._unindexed = event_index.unindexed(self.conn)
         with contextlib.suppress(FileNotFoundError):
