@@ -1,13 +1,16 @@
-"""Writing one ingestion batch to SQLite: load, apply the pure rules, write back.
+"""Writing ingestion batches to SQLite: load, apply the pure rules, plan the writes, write.
 
-Runs inside the writer thread's transaction, so the persons read here cannot change
-underneath the rules before they are written.
+Planning (:func:`plan_ingest`) reads persons and groups, runs the rules and encodes every row
+to write; executing (:func:`execute_plan`) only runs SQL. Both happen under the database's
+write turn, so what the rules read cannot change before it is written: in one transaction
+(:func:`apply_ingest`), or, in the ingest writer, planned while the previous plan executes,
+reading the database only once that plan is committed.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -101,20 +104,124 @@ def warning_rows(
     ]
 
 
-def _write_persons(
-    conn: sqlite3.Connection,
+Reader = Callable[[], sqlite3.Connection]
+"""Gives the connection to read from once every write planned before is committed."""
+
+
+class PersonIds:
+    """Ids for new persons, chosen when a batch is planned rather than when it is written.
+
+    Only the ingest path inserts persons and it holds the database's write turn, so the next
+    id is one past the largest stored; ``reset`` re-reads it after a rolled-back transaction.
+    """
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next: int | None = None
+
+    def take(self, reader: Reader) -> int:
+        if self._next is None:
+            row = reader().execute("SELECT coalesce(max(id), 0) + 1 FROM persons").fetchone()
+            self._next = int(row[0])
+        taken = self._next
+        self._next += 1
+        return taken
+
+    def reset(self) -> None:
+        self._next = None
+
+
+Step = tuple[str, list[tuple[Any, ...]]]
+
+_INSERT_EVENTS = (
+    "INSERT OR IGNORE INTO events (project_id, uuid, event, distinct_id, timestamp_ms, "
+    "received_ms, historical, properties) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_WARNINGS = (
+    "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) VALUES (?, ?, ?, ?)"
+)
+
+
+class WritePlan:
+    """Everything one ingestion pass writes: statements in order, then events and warnings.
+
+    Built from the rules' outcome with every value already encoded, so it can be executed
+    (:func:`execute_plan`) on another thread while the next batch is planned.
+    """
+
+    __slots__ = ("dropped", "event_rows", "steps", "warning_rows")
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.event_rows: list[tuple[Any, ...]] = []
+        self.warning_rows: list[tuple[Any, ...]] = []
+        self.dropped: dict[str, int] = {}
+
+    def add(self, sql: str, row: tuple[Any, ...]) -> None:
+        """One statement; consecutive runs of the same statement become one executemany."""
+        if self.steps and self.steps[-1][0] is sql:
+            self.steps[-1][1].append(row)
+        else:
+            self.steps.append((sql, [row]))
+
+
+_INSERT_PERSON = (
+    "INSERT INTO persons (id, project_id, uuid, properties, is_identified, created_at_ms) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_ASSIGN = (
+    "INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) VALUES (?, ?, ?) "
+    "ON CONFLICT (project_id, distinct_id) DO UPDATE SET person_id = excluded.person_id"
+)
+_MOVE_IDS = "UPDATE person_distinct_ids SET person_id = ? WHERE person_id = ?"
+_COPY_OVERRIDES = (
+    "INSERT OR IGNORE INTO hash_key_overrides (project_id, person_id, feature_flag_key, "
+    "hash_key) SELECT project_id, ?, feature_flag_key, hash_key FROM hash_key_overrides "
+    "WHERE project_id = ? AND person_id = ?"
+)
+_DROP_OVERRIDES = "DELETE FROM hash_key_overrides WHERE project_id = ? AND person_id = ?"
+_DELETE_PERSON = "DELETE FROM persons WHERE id = ?"
+_UPDATE_PERSON = (
+    "UPDATE persons SET properties = ?, is_identified = ?, created_at_ms = ?, "
+    "version = version + 1 WHERE id = ?"
+)
+_INSERT_GROUP_TYPE = (
+    "INSERT INTO group_types (project_id, group_type_index, group_type) VALUES (?, ?, ?)"
+)
+_UPSERT_GROUP = (
+    "INSERT INTO groups (project_id, group_type_index, group_key, properties, created_at_ms) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, group_type_index, group_key) "
+    "DO UPDATE SET properties = excluded.properties, version = version + 1"
+)
+_BUMP_DEFINITIONS = (
+    "INSERT INTO definitions_version (project_id, version) VALUES (?, 1) "
+    "ON CONFLICT(project_id) DO UPDATE SET version = version + 1"
+)
+
+
+def _plan_persons(
+    plan: WritePlan,
     project_id: int,
     book: person_rules.PersonBook,
-    cache: PersonCache | None = None,
+    ids: PersonIds,
+    reader: Reader,
+    cache: PersonCache | None,
 ) -> None:
     for op in book.ops:
         kind = op[0]
         if kind == "create":
+            op[1].id = ids.take(reader)
+        elif kind == "merge" and cache is not None and op[1].id is not None:
+            cache.forget(op[1].id)
+    for op in book.ops:
+        kind = op[0]
+        if kind == "create":
             state = op[1]
-            cur = conn.execute(
-                "INSERT INTO persons (project_id, uuid, properties, is_identified, "
-                "created_at_ms) VALUES (?, ?, ?, ?, ?)",
+            plan.add(
+                _INSERT_PERSON,
                 (
+                    state.id,
                     project_id,
                     state.uuid,
                     _encode(state.properties),
@@ -122,70 +229,40 @@ def _write_persons(
                     state.created_at_ms,
                 ),
             )
-            state.id = cur.lastrowid
         elif kind == "assign":
-            conn.execute(
-                "INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) "
-                "VALUES (?, ?, ?) ON CONFLICT (project_id, distinct_id) "
-                "DO UPDATE SET person_id = excluded.person_id",
-                (project_id, op[1], op[2].id),
-            )
+            plan.add(_ASSIGN, (project_id, op[1], op[2].id))
         else:
             source, target = op[1], op[2]
-            conn.execute(
-                "UPDATE person_distinct_ids SET person_id = ? WHERE person_id = ?",
-                (target.id, source.id),
-            )
-            conn.execute(
-                "INSERT OR IGNORE INTO hash_key_overrides (project_id, person_id, "
-                "feature_flag_key, hash_key) SELECT project_id, ?, feature_flag_key, hash_key "
-                "FROM hash_key_overrides WHERE project_id = ? AND person_id = ?",
-                (target.id, project_id, source.id),
-            )
-            conn.execute(
-                "DELETE FROM hash_key_overrides WHERE project_id = ? AND person_id = ?",
-                (project_id, source.id),
-            )
-            conn.execute("DELETE FROM persons WHERE id = ?", (source.id,))
-            if cache is not None and source.id is not None:
-                cache.forget(source.id)
-    rows = [
-        (_encode(s.properties), int(s.is_identified), s.created_at_ms, s.id) for s in book.changed()
-    ]
-    if rows:
-        conn.executemany(
-            "UPDATE persons SET properties = ?, is_identified = ?, created_at_ms = ?, "
-            "version = version + 1 WHERE id = ?",
-            rows,
+            plan.add(_MOVE_IDS, (target.id, source.id))
+            plan.add(_COPY_OVERRIDES, (target.id, project_id, source.id))
+            plan.add(_DROP_OVERRIDES, (project_id, source.id))
+            plan.add(_DELETE_PERSON, (source.id,))
+    for s in book.changed():
+        plan.add(
+            _UPDATE_PERSON, (_encode(s.properties), int(s.is_identified), s.created_at_ms, s.id)
         )
     for state in book.by_distinct_id.values():
         state.dirty = False
         state.is_new = False
 
 
-def _write_groups(conn: sqlite3.Connection, project_id: int, book: group_rules.GroupBook) -> bool:
-    conn.executemany(
-        "INSERT INTO group_types (project_id, group_type_index, group_type) VALUES (?, ?, ?)",
-        [(project_id, index, name) for index, name in book.new_types],
-    )
-    conn.executemany(
-        "INSERT INTO groups (project_id, group_type_index, group_key, properties, created_at_ms) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, group_type_index, group_key) "
-        "DO UPDATE SET properties = excluded.properties, version = version + 1",
-        [
-            (project_id, g.type_index, g.key, _encode(g.properties), g.created_at_ms)
-            for g in book.changed()
-        ],
-    )
-    return bool(book.new_types)
+def _plan_groups(plan: WritePlan, project_id: int, book: group_rules.GroupBook) -> None:
+    for index, name in book.new_types:
+        plan.add(_INSERT_GROUP_TYPE, (project_id, index, name))
+    for g in book.changed():
+        plan.add(
+            _UPSERT_GROUP, (project_id, g.type_index, g.key, _encode(g.properties), g.created_at_ms)
+        )
+    if book.new_types:
+        plan.add(_BUMP_DEFINITIONS, (project_id,))
 
 
 def _book_for(
-    conn: sqlite3.Connection, project_id: int, events: list[Event], cache: PersonCache | None
+    reader: Reader, project_id: int, events: list[Event], cache: PersonCache | None
 ) -> person_rules.PersonBook:
     wanted = person_rules.ids_to_load(events)
     if cache is None:
-        return person_rules.PersonBook(project_id, load_persons(conn, project_id, wanted))
+        return person_rules.PersonBook(project_id, load_persons(reader(), project_id, wanted))
     loaded: dict[str, person_rules.PersonState] = {}
     missing = []
     for did in wanted:
@@ -195,8 +272,81 @@ def _book_for(
         else:
             loaded[did] = state
     if missing:
-        loaded.update(load_persons(conn, project_id, missing, cache.by_id()))
+        loaded.update(load_persons(reader(), project_id, missing, cache.by_id()))
     return person_rules.PersonBook(project_id, loaded)
+
+
+def plan_ingest(
+    reader: Reader,
+    project_id: int,
+    events: list[Event],
+    drops: list[Drop],
+    now_ms: int,
+    ids: PersonIds,
+    cache: PersonCache | None = None,
+) -> WritePlan:
+    """Run the person and group rules over one project's events and plan their writes.
+
+    With ``cache``, persons come from and go to memory; the cached states then already hold
+    the planned changes, so a plan that is not committed must be followed by ``cache.clear()``
+    and ``ids.reset()``.
+    """
+    drops = list(drops)
+    book = _book_for(reader, project_id, events, cache)
+    group_book: group_rules.GroupBook | None = None
+    kept: list[Event] = []
+    for event in events:
+        if event.event in group_rules.GROUP_IDENTIFY_EVENTS:
+            if group_book is None:
+                group_book = load_groups(reader(), project_id, events)
+            reason = group_rules.apply_group_identify(group_book, event)
+            if reason is not None:
+                drops.append(Drop.of(event, reason, group_rules.DROP_DETAILS[reason]))
+                continue
+        else:
+            person_rules.apply_event(book, event)
+        kept.append(event)
+
+    plan = WritePlan()
+    _plan_persons(plan, project_id, book, ids, reader, cache)
+    if cache is not None:
+        cache.remember(project_id, book.by_distinct_id)
+    if group_book is not None:
+        _plan_groups(plan, project_id, group_book)
+    plan.event_rows = [
+        (
+            project_id,
+            e.uuid,
+            e.event,
+            e.distinct_id,
+            e.timestamp_ms,
+            e.received_ms,
+            int(e.historical),
+            e.properties_json if e.properties_json is not None else _encode(e.properties),
+        )
+        for e in kept
+    ]
+    plan.warning_rows = warning_rows(project_id, drops, now_ms)
+    plan.warning_rows.extend(
+        (project_id, kind, _encode(details), now_ms) for kind, details in book.warnings
+    )
+    for d in drops:
+        plan.dropped[d.reason] = plan.dropped.get(d.reason, 0) + 1
+    return plan
+
+
+def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
+    """Run a plan inside the caller's transaction."""
+    for sql, rows in plan.steps:
+        conn.executemany(sql, rows)
+    before = conn.total_changes
+    conn.executemany(_INSERT_EVENTS, plan.event_rows)
+    stored = conn.total_changes - before
+    if plan.warning_rows:
+        conn.executemany(_INSERT_WARNINGS, plan.warning_rows)
+    return IngestResult(
+        ingested=stored, duplicates=len(plan.event_rows) - stored, dropped=plan.dropped
+    )
 
 
 def apply_ingest(
@@ -207,79 +357,18 @@ def apply_ingest(
     now_ms: int,
     cache: PersonCache | None = None,
 ) -> IngestResult:
-    """Apply one request's events; with ``cache``, persons come from and go to memory too."""
+    """Plan and write one request's events in the caller's transaction.
+
+    With ``cache``, persons come from and go to memory too; the cache is cleared if this
+    fails, since the rules changed cached states that were not written.
+    """
     try:
-        return _apply(conn, project_id, events, drops, now_ms, cache)
+        plan = plan_ingest(lambda: conn, project_id, events, drops, now_ms, PersonIds(), cache)
+        return execute_plan(conn, plan)
     except BaseException:
         if cache is not None:
             cache.clear()
         raise
-
-
-def _apply(
-    conn: sqlite3.Connection,
-    project_id: int,
-    events: list[Event],
-    drops: list[Drop],
-    now_ms: int,
-    cache: PersonCache | None,
-) -> IngestResult:
-    drops = list(drops)
-    book = _book_for(conn, project_id, events, cache)
-    group_book: group_rules.GroupBook | None = None
-    kept: list[Event] = []
-    for event in events:
-        if event.event in group_rules.GROUP_IDENTIFY_EVENTS:
-            if group_book is None:
-                group_book = load_groups(conn, project_id, events)
-            reason = group_rules.apply_group_identify(group_book, event)
-            if reason is not None:
-                drops.append(Drop.of(event, reason, group_rules.DROP_DETAILS[reason]))
-                continue
-        else:
-            person_rules.apply_event(book, event)
-        kept.append(event)
-
-    _write_persons(conn, project_id, book, cache)
-    if cache is not None:
-        cache.remember(project_id, book.by_distinct_id)
-    if group_book is not None and _write_groups(conn, project_id, group_book):
-        conn.execute(
-            "INSERT INTO definitions_version (project_id, version) VALUES (?, 1) "
-            "ON CONFLICT(project_id) DO UPDATE SET version = version + 1",
-            (project_id,),
-        )
-    before = conn.total_changes
-    conn.executemany(
-        "INSERT OR IGNORE INTO events (project_id, uuid, event, distinct_id, timestamp_ms, "
-        "received_ms, historical, properties) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                project_id,
-                e.uuid,
-                e.event,
-                e.distinct_id,
-                e.timestamp_ms,
-                e.received_ms,
-                int(e.historical),
-                e.properties_json if e.properties_json is not None else _encode(e.properties),
-            )
-            for e in kept
-        ],
-    )
-    stored = conn.total_changes - before
-    warnings = warning_rows(project_id, drops, now_ms)
-    warnings.extend((project_id, kind, _encode(details), now_ms) for kind, details in book.warnings)
-    if warnings:
-        conn.executemany(
-            "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) "
-            "VALUES (?, ?, ?, ?)",
-            warnings,
-        )
-    dropped: dict[str, int] = {}
-    for d in drops:
-        dropped[d.reason] = dropped.get(d.reason, 0) + 1
-    return IngestResult(ingested=stored, duplicates=len(kept) - stored, dropped=dropped)
 
 
 IngestRequest = tuple[int, list[Event], list[Drop]]

@@ -6,11 +6,13 @@ person and group rules and the transactions, and answers each request after its 
 the only process that writes persons, it keeps them in memory
 (:class:`~flagstaff.store.person_cache.PersonCache`) instead of reading them back per batch.
 
-It is one thread around one ``select`` loop: read every frame that has arrived on any
-connection, apply them all in one transaction, commit (fsync), answer them all. Requests that
-arrive during a commit wait in the socket buffers and form the next transaction: group commit
-with no timer. When no request is waiting, it indexes stored events by distinct id
-(:mod:`~flagstaff.store.sqlite_event_index`).
+One ``select`` loop reads every frame that has arrived on any connection, runs the rules over
+them and plans their writes (:func:`~flagstaff.store.sqlite_ingest.plan_ingest`), while a
+second thread executes the previous batch's plan in one transaction and commits it (fsync);
+SQLite releases the GIL while it works, so the two overlap. Each batch is answered after its
+commit. Requests that arrive meanwhile wait in the socket buffers and form the next batch:
+group commit with no timer. When no request is waiting, it indexes stored events by distinct
+id (:mod:`~flagstaff.store.sqlite_event_index`).
 
 It ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group, and the workers must
 finish their in-flight requests first) and exits once its standard input is closed and every
@@ -31,13 +33,22 @@ import socket
 import sqlite3
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import IngestResult
 from flagstaff.store.ingest_protocol import HEADER, MAX_FRAME, request_decoder, request_encoder
 from flagstaff.store.person_cache import PersonCache
-from flagstaff.store.sqlite_ingest import IngestRequest, apply_many
+from flagstaff.store.sqlite_ingest import (
+    IngestRequest,
+    PersonIds,
+    WritePlan,
+    apply_many,
+    execute_plan,
+    plan_ingest,
+)
 from flagstaff.store.sqlite_writer import connect, writer_lock
 
 READY = b"ready\n"
@@ -137,6 +148,10 @@ class IngestServer:
         self._peers: dict[int, Peer] = {}
         self._unindexed = 0
         self._stopping = False
+        self._ids = PersonIds()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="flagstaff-ingest-sql")
+        self._in_flight: InFlight | None = None
+        self._replan = False
         self.commits = 0
 
     def serve(self) -> None:
@@ -170,21 +185,31 @@ class IngestServer:
 
     def _loop(self, listener: socket.socket) -> None:
         self._stopping = False
-        while not self._stopping or self._peers:
-            ready = self._selector.select(IDLE_SECONDS if self._unindexed else None)
-            if not ready:
-                self._index_some()
-                continue
+        while not self._stopping or self._peers or self._in_flight is not None:
+            if self._in_flight is not None:
+                ready = self._selector.select(0)
+            else:
+                ready = self._selector.select(IDLE_SECONDS if self._unindexed else None)
             frames: list[tuple[Peer, bytes]] = []
             self._handle(ready, listener, frames)
-            if frames and sum(len(payload) for _, payload in frames) < COMMIT_DELAY_BELOW:
-                # Little arrived: let the requests in flight join this commit (commit_delay).
-                time.sleep(COMMIT_DELAY_SECONDS)
+            if sum(len(payload) for _, payload in frames) < COMMIT_DELAY_BELOW:
+                # Little arrived: no point planning it beside the batch in flight. Once that is
+                # committed (or, when nothing is in flight, after COMMIT_DELAY_SECONDS: as
+                # PostgreSQL's commit_delay), take whatever arrived meanwhile too.
+                if self._in_flight is not None:
+                    self._finish()
+                elif frames:
+                    time.sleep(COMMIT_DELAY_SECONDS)
+                else:
+                    if not ready:
+                        self._index_some()
+                    continue
                 self._handle(self._selector.select(0), listener, frames)
             if frames:
                 self._apply(frames)
-                if self._unindexed >= event_index.BATCH:
-                    self._index_some()
+            elif self._in_flight is not None:
+                self._finish()
+        self._executor.shutdown()
 
     def _handle(
         self,
@@ -239,7 +264,12 @@ class IngestServer:
         self._selector.modify(peer.sock, events, peer)
 
     def _apply(self, frames: list[tuple[Peer, bytes]]) -> None:
-        """One transaction for every frame read in this turn of the loop; then the answers."""
+        """Plan every frame read in this turn while the previous batch commits, then send it.
+
+        Planning reads the database only through :meth:`_committed`, which first waits for the
+        batch in flight. If that batch fails, the cached persons the new plan was built on are
+        wrong: the plan is made again from the database.
+        """
         accepted: list[tuple[Peer, int]] = []
         requests: list[IngestRequest] = []
         for peer, payload in frames:
@@ -251,20 +281,115 @@ class IngestServer:
             accepted.append((peer, request_id))
             requests.append((project_id, events, drops))
         if requests:
-            results = self._transaction(requests)
-            for (peer, request_id), result in zip(accepted, results, strict=True):
-                if isinstance(result, BaseException):
-                    answer = (request_id, None, f"{type(result).__name__}: {result}")
-                else:
-                    answer = (request_id, result, None)
-                peer.queue(request_encoder.encode(answer))
+            now_ms = int(time.time() * 1000)
+            batch = self._plan(requests, now_ms)
+            self._finish()
+            if self._replan:
+                self._replan = False
+                self.cache.clear()
+                self._ids.reset()
+                batch = self._plan(requests, now_ms)
+            if batch is None:
+                self._answer(accepted, self._one_by_one(requests, now_ms))
+            else:
+                index = self._unindexed >= event_index.BATCH
+                future = self._executor.submit(self._execute, [plan for _, plan in batch], index)
+                self._in_flight = InFlight(future, accepted, requests, batch, now_ms)
         for peer in {peer for peer, _ in frames}:
             self._flush(peer)
 
-    def _transaction(self, requests: list[IngestRequest]) -> list[IngestResult | Exception]:
+    def _committed(self) -> sqlite3.Connection:
+        """The connection, once nothing is in flight: what plans read must be committed."""
+        self._finish()
+        assert self.conn is not None
+        return self.conn
+
+    def _plan(
+        self, requests: list[IngestRequest], now_ms: int
+    ) -> list[tuple[list[int], WritePlan]] | None:
+        """One plan per project, events in arrival order; None if the rules failed."""
+        by_project: dict[int, list[int]] = {}
+        for i, (project_id, _, _) in enumerate(requests):
+            by_project.setdefault(project_id, []).append(i)
+        try:
+            return [
+                (
+                    indexes,
+                    plan_ingest(
+                        self._committed,
+                        project_id,
+                        [e for i in indexes for e in requests[i][1]],
+                        [d for i in indexes for d in requests[i][2]],
+                        now_ms,
+                        self._ids,
+                        self.cache,
+                    ),
+                )
+                for project_id, indexes in by_project.items()
+            ]
+        except Exception:
+            self._finish()
+            self.cache.clear()
+            self._ids.reset()
+            return None
+
+    def _execute(self, plans: list[WritePlan], index: bool) -> tuple[list[IngestResult], int]:
+        """On the SQL thread: one transaction for the plans, then maybe index some events."""
         conn = self.conn
         assert conn is not None
-        now_ms = int(time.time() * 1000)
+        with writer_lock(self._lock_fd):
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                results = [execute_plan(conn, plan) for plan in plans]
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        moved = self._index_transaction() if index else 0
+        return results, moved
+
+    def _finish(self) -> None:
+        """Wait for the batch in flight and queue its answers."""
+        flight = self._in_flight
+        if flight is None:
+            return
+        self._in_flight = None
+        try:
+            results, moved = flight.future.result()
+        except Exception:
+            # The rules had changed cached persons for this batch and the next one's plan.
+            self.cache.clear()
+            self._ids.reset()
+            self._replan = True
+            self._answer(flight.accepted, self._one_by_one(flight.requests, flight.now_ms))
+        else:
+            self.commits += 1
+            out: list[IngestResult | Exception] = [_EMPTY_RESULT] * len(flight.requests)
+            for (indexes, _), result in zip(flight.batch, results, strict=True):
+                out[indexes[0]] = result
+                self._unindexed += result.ingested
+            self._unindexed = max(0, self._unindexed - moved)
+            self._answer(flight.accepted, out)
+        for peer in {peer for peer, _ in flight.accepted}:
+            self._flush(peer)
+
+    def _answer(
+        self, accepted: list[tuple[Peer, int]], results: list[IngestResult | Exception]
+    ) -> None:
+        for (peer, request_id), result in zip(accepted, results, strict=True):
+            if isinstance(result, BaseException):
+                answer = (request_id, None, f"{type(result).__name__}: {result}")
+            else:
+                answer = (request_id, result, None)
+            peer.queue(request_encoder.encode(answer))
+
+    def _one_by_one(
+        self, requests: list[IngestRequest], now_ms: int
+    ) -> list[IngestResult | Exception]:
+        """The slow path after a failure: each request alone, so a bad one fails only itself."""
+        conn = self.conn
+        assert conn is not None and self._in_flight is None
         with writer_lock(self._lock_fd):
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -282,6 +407,18 @@ class IngestServer:
         return results
 
     def _index_some(self) -> None:
+        """While idle: index events past the watermark (on this thread, nothing in flight)."""
+        assert self._in_flight is None
+        moved = self._index_transaction()
+        if moved == 0:
+            self._unindexed = 0
+        else:
+            self._unindexed = max(0, self._unindexed - moved)
+            if self._unindexed == 0:
+                assert self.conn is not None
+                self._unindexed = event_index.unindexed(self.conn)
+
+    def _index_transaction(self) -> int:
         conn = self.conn
         assert conn is not None
         with writer_lock(self._lock_fd):
@@ -292,13 +429,21 @@ class IngestServer:
             except sqlite3.Error:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                return
-        if moved == 0:
-            self._unindexed = 0
-        else:
-            self._unindexed = max(0, self._unindexed - moved)
-            if self._unindexed == 0:
-                self._unindexed = event_index.unindexed(conn)
+                return 0
+        return moved
+
+
+class InFlight(NamedTuple):
+    """A batch whose plans execute on the SQL thread, and what its answers need."""
+
+    future: Future[tuple[list[IngestResult], int]]
+    accepted: list[tuple[Peer, int]]
+    requests: list[IngestRequest]
+    batch: list[tuple[list[int], WritePlan]]
+    now_ms: int
+
+
+_EMPTY_RESULT = IngestResult(ingested=0, duplicates=0, dropped={})
 
 
 def main(argv: list[str] | None = None) -> int:

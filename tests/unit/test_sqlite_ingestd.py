@@ -1,0 +1,115 @@
+"""The ingest writer process: pipelined batches store what sequential transactions store."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from flagstaff.ingest.model import Event
+from flagstaff.store.ingest_client import IngestClient
+from flagstaff.store.sqlite import migrate
+from flagstaff.store.sqlite_ingest import apply_ingest
+from flagstaff.store.sqlite_writer import connect
+from tests.unit.test_sqlite_ingest import _event, _state
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    db = tmp_path / "db.sqlite3"
+    migrate(db)
+    sock = str(tmp_path / "ingest.sock")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flagstaff.store.sqlite_ingestd", str(db), sock],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    yield db, sock
+    assert proc.stdin is not None
+    proc.stdin.close()
+    assert proc.wait(10) == 0
+
+
+def _batches(seed: int) -> list[list[Event]]:
+    rng = random.Random(seed)
+    return [[_event(rng, b * 1000 + i) for i in range(rng.randrange(1, 30))] for b in range(40)]
+
+
+async def _send_concurrently(sock: str, batches: list[list[Event]]) -> None:
+    """Many requests in flight at once, so batches are planned while others commit."""
+    client = IngestClient(sock)
+    try:
+        for start in range(0, len(batches), 8):
+            group = batches[start : start + 8]
+            results = await asyncio.gather(
+                *(client.ingest(1, [msgspec.structs.replace(e) for e in b], []) for b in group)
+            )
+            # counts of requests committed together are reported on the first of them
+            assert sum(r.ingested + r.duplicates for r in results) == sum(len(b) for b in group)
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pipelined_writer_stores_what_sequential_transactions_store(
+    writer: tuple[Path, str], tmp_path: Path, seed: int
+) -> None:
+    db, sock = writer
+    batches = _batches(seed)
+    asyncio.run(_send_concurrently(sock, batches))
+
+    reference = tmp_path / "reference.sqlite3"
+    migrate(reference)
+    conn = connect(reference)
+    for batch in batches:
+        conn.execute("BEGIN IMMEDIATE")
+        apply_ingest(conn, 1, [msgspec.structs.replace(e) for e in batch], [], 0)
+        conn.execute("COMMIT")
+    expected = _state(conn)
+    conn.close()
+
+    stored = connect(db)
+    assert _state(stored) == expected
+    count = stored.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    assert count == sum(len(b) for b in batches)
+    stored.close()
+
+
+def test_a_batch_failing_to_commit_is_retried_alone_and_nothing_is_lost(
+    writer: tuple[Path, str],
+) -> None:
+    """Another connection takes the person id the writer planned to use: the planned insert
+    fails, the writer rolls back, forgets its cached persons and applies the batch again."""
+    db, sock = writer
+    rng = random.Random(9)
+    first = [_event(rng, i) for i in range(10)]
+    asyncio.run(_send_concurrently(sock, [first]))
+    other = connect(db)
+    (top,) = other.execute("SELECT max(id) FROM persons").fetchone()
+    other.execute(
+        "INSERT INTO persons (id, project_id, uuid, properties, is_identified, created_at_ms) "
+        "VALUES (?, 2, 'intruder', '{}', 0, 0)",
+        (top + 1,),
+    )
+    fresh = [
+        msgspec.structs.replace(e, distinct_id=f"new-{n}", event="$pageview")
+        for n, e in enumerate(_event(rng, 100 + i) for i in range(5))
+    ]
+    asyncio.run(_send_concurrently(sock, [fresh]))
+    ids = dict(
+        other.execute(
+            "SELECT distinct_id, person_id FROM person_distinct_ids WHERE distinct_id LIKE 'new-%'"
+        ).fetchall()
+    )
+    stored = other.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    other.close()
+    assert stored == 15
+    created = [e for e in fresh if e.process_person]
+    assert len(ids) == len(created) and top + 1 not in ids.values()
