@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from flagstaff.ingest.model import Event
+from flagstaff.store.base import StoreError
 from flagstaff.store.ingest_client import IngestClient
 from flagstaff.store.sqlite import migrate
 from flagstaff.store.sqlite_ingest import apply_ingest
@@ -113,3 +114,25 @@ def test_a_batch_failing_to_commit_is_retried_alone_and_nothing_is_lost(
     assert stored == 15
     created = [e for e in fresh if e.process_person]
     assert len(ids) == len(created) and top + 1 not in ids.values()
+
+
+def test_a_request_that_does_not_decode_fails_alone(writer: tuple[Path, str]) -> None:
+    _, sock = writer
+
+    async def scenario() -> None:
+        client = IngestClient(sock)
+        try:
+            connection = await client._connect()
+            loop = asyncio.get_running_loop()
+            broken: asyncio.Future[object] = loop.create_future()
+            connection.pending[777] = broken  # type: ignore[assignment]
+            connection.send(msgspec.msgpack.encode([777, "not a project id", [], []]))
+            with pytest.raises(StoreError, match="bad request"):
+                await asyncio.wait_for(broken, 5)
+            rng = random.Random(4)
+            result = await client.ingest(1, [_event(rng, 1)], [])
+            assert result.ingested == 1
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())

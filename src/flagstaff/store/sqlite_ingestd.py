@@ -37,6 +37,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
+import msgspec
+
 from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import IngestResult
 from flagstaff.store.ingest_protocol import HEADER, MAX_FRAME, request_decoder, request_encoder
@@ -276,7 +278,9 @@ class IngestServer:
             try:
                 request_id, project_id, events, drops = request_decoder.decode(payload)
             except Exception as exc:
-                peer.queue(request_encoder.encode((0, None, f"{type(exc).__name__}: {exc}")))
+                peer.queue(
+                    request_encoder.encode((_request_id(payload), None, f"bad request: {exc}"))
+                )
                 continue
             accepted.append((peer, request_id))
             requests.append((project_id, events, drops))
@@ -444,6 +448,15 @@ class InFlight(NamedTuple):
 
 
 _EMPTY_RESULT = IngestResult(ingested=0, duplicates=0, dropped={})
+
+
+def _request_id(payload: bytes) -> int:
+    """The id of a request that does not decode, to fail it rather than leave it waiting."""
+    try:
+        head = msgspec.msgpack.decode(payload)
+        return int(head[0])
+    except Exception:
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
