@@ -61,11 +61,9 @@ WAL_CHECKPOINT_BYTES = 64 * 1024 * 1024
 # Waiting this long with nothing to do counts as idle: time to index events.
 IDLE_SECONDS = 0.05
 _READ_SIZE = 1 << 20
-# Group commit under many small requests (as PostgreSQL's commit_delay): when fewer bytes than
-# this arrived, wait this long for more before committing. A commit costs the writer about
-# 140 us of CPU (most of it the fsync), several times the work of a single event.
-COMMIT_DELAY_BELOW = 64 * 1024
-COMMIT_DELAY_SECONDS = 0.0005
+# A batch smaller than this is not planned while another commits, but joined by what arrives
+# meanwhile: with few events, the commit is the work.
+PLAN_ALONGSIDE = 64 * 1024
 
 
 def lock_data_dir(db_path: Path) -> int:
@@ -139,6 +137,10 @@ class Peer:
         return not self.outbox
 
 
+def _size(frames: list[tuple[Peer, bytes]]) -> int:
+    return sum(len(payload) for _, payload in frames)
+
+
 class IngestServer:
     def __init__(self, db_path: Path, socket_path: Path) -> None:
         self.db_path = db_path
@@ -194,23 +196,17 @@ class IngestServer:
                 ready = self._selector.select(IDLE_SECONDS if self._unindexed else None)
             frames: list[tuple[Peer, bytes]] = []
             self._handle(ready, listener, frames)
-            if sum(len(payload) for _, payload in frames) < COMMIT_DELAY_BELOW:
-                # Little arrived: no point planning it beside the batch in flight. Once that is
-                # committed (or, when nothing is in flight, after COMMIT_DELAY_SECONDS: as
-                # PostgreSQL's commit_delay), take whatever arrived meanwhile too.
-                if self._in_flight is not None:
-                    self._finish()
-                elif frames:
-                    time.sleep(COMMIT_DELAY_SECONDS)
-                else:
-                    if not ready:
-                        self._index_some()
-                    continue
+            if self._in_flight is not None and _size(frames) < PLAN_ALONGSIDE:
+                # Little arrived: rather than plan it beside the batch in flight, wait for that
+                # batch and take whatever arrived meanwhile too (fewer, larger commits).
+                self._finish()
                 self._handle(self._selector.select(0), listener, frames)
+            elif not frames:
+                if not ready:
+                    self._index_some()
+                continue
             if frames:
                 self._apply(frames)
-            elif self._in_flight is not None:
-                self._finish()
         self._executor.shutdown()
 
     def _handle(
