@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from tests.server import PROJECT_TOKEN, Api
 
-from bench.load import WrkResult, start_server, wrk
+from bench.load import CpuMeter, WrkResult, start_server, wrk
 
 _EVENT = (
     '{"event":"$pageview","uuid":"%s","timestamp":"2026-11-22T10:00:00.000Z",'
@@ -86,6 +86,9 @@ def main() -> None:
         health = wrk(
             "GET /_health", srv.url + "/_health", seconds=args.seconds, connections=args.connections
         )
+        assert srv.proc is not None
+        meter = CpuMeter(srv.proc.pid)
+        meter.start()
         batch = wrk(
             "POST /batch/ (100 events)",
             srv.url + "/batch/",
@@ -93,6 +96,8 @@ def main() -> None:
             connections=args.connections,
             script=_script(root, "/batch/", 100, run_id + 2),
         )
+        batch_cpu = meter.stop()
+        meter.start()
         single = wrk(
             "POST /i/v0/e/ (1 event)",
             srv.url + "/i/v0/e/",
@@ -100,6 +105,7 @@ def main() -> None:
             connections=args.connections,
             script=single_script,
         )
+        single_cpu = meter.stop()
         time.sleep(0.5)
         api = Api(srv.url)
         stored = _count_events(api)
@@ -117,6 +123,15 @@ def main() -> None:
             f"{single.requests_per_s / health.requests_per_s:.2f}"
         )
         print(f"events in the store after the run: {stored:,}")
+        for label, cpu, events in (
+            ("/batch/", batch_cpu, batch.requests_per_s * 100 * args.seconds),
+            ("/i/v0/e/", single_cpu, single.requests_per_s * args.seconds),
+        ):
+            print(
+                f"CPU per event, {label}: ingest writer {cpu['writer'] / events * 1e6:.1f} us, "
+                f"HTTP workers {cpu['workers'] / events * 1e6:.1f} us "
+                f"(writer busy {cpu['writer'] / args.seconds:.0%} of a core)"
+            )
         _check(stored, batch, single, args.seconds)
     finally:
         srv.stop()

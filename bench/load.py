@@ -7,6 +7,7 @@ service's cheapest endpoint (``/_health``) in the same run, and quotes ratios to
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -74,6 +75,53 @@ def wrk(
     errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return WrkResult(label, rps, p50, p99, errors, int(non2xx.group(1)) if non2xx else 0)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            direct = [int(c) for c in f.read().split()]
+    except FileNotFoundError:
+        return []
+    return direct + [g for c in direct for g in _children(c)]
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds (user + system, from /proc) that the server's processes spend between
+    ``start`` and ``stop``, by role: the SQLite ingest writer or the HTTP workers."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self._before: dict[int, float] = {}
+
+    def _roles(self) -> dict[int, str]:
+        roles = {}
+        for pid in _children(self.server_pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except FileNotFoundError:
+                continue
+            roles[pid] = "writer" if b"sqlite_ingestd" in cmd else "workers"
+        return roles
+
+    def start(self) -> None:
+        self._before = {pid: _cpu_seconds(pid) for pid in self._roles()}
+
+    def stop(self) -> dict[str, float]:
+        spent: dict[str, float] = {"writer": 0.0, "workers": 0.0}
+        for pid, role in self._roles().items():
+            spent[role] += _cpu_seconds(pid) - self._before.get(pid, 0.0)
+        return spent
 
 
 def lua_post(path: str, bodies: list[bytes], folder: Path, *, delay_ms: float = 0.0) -> Path:
