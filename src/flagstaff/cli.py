@@ -70,7 +70,7 @@ async def _project_id(store: Store, wanted: int | None) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from granian import Granian
-    from granian.constants import Interfaces
+    from granian.constants import Interfaces, Loops
 
     settings = _settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -95,6 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         address=settings.host,
         port=settings.port,
         interface=Interfaces.ASGI,
+        loop=Loops.uvloop,
         workers=settings.workers,
         websockets=False,
         log_enabled=settings.log_level == "debug",
