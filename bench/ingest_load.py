@@ -127,11 +127,15 @@ def main() -> None:
             ("/batch/", batch_cpu, batch.requests_per_s * 100 * args.seconds),
             ("/i/v0/e/", single_cpu, single.requests_per_s * args.seconds),
         ):
-            print(
-                f"CPU per event, {label}: ingest writer {cpu['writer'] / events * 1e6:.1f} us, "
-                f"HTTP workers {cpu['workers'] / events * 1e6:.1f} us "
-                f"(writer busy {cpu['writer'] / args.seconds:.0%} of a core)"
-            )
+            workers = f"HTTP workers {cpu['workers'] / events * 1e6:.1f} us"
+            if args.postgres:
+                print(f"CPU per event, {label}: {workers} (PostgreSQL's processes not counted)")
+            else:
+                print(
+                    f"CPU per event, {label}: ingest writer "
+                    f"{cpu['writer'] / events * 1e6:.1f} us, {workers} "
+                    f"(writer busy {cpu['writer'] / args.seconds:.0%} of a core)"
+                )
         _check(stored, batch, single, args.seconds)
     finally:
         srv.stop()
