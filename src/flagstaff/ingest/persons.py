@@ -254,6 +254,7 @@ def apply_updates(state: PersonState, event: Event) -> None:
             if key not in props:
                 changes.append((key, value))
                 counts = True
+    to_set: list[tuple[str, Any]] = []
     for key, value in event.properties.items():
         initial = _INITIAL_NAMES.get(key)
         if initial is None:
@@ -261,8 +262,11 @@ def apply_updates(state: PersonState, event: Event) -> None:
         if initial not in props and not (explicit_once and initial in explicit_once):
             changes.append((initial, value))
             counts = True
-        if explicit_set and key in explicit_set:
-            continue
+        if not (explicit_set and key in explicit_set):
+            to_set.append((key, value))
+    if explicit_set:
+        to_set.extend(explicit_set.items())
+    for key, value in to_set:
         current = props.get(key, _MISSING)
         if current is _MISSING:
             changes.append((key, value))
@@ -271,16 +275,6 @@ def apply_updates(state: PersonState, event: Event) -> None:
             changes.append((key, value))
             if key not in FILTERED_UPDATE_PROPERTIES:
                 counts = True
-    if explicit_set:
-        for key, value in explicit_set.items():
-            current = props.get(key, _MISSING)
-            if current is _MISSING:
-                changes.append((key, value))
-                counts = True
-            elif type(current) is not type(value) or current != value:
-                changes.append((key, value))
-                if key not in FILTERED_UPDATE_PROPERTIES:
-                    counts = True
     removed = [k for k in event.unset if isinstance(k, str) and k in props] if event.unset else []
     if not counts and not removed:
         return
