@@ -6,6 +6,7 @@ import asyncio
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import msgspec
 import pytest
 
 from flagstaff.ingest.model import Event
+from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import StoreError
 from flagstaff.store.ingest_client import IngestClient
 from flagstaff.store.sqlite import migrate
@@ -136,3 +138,18 @@ def test_a_request_that_does_not_decode_fails_alone(writer: tuple[Path, str]) ->
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_an_idle_writer_indexes_what_it_stored_by_distinct_id(writer: tuple[Path, str]) -> None:
+    db, sock = writer
+    asyncio.run(_send_concurrently(sock, _batches(5)[:8]))
+    conn = connect(db)
+    try:
+        deadline = time.monotonic() + 10
+        while event_index.unindexed(conn) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert event_index.unindexed(conn) == 0
+        indexed = conn.execute("SELECT COUNT(*) FROM events_by_distinct_id").fetchone()[0]
+        assert indexed == conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] > 0
+    finally:
+        conn.close()
