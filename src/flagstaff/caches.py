@@ -2,17 +2,20 @@
 
 Definitions are recompiled only when the project's definitions version changes; the version
 is re-read at most every ``refresh_seconds``, so a change made through any worker (or node)
-is served everywhere within that interval, with no restart.
+is served everywhere within that interval plus its compile time, with no restart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import math
 import time
 from typing import Any
 
 import msgspec
 
+from flagstaff import logs
 from flagstaff.flags import CompiledFlags, compile_flags
 from flagstaff.flags.local_evaluation import local_evaluation_cohorts, local_evaluation_flags
 from flagstaff.store.base import Definitions, Project, Store
@@ -106,30 +109,62 @@ def _reads_properties(filters: dict[str, Any]) -> bool:
 
 
 class DefinitionsCache:
+    """Compiled definitions per project.
+
+    A new version is compiled on a thread while requests keep the previous one, so a big
+    flag set (hundreds of milliseconds to compile) does not stall the worker's event loop; only
+    a project seen for the first time waits for its compile.
+    """
+
     def __init__(self, store: Store, refresh_seconds: float) -> None:
         self._store = store
         self._refresh = refresh_seconds
         self._entries: dict[int, tuple[float, ProjectFlags]] = {}
+        self._compiling: dict[int, asyncio.Task[ProjectFlags]] = {}
 
     async def get(self, project_id: int) -> ProjectFlags:
         entry = self._entries.get(project_id)
         now = time.monotonic()
-        if entry is not None:
-            checked, flags = entry
-            if now - checked < self._refresh:
-                return flags
-            version = await self._store.definitions_version(project_id)
-            if version == flags.definitions.version:
-                self._entries[project_id] = (now, flags)
-                return flags
-        definitions = await self._store.definitions(project_id)
-        flags = ProjectFlags(definitions)
+        if entry is None:
+            return await asyncio.shield(self._compile(project_id))
+        checked, flags = entry
+        if now - checked < self._refresh or project_id in self._compiling:
+            return flags
         self._entries[project_id] = (now, flags)
+        version = await self._store.definitions_version(project_id)
+        if version != flags.definitions.version:
+            self._compile(project_id)
         return flags
 
+    def _compile(self, project_id: int) -> asyncio.Task[ProjectFlags]:
+        task = self._compiling.get(project_id)
+        if task is None:
+            task = asyncio.create_task(self._load(project_id))
+            self._compiling[project_id] = task
+            task.add_done_callback(lambda done: self._compiled(project_id, done))
+        return task
+
+    async def _load(self, project_id: int) -> ProjectFlags:
+        definitions = await self._store.definitions(project_id)
+        flags = await asyncio.to_thread(ProjectFlags, definitions)
+        self._entries[project_id] = (time.monotonic(), flags)
+        return flags
+
+    def _compiled(self, project_id: int, task: asyncio.Task[ProjectFlags]) -> None:
+        if self._compiling.get(project_id) is task:
+            del self._compiling[project_id]
+        if not task.cancelled() and task.exception() is not None:
+            logs.logger.error(
+                "compiling the flag definitions of project %s failed: %s",
+                project_id,
+                task.exception(),
+            )
+
     def invalidate(self, project_id: int | None) -> None:
-        """Forget one project's definitions (None: all), e.g. on a change pushed by the store."""
-        if project_id is None:
-            self._entries.clear()
-        else:
-            self._entries.pop(project_id, None)
+        """Re-check one project's definitions (None: all) on the next request, e.g. on a
+        change pushed by the store; until the new version is compiled, the old one serves."""
+        targets = list(self._entries) if project_id is None else [project_id]
+        for pid in targets:
+            entry = self._entries.get(pid)
+            if entry is not None:
+                self._entries[pid] = (-math.inf, entry[1])
