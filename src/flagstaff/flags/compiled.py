@@ -29,7 +29,6 @@ class Condition:
         "grouped",
         "index",
         "match_description",
-        "matchers",
         "threshold",
         "variant",
     )
@@ -47,7 +46,6 @@ class Condition:
         self.grouped = grouped
         self.group_name = group_name
         self.checks = checks
-        self.matchers: tuple[Matcher, ...] = tuple(check.matcher() for check in checks)
         self.threshold = threshold
         self.variant = variant
         self.match_description = describe(CONDITION_MATCH, index)
@@ -67,7 +65,7 @@ class Holdout:
 class Enrollment:
     """Early access: ``feature_enrollment`` (property key) or legacy ``super_groups``."""
 
-    __slots__ = ("condition", "property_key", "trigger_keys")
+    __slots__ = ("condition", "matchers", "property_key", "trigger_keys")
 
     def __init__(
         self,
@@ -78,6 +76,9 @@ class Enrollment:
         self.property_key = property_key
         self.condition = condition
         self.trigger_keys = trigger_keys
+        self.matchers: tuple[Matcher, ...] = (
+            tuple(check.matcher() for check in condition.checks) if condition else ()
+        )
 
 
 class CompiledFlag:
@@ -245,7 +246,7 @@ class CompiledFlag:
         condition = enrollment.condition
         if condition is None or not any(key in ctx.person for key in enrollment.trigger_keys):
             return None
-        enabled = all(matcher(ctx) for matcher in condition.matchers)
+        enabled = all(matcher(ctx) for matcher in enrollment.matchers)
         if enabled and condition.threshold is not None:
             identifier = self.person_identifier(ctx)
             hashed = bucket(self.prefix, identifier) if identifier else 0.0

@@ -51,15 +51,6 @@ def evaluation_contexts(flag: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(names)
 
 
-class DependencyRef:
-    """Where a ``type: flag`` filter points: a flag id (stored form) or a flag key."""
-
-    __slots__ = ("index",)
-
-    def __init__(self) -> None:
-        self.index: int | None = None
-
-
 def _dependency_check(prop: Mapping[str, Any], target: int) -> DependencyCheck:
     expected = prop.get("value")
     if (prop.get("operator") or "exact") != "flag_evaluates_to" or not isinstance(

@@ -122,8 +122,3 @@ def property_check(prop: dict[str, Any], group_name: str | None, *, person: bool
     return PropertyCheck(
         key, test, if_missing, person=person, group_name=None if person else group_name
     )
-
-
-def property_matcher(prop: dict[str, Any], group_name: str | None, *, person: bool) -> Matcher:
-    """Matcher for a person (``person=True``) or group property filter."""
-    return property_check(prop, group_name, person=person).matcher()

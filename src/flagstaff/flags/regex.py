@@ -24,10 +24,6 @@ _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
 Searcher = Callable[[str], bool]
 
 
-def _never(_text: str) -> bool:
-    return False
-
-
 @functools.lru_cache(maxsize=256)
 def compile_search(pattern: str) -> Searcher | None:
     """A function telling whether ``pattern`` occurs in a text; None if it cannot compile.
@@ -61,7 +57,3 @@ def compile_search(pattern: str) -> Searcher | None:
 
 def is_valid_pattern(pattern: str) -> bool:
     return compile_search(pattern) is not None
-
-
-def compile_search_or_never(pattern: str) -> Searcher:
-    return compile_search(pattern) or _never
