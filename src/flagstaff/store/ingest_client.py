@@ -13,7 +13,13 @@ import itertools
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
-from flagstaff.store.ingest_protocol import HEADER, answer_decoder, for_writer, request_encoder
+from flagstaff.store.ingest_protocol import (
+    HEADER,
+    answer_decoder,
+    for_writer,
+    request_encoder,
+    take_frames,
+)
 
 
 class IngestUnavailable(StoreError):
@@ -59,20 +65,17 @@ class _WriterConnection(asyncio.Protocol):
             self._resumed = None
 
     def data_received(self, data: bytes) -> None:
-        inbox = self._inbox
-        inbox += data
-        offset, size, end = 0, HEADER.size, len(inbox)
-        while end - offset >= size:
-            (length,) = HEADER.unpack_from(inbox, offset)
-            if end - offset - size < length:
-                break
-            start = offset + size
-            offset = start + length
+        self._inbox += data
+        try:
+            frames = take_frames(self._inbox)
+        except ValueError:
+            self._close()
+            return
+        for frame in frames:
             try:
-                request_id, result, error = answer_decoder.decode(bytes(inbox[start:offset]))
+                request_id, result, error = answer_decoder.decode(frame)
             except ValueError:
-                if self.transport is not None:
-                    self.transport.close()
+                self._close()
                 return
             future = self.pending.pop(request_id, None)
             if future is None or future.done():
@@ -81,8 +84,11 @@ class _WriterConnection(asyncio.Protocol):
                 future.set_exception(StoreError(error))
             else:
                 future.set_result(result)  # type: ignore[arg-type]
-        if offset:
-            del inbox[:offset]
+
+    def _close(self) -> None:
+        """A frame that cannot be read: the stream is lost; pending requests fail."""
+        if self.transport is not None:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

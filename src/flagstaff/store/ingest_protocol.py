@@ -26,6 +26,26 @@ request_decoder = msgspec.msgpack.Decoder(Request)
 answer_decoder = msgspec.msgpack.Decoder(Answer)
 
 
+def take_frames(inbox: bytearray) -> list[bytes]:
+    """Remove the complete frames at the start of ``inbox`` and return their payloads.
+
+    Raises ValueError for a frame announced over :data:`MAX_FRAME`.
+    """
+    frames: list[bytes] = []
+    offset, size, end = 0, HEADER.size, len(inbox)
+    while end - offset >= size:
+        (length,) = HEADER.unpack_from(inbox, offset)
+        if length > MAX_FRAME:
+            raise ValueError(f"frame of {length} bytes is over the limit")
+        if end - offset - size < length:
+            break
+        frames.append(bytes(inbox[offset + size : offset + size + length]))
+        offset += size + length
+    if offset:
+        del inbox[:offset]
+    return frames
+
+
 def for_writer(events: list[Event]) -> list[Event]:
     """The events as the writer needs them: properties as JSON bytes, plus the few keys the
     person and group rules read, so the writer never decodes whole property dicts."""

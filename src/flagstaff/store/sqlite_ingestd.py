@@ -41,7 +41,7 @@ import msgspec
 
 from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import IngestResult
-from flagstaff.store.ingest_protocol import HEADER, MAX_FRAME, request_decoder, request_encoder
+from flagstaff.store.ingest_protocol import HEADER, request_decoder, request_encoder, take_frames
 from flagstaff.store.person_cache import PersonCache
 from flagstaff.store.sqlite_ingest import (
     IngestRequest,
@@ -104,20 +104,7 @@ class Peer:
             self.inbox += chunk
             if len(chunk) < _READ_SIZE:
                 break
-        frames: list[bytes] = []
-        inbox, offset, size = self.inbox, 0, HEADER.size
-        while len(inbox) - offset >= size:
-            (length,) = HEADER.unpack_from(inbox, offset)
-            if length > MAX_FRAME:
-                raise ValueError(f"frame of {length} bytes is over the limit")
-            end = offset + size + length
-            if len(inbox) < end:
-                break
-            frames.append(bytes(inbox[offset + size : end]))
-            offset = end
-        if offset:
-            del inbox[:offset]
-        return frames, closed
+        return take_frames(self.inbox), closed
 
     def queue(self, payload: bytes) -> None:
         self.outbox += HEADER.pack(len(payload))
