@@ -51,7 +51,7 @@ from flagstaff.store.sqlite_ingest import (
     execute_plan,
     plan_ingest,
 )
-from flagstaff.store.sqlite_writer import connect, writer_lock
+from flagstaff.store.sqlite_writer import connect, write_transaction
 
 READY = b"ready\n"
 # The automatic checkpoint runs inside the commit that crosses it; every 64 MB of WAL instead
@@ -324,15 +324,8 @@ class IngestServer:
         """On the SQL thread: one transaction for the plans, then maybe index some events."""
         conn = self.conn
         assert conn is not None
-        with writer_lock(self._lock_fd):
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                results = [execute_plan(conn, plan) for plan in plans]
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        with write_transaction(conn, self._lock_fd):
+            results = [execute_plan(conn, plan) for plan in plans]
         moved = self._index_transaction() if index else 0
         return results, moved
 
@@ -377,16 +370,12 @@ class IngestServer:
         """The slow path after a failure: each request alone, so a bad one fails only itself."""
         conn = self.conn
         assert conn is not None and self._in_flight is None
-        with writer_lock(self._lock_fd):
-            try:
-                conn.execute("BEGIN IMMEDIATE")
+        try:
+            with write_transaction(conn, self._lock_fd):
                 results = apply_many(conn, requests, now_ms, self.cache)
-                conn.execute("COMMIT")
-            except Exception as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                self.cache.clear()
-                return [exc] * len(requests)
+        except Exception as exc:
+            self.cache.clear()
+            return [exc] * len(requests)
         self.commits += 1
         for result in results:
             if isinstance(result, IngestResult):
@@ -397,27 +386,18 @@ class IngestServer:
         """While idle: index events past the watermark (on this thread, nothing in flight)."""
         assert self._in_flight is None
         moved = self._index_transaction()
-        if moved == 0:
-            self._unindexed = 0
-        else:
-            self._unindexed = max(0, self._unindexed - moved)
-            if self._unindexed == 0:
-                assert self.conn is not None
-                self._unindexed = event_index.unindexed(self.conn)
+        assert self.conn is not None
+        # Nothing moved (or it failed): wait for new events before trying again.
+        self._unindexed = event_index.unindexed(self.conn) if moved else 0
 
     def _index_transaction(self) -> int:
         conn = self.conn
         assert conn is not None
-        with writer_lock(self._lock_fd):
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                moved = event_index.index_events(conn)
-                conn.execute("COMMIT")
-            except sqlite3.Error:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                return 0
-        return moved
+        try:
+            with write_transaction(conn, self._lock_fd):
+                return event_index.index_events(conn)
+        except sqlite3.Error:
+            return 0
 
 
 class InFlight(NamedTuple):

@@ -54,18 +54,25 @@ def writer_lock(fd: int) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection, lock_fd: int) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the writer lock; rolled back if anything fails."""
+    with writer_lock(lock_fd):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+
 class Writer:
     """The process's single writing connection, fed through a queue."""
 
-    def __init__(
-        self,
-        path: Path,
-        on_failure: Callable[[], None] | None = None,
-        wal_autocheckpoint_pages: int | None = None,
-    ) -> None:
+    def __init__(self, path: Path) -> None:
         self._path = path
-        self._checkpoint_pages = wal_autocheckpoint_pages
-        self._on_failure = on_failure
         self._lock_fd: int | None = None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -81,8 +88,6 @@ class Writer:
         def run() -> None:
             try:
                 conn = connect(self._path)
-                if self._checkpoint_pages is not None:
-                    conn.execute(f"PRAGMA wal_autocheckpoint={int(self._checkpoint_pages)}")
                 self._lock_fd = os.open(
                     str(self._path) + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o600
                 )
@@ -139,44 +144,26 @@ class Writer:
             self._commit(conn, batch)
 
     def _commit(self, conn: sqlite3.Connection, batch: list[tuple[WriteFn, Any]]) -> None:
+        assert self._lock_fd is not None and self._loop is not None
         outcomes: list[tuple[Any, Any, BaseException | None]] = []
-        with self._exclusive():
-            self._run_batch(conn, batch, outcomes)
+        try:
+            with write_transaction(conn, self._lock_fd):
+                for fn, future in batch:
+                    conn.execute("SAVEPOINT item")
+                    try:
+                        result = fn(conn)
+                    except Exception as exc:
+                        conn.execute("ROLLBACK TO item")
+                        conn.execute("RELEASE item")
+                        outcomes.append((future, None, exc))
+                    else:
+                        conn.execute("RELEASE item")
+                        outcomes.append((future, result, None))
+        except Exception as exc:
+            outcomes = [(future, None, exc) for _, future in batch]
         self.commits += 1
         self.writes += len(batch)
-        assert self._loop is not None
         self._loop.call_soon_threadsafe(_resolve, outcomes)
-
-    def _exclusive(self) -> contextlib.AbstractContextManager[None]:
-        assert self._lock_fd is not None
-        return writer_lock(self._lock_fd)
-
-    def _run_batch(
-        self,
-        conn: sqlite3.Connection,
-        batch: list[tuple[WriteFn, Any]],
-        outcomes: list[tuple[Any, Any, BaseException | None]],
-    ) -> None:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for fn, future in batch:
-                conn.execute("SAVEPOINT item")
-                try:
-                    result = fn(conn)
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO item")
-                    conn.execute("RELEASE item")
-                    outcomes.append((future, None, exc))
-                else:
-                    conn.execute("RELEASE item")
-                    outcomes.append((future, result, None))
-            conn.execute("COMMIT")
-        except Exception as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            outcomes[:] = [(future, None, exc) for _, future in batch]
-            if self._on_failure is not None:
-                self._on_failure()
 
 
 def _resolve(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
