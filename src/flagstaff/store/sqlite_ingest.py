@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -374,6 +374,31 @@ def apply_ingest(
 IngestRequest = tuple[int, list[Event], list[Drop]]
 
 
+class ProjectBatch(NamedTuple):
+    """One project's share of several requests: their indexes, events and drops in order."""
+
+    project_id: int
+    indexes: list[int]
+    events: list[Event]
+    drops: list[Drop]
+
+
+def by_project(requests: list[IngestRequest]) -> list[ProjectBatch]:
+    """The requests grouped per project (one rules pass each), in arrival order."""
+    indexes: dict[int, list[int]] = {}
+    for i, (project_id, _, _) in enumerate(requests):
+        indexes.setdefault(project_id, []).append(i)
+    return [
+        ProjectBatch(
+            project_id,
+            found,
+            [e for i in found for e in requests[i][1]],
+            [d for i in found for d in requests[i][2]],
+        )
+        for project_id, found in indexes.items()
+    ]
+
+
 def apply_many(
     conn: sqlite3.Connection,
     requests: list[IngestRequest],
@@ -386,13 +411,8 @@ def apply_many(
     request is applied alone, so a bad request fails only itself. The combined pass's counts
     are reported on its first request (they only feed metrics).
     """
-    out: list[IngestResult | Exception] = [_EMPTY_RESULT] * len(requests)
-    by_project: dict[int, list[int]] = {}
-    for i, (project_id, _, _) in enumerate(requests):
-        by_project.setdefault(project_id, []).append(i)
-    for project_id, indexes in by_project.items():
-        events = [e for i in indexes for e in requests[i][1]]
-        drops = [d for i in indexes for d in requests[i][2]]
+    out: list[IngestResult | Exception] = [EMPTY_RESULT] * len(requests)
+    for project_id, indexes, events, drops in by_project(requests):
         conn.execute("SAVEPOINT combined")
         try:
             out[indexes[0]] = apply_ingest(conn, project_id, events, drops, now_ms, cache)
@@ -415,4 +435,5 @@ def apply_many(
     return out
 
 
-_EMPTY_RESULT = IngestResult(ingested=0, duplicates=0, dropped={})
+EMPTY_RESULT = IngestResult(ingested=0, duplicates=0, dropped={})
+"""What requests committed together with another report: the counts go on the first."""

@@ -44,10 +44,12 @@ from flagstaff.store.base import IngestResult
 from flagstaff.store.ingest_protocol import HEADER, request_decoder, request_encoder, take_frames
 from flagstaff.store.person_cache import PersonCache
 from flagstaff.store.sqlite_ingest import (
+    EMPTY_RESULT,
     IngestRequest,
     PersonIds,
     WritePlan,
     apply_many,
+    by_project,
     execute_plan,
     plan_ingest,
 )
@@ -295,24 +297,21 @@ class IngestServer:
         self, requests: list[IngestRequest], now_ms: int
     ) -> list[tuple[list[int], WritePlan]] | None:
         """One plan per project, events in arrival order; None if the rules failed."""
-        by_project: dict[int, list[int]] = {}
-        for i, (project_id, _, _) in enumerate(requests):
-            by_project.setdefault(project_id, []).append(i)
         try:
             return [
                 (
-                    indexes,
+                    batch.indexes,
                     plan_ingest(
                         self._committed,
-                        project_id,
-                        [e for i in indexes for e in requests[i][1]],
-                        [d for i in indexes for d in requests[i][2]],
+                        batch.project_id,
+                        batch.events,
+                        batch.drops,
                         now_ms,
                         self._ids,
                         self.cache,
                     ),
                 )
-                for project_id, indexes in by_project.items()
+                for batch in by_project(requests)
             ]
         except Exception:
             self._finish()
@@ -345,7 +344,7 @@ class IngestServer:
             self._answer(flight.accepted, self._one_by_one(flight.requests, flight.now_ms))
         else:
             self.commits += 1
-            out: list[IngestResult | Exception] = [_EMPTY_RESULT] * len(flight.requests)
+            out: list[IngestResult | Exception] = [EMPTY_RESULT] * len(flight.requests)
             for (indexes, _), result in zip(flight.batch, results, strict=True):
                 out[indexes[0]] = result
                 self._unindexed += result.ingested
@@ -408,9 +407,6 @@ class InFlight(NamedTuple):
     requests: list[IngestRequest]
     batch: list[tuple[list[int], WritePlan]]
     now_ms: int
-
-
-_EMPTY_RESULT = IngestResult(ingested=0, duplicates=0, dropped={})
 
 
 def _request_id(payload: bytes) -> int:
