@@ -1,7 +1,7 @@
 # The two commands of the README: `make run` (install, then serve on the embedded store) and
 # `make test` (install everything the tests need, then lint and run the whole suite).
 VENV ?= .venv
-PYTHON ?= python3
+PYTHON ?= $(shell bash scripts/python.sh)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.flagstaff-installed
 

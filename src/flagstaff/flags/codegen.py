@@ -25,8 +25,8 @@ from flagstaff.flags.filters import CallCheck, Check, DependencyCheck, PropertyC
 from flagstaff.flags.hashing import (
     VARIANT_SALT,
     first_64_bits,
-    prefix_state,
     rollout_limit,
+    sha1,
     variant_limit,
 )
 from flagstaff.flags.model import (
@@ -55,6 +55,7 @@ _GLOBALS: dict[str, Any] = {
     "EvaluationError": EvaluationError,
     "VARIANT_SALT": VARIANT_SALT,
     "first_64_bits": first_64_bits,
+    "sha1": sha1,
 }
 _ENCODING = '"utf-8", "surrogatepass"'
 
@@ -218,7 +219,7 @@ class FlagSource(_Source):
         self.record = record
         # The highest rank a miss before the current condition can have set.
         self._max_rank = NO_GROUP_TYPE_RANK
-        self._prefix_state = self._bind("PREFIX_STATE", prefix_state(flag.prefix))
+        self._prefix = self._bind("PREFIX", flag.prefix)
         if catch:
             self._line("try:")
             with self._indented():
@@ -385,11 +386,8 @@ class FlagSource(_Source):
         0 for an empty identifier."""
         self._line(f"if {ident}:")
         with self._indented():
-            self._line(f"state = {self._prefix_state}.copy()")
-            self._line(f"state.update({ident})")
-            if salted:
-                self._line("state.update(VARIANT_SALT)")
-            self._line("hashed = first_64_bits(state.digest())[0]")
+            salt = " + VARIANT_SALT" if salted else ""
+            self._line(f"hashed = first_64_bits(sha1({self._prefix} + {ident}{salt}).digest())[0]")
         self._line("else:")
         with self._indented():
             self._line("hashed = 0")
