@@ -63,8 +63,11 @@ _decode = msgspec.json.decode
 
 CHANNEL = "flagstaff_definitions"
 DEFAULT_POOL_SIZE = 10
-DEFAULT_LANE_SHARE = 2
-"""By default a pool's connections run ingest transactions at most on 1 in this many."""
+DEFAULT_INGEST_LANES = 1
+"""Ingest transactions in flight per store by default. One lane makes the largest groups: on
+the 2-core VM with PostgreSQL beside the server (bench.ingest_load --postgres), 1 lane gave
+1,195 single events/s and 20.9k batched events/s, 2 lanes 880 and 18.8k, 5 lanes 539 and
+16.7k; each transaction costs the worker its round trips, whatever its size."""
 _GROUP_EVENTS = 2000
 _MIGRATION_LOCK = 0x666C6167_6D696772  # "flagmigr"
 _INGEST_ATTEMPTS = 20
@@ -72,6 +75,13 @@ _LISTEN_CHECK_SECONDS = 30.0
 
 DefinitionsCallback = Callable[[int | None], None]
 _Queued = tuple[Request, "asyncio.Future[IngestResult]"]
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Replaces asyncpg's reset query on release (advisory unlocks, ``CLOSE ALL``, ``UNLISTEN``,
+    ``RESET ALL``): one round trip per pooled call. Pooled connections set no session state:
+    migrations and LISTEN have connections of their own, and locks are transaction-scoped.
+    asyncpg still rolls back a transaction left open."""
 
 
 def _json(value: Any) -> str:
@@ -93,7 +103,7 @@ def split_url(url: str) -> tuple[str, dict[str, int]]:
         else:
             rest.append((name, value))
     if not options["ingest_lanes"]:
-        options["ingest_lanes"] = max(1, options["pool_size"] // DEFAULT_LANE_SHARE)
+        options["ingest_lanes"] = DEFAULT_INGEST_LANES
     return urlunsplit(parts._replace(query=urlencode(rest))), options
 
 
@@ -191,7 +201,10 @@ class PostgresStore:
         finally:
             await conn.close()
         self._pool = await asyncpg.create_pool(
-            self.dsn, min_size=min(2, self.pool_size), max_size=self.pool_size
+            self.dsn,
+            min_size=min(2, self.pool_size),
+            max_size=self.pool_size,
+            reset=_keep_session,
         )
 
     async def close(self) -> None:
