@@ -77,6 +77,12 @@ DefinitionsCallback = Callable[[int | None], None]
 _Queued = tuple[Request, "asyncio.Future[IngestResult]"]
 
 
+_POOL_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
+"""Every statement here is written for a generic plan (point look-ups, unnest() joins on
+primary keys). Left to choose, PostgreSQL kept re-planning /flags' context statement on every
+call (0.29 ms of planning for 0.1 ms of execution): 335 -> 150 us of server CPU per call."""
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Replaces asyncpg's reset query on release (advisory unlocks, ``CLOSE ALL``, ``UNLISTEN``,
     ``RESET ALL``): one round trip per pooled call. Pooled connections set no session state:
@@ -205,6 +211,7 @@ class PostgresStore:
             min_size=min(2, self.pool_size),
             max_size=self.pool_size,
             reset=_keep_session,
+            server_settings=_POOL_SETTINGS,
         )
 
     async def close(self) -> None:
