@@ -16,7 +16,7 @@ import pytest
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import Conflict, IngestResult, NotFound, Store
-from flagstaff.store.postgres import PostgresStore
+from flagstaff.store.postgres import PostgresStore, split_url
 from flagstaff.store.sqlite import SQLiteStore
 from tests import pg
 
@@ -830,3 +830,35 @@ def test_postgres_group_commit_combines_calls_and_isolates_failures() -> None:
         assert len(await store.list_events(pid, **_no_filter())) == 5
 
     run(lambda: PostgresStore(url + "?ingest_lanes=1"), body)
+
+
+def test_postgres_url_options_default_to_one_ingest_lane() -> None:
+    dsn, options = split_url("postgresql://u@h:5432/db?sslmode=disable")
+    assert dsn == "postgresql://u@h:5432/db?sslmode=disable"
+    assert options == {"pool_size": 10, "ingest_lanes": 1}
+    _, options = split_url("postgresql://u@h/db?pool_size=4&ingest_lanes=3")
+    assert options == {"pool_size": 4, "ingest_lanes": 3}
+
+
+def test_postgres_pool_plans_generically_and_rolls_back_a_transaction_left_open() -> None:
+    """The pool skips asyncpg's reset query; what it must still undo, it undoes."""
+    url = pg.postgres_url()
+    asyncio.run(_reset(url))
+
+    async def body(store: Store) -> None:
+        assert isinstance(store, PostgresStore)
+        pool = store.pool
+        assert await pool.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+        conn = await pool.acquire()
+        await conn.execute("BEGIN")
+        await conn.execute(
+            "INSERT INTO projects (uuid, name, api_token, created_at) "
+            "VALUES ('u-left-open', 'left open', $1, 'now')",
+            TOKEN,
+        )
+        await pool.release(conn)
+        async with pool.acquire() as again:
+            assert not again.is_in_transaction()
+            assert await again.fetchval("SELECT count(*) FROM projects") == 0
+
+    run(lambda: PostgresStore(url + "?pool_size=1"), body)
