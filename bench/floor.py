@@ -26,20 +26,6 @@ from tests.server import free_port
 
 from bench.load import WrkResult, lua_post, start_server, wrk
 
-_ECHO = """
-import asyncio, sys
-class Echo(asyncio.Protocol):
-    def connection_made(self, transport):
-        self.transport = transport
-    def data_received(self, data):
-        self.transport.write(data)
-async def main():
-    server = await asyncio.get_running_loop().create_unix_server(Echo, sys.argv[1])
-    print("ready", flush=True)
-    await server.serve_forever()
-asyncio.run(main())
-"""
-
 EVENT_BODY = (
     b'{"api_key":"phc_x","event":"$pageview","distinct_id":"user-1","properties":{'
     + b'"$current_url":"https://shop.example.com/p/1","title":"'
@@ -109,7 +95,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="flagstaff-floor-"))
     socket_path = str(folder / "echo.sock")
     echo = subprocess.Popen(
-        [sys.executable, "-c", _ECHO, socket_path], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "bench.floor_apps", socket_path], stdout=subprocess.PIPE, text=True
     )
     try:
         assert echo.stdout is not None and echo.stdout.readline().strip() == "ready"

@@ -10,7 +10,8 @@ Paths (the same in the ASGI and the RSGI app):
   and awaits them back, then answers ``{"status":1}`` (the shape of a single event handed
   to the ingest writer, without decoding, rules, SQLite or fsync).
 
-The echo process's socket path comes from ``FLOOR_ECHO_SOCKET``.
+The echo process (``python -m bench.floor_apps SOCKET_PATH``) sends back what it receives; the
+apps find its socket path in ``FLOOR_ECHO_SOCKET``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import sys
 from typing import Any
 
 SMALL = b'{"status":"ok"}'
@@ -103,3 +105,21 @@ class RSGIApp:
 
 
 rsgi_app = RSGIApp()
+
+
+class _EchoServer(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+async def _serve_echo(socket_path: str) -> None:
+    server = await asyncio.get_running_loop().create_unix_server(_EchoServer, socket_path)
+    print("ready", flush=True)
+    await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve_echo(sys.argv[1]))
