@@ -1,0 +1,109 @@
+"""A console over in-memory accounts and flags, plus a management API stand-in that checks
+the session's CSRF token and validates bodies with the real flag rules: what the editor's
+script sends is checked in a real browser before the console is wired to storage.
+
+Served by granian: ``granian --interface asgi tests.e2e.console_app:app``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from argon2 import PasswordHasher
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from flagstaff.accounts import cookies, csrf
+from flagstaff.accounts.records import Role
+from flagstaff.console.routes import console_routes
+from flagstaff.http import admin_models
+from flagstaff.http.errors import ApiError
+from tests.unit.console_fakes import MemoryAccounts, MemoryData
+
+EDITOR_EMAIL = "editor@example.com"
+VIEWER_EMAIL = "viewer@example.com"
+PASSWORD = "correct horse battery"
+
+accounts = MemoryAccounts()
+data = MemoryData(
+    [
+        {
+            "id": 1,
+            "key": "dark-mode",
+            "name": "Dark mode",
+            "active": True,
+            "deleted": False,
+            "filters": {"groups": [{"properties": [], "rollout_percentage": 100}]},
+            "tags": [],
+            "version": 1,
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+        }
+    ]
+)
+sent: list[dict[str, Any]] = []  # every body the API accepted, for the test to read
+
+
+async def _seed() -> None:
+    fast = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    for email, role in ((EDITOR_EMAIL, Role.EDITOR), (VIEWER_EMAIL, Role.VIEWER)):
+        user = await accounts.create_user(email, fast.hash(PASSWORD), 0)
+        await accounts.set_membership(user.id, 1, role, 0)
+
+
+asyncio.run(_seed())
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(value), status, media_type="application/json")
+
+
+async def _checked(request: Request) -> Any:
+    token = request.cookies.get(cookies.SESSION_COOKIE) or ""
+    if not csrf.csrf_valid(token, request.headers.get(csrf.CSRF_HEADER)):
+        raise ApiError(403, "csrf_failed", "missing or wrong CSRF token")
+    return msgspec.json.decode(await request.body())
+
+
+async def create_flag(request: Request) -> Response:
+    flag = admin_models.flag_from_input(await _checked(request))
+    flag.update(id=max(f["id"] for f in data.flags) + 1, version=1)
+    data.flags.append(flag)
+    sent.append(flag)
+    return _json(flag, 201)
+
+
+async def update_flag(request: Request) -> Response:
+    current = await data.get_flag(1, int(request.path_params["flag_id"]))
+    if current is None:
+        raise ApiError(404, "not_found", "no such feature flag")
+    body = await _checked(request)
+    flag = admin_models.flag_from_input(body, current)
+    flag.update(id=current["id"], version=current["version"] + 1)
+    data.flags[data.flags.index(current)] = flag
+    sent.append(body)
+    return _json(flag)
+
+
+async def last_sent(request: Request) -> Response:
+    return _json(sent[-1] if sent else None)
+
+
+async def on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return Response(exc.body(), exc.status, media_type="application/json")
+
+
+app = Starlette(
+    routes=[
+        *console_routes(accounts, data),
+        Route("/api/projects/{pid}/feature_flags/", create_flag, methods=["POST"]),
+        Route("/api/projects/{pid}/feature_flags/{flag_id}/", update_flag, methods=["PATCH"]),
+        Route("/_test/last_sent", last_sent),
+    ],
+    exception_handlers={ApiError: on_api_error},
+)
