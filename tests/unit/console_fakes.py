@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
+import msgspec
+
+from flagstaff.accounts.api_keys import key_prefix
 from flagstaff.accounts.records import (
     ApiKeyInfo,
     LoginAttempt,
@@ -23,6 +27,7 @@ class MemoryAccounts:
         self.sessions: dict[str, Session] = {}
         self.attempts: list[LoginAttempt] = []
         self.keys: dict[int, ApiKeyInfo] = {}
+        self.secrets: dict[str, int] = {}
 
     async def create_user(self, email: str, password_hash: str, now_ms: int) -> User:
         user = User(len(self.users) + 1, email, password_hash, now_ms)
@@ -113,19 +118,40 @@ class MemoryAccounts:
     async def create_user_key(
         self, project_id: int, user_id: int | None, label: str, now_ms: int
     ) -> tuple[ApiKeyInfo, str]:
-        raise NotImplementedError
+        secret = f"phx_{secrets.token_urlsafe(24)}"
+        info = ApiKeyInfo(
+            id=len(self.keys) + 1,
+            project_id=project_id,
+            label=label,
+            prefix=key_prefix(secret),
+            mask=f"{secret[:4]}...{secret[-4:]}",
+            created_at_ms=now_ms,
+            user_id=user_id,
+        )
+        self.keys[info.id] = info
+        self.secrets[secret] = info.id
+        return info, secret
 
     async def list_keys(self, project_id: int, user_id: int | None) -> list[ApiKeyInfo]:
-        return list(self.keys.values())
+        return [
+            k
+            for k in self.keys.values()
+            if k.project_id == project_id and (user_id is None or k.user_id == user_id)
+        ]
 
     async def find_key(self, secret: str) -> ApiKeyInfo | None:
-        return None
+        key_id = self.secrets.get(secret)
+        return None if key_id is None else self.keys[key_id]
 
     async def revoke_key(self, project_id: int, key_id: int, now_ms: int) -> ApiKeyInfo | None:
-        return None
+        info = self.keys.get(key_id)
+        if info is None or info.project_id != project_id:
+            return None
+        self.keys[key_id] = msgspec.structs.replace(info, revoked_at_ms=now_ms)
+        return self.keys[key_id]
 
     async def mark_key_used(self, key_id: int, now_ms: int) -> None:
-        return None
+        self.keys[key_id] = msgspec.structs.replace(self.keys[key_id], last_used_ms=now_ms)
 
     async def record_login_attempt(self, attempt: LoginAttempt) -> None:
         self.attempts.append(attempt)
