@@ -8,6 +8,7 @@ Served by granian: ``granian --interface asgi tests.e2e.console_app:app``.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import msgspec
@@ -19,6 +20,9 @@ from starlette.routing import Route
 
 from flagstaff.accounts import cookies, csrf
 from flagstaff.accounts.records import Role
+from flagstaff.activity.diff import record_change
+from flagstaff.activity.records import Activity, Actor, Scope, StoredActivity
+from flagstaff.activity.rollback import FlagVersion, RollbackError, plan_rollback
 from flagstaff.console.routes import console_routes
 from flagstaff.http import admin_models
 from flagstaff.http.errors import ApiError
@@ -69,12 +73,54 @@ async def _checked(request: Request) -> Any:
     return msgspec.json.decode(await request.body())
 
 
+def _record(
+    before: dict[str, Any] | None, after: dict[str, Any], activity: Activity | None = None
+) -> None:
+    """What the store pass will do in the change's transaction: activity and version rows."""
+    record = record_change(
+        project_id=1,
+        scope=Scope.FEATURE_FLAG,
+        item_id=after["id"],
+        actor=Actor(user_id=1, email=EDITOR_EMAIL),
+        before=before,
+        after=after,
+        now_ms=int(time.time() * 1000),
+        activity=activity,
+    )
+    if record is None:
+        return
+    stored = StoredActivity(len(data.activity) + 1, f"activity-{len(data.activity) + 1}", record)
+    data.activity.append(stored)
+    data.versions.setdefault(after["id"], []).append(
+        FlagVersion(after["version"], after, record.created_at_ms, 1, stored.id)
+    )
+
+
 async def create_flag(request: Request) -> Response:
     flag = admin_models.flag_from_input(await _checked(request))
     flag.update(id=max(f["id"] for f in data.flags) + 1, version=1)
     data.flags.append(flag)
     sent.append(flag)
+    _record(None, flag)
     return _json(flag, 201)
+
+
+async def rollback_flag(request: Request) -> Response:
+    current = await data.get_flag(1, int(request.path_params["flag_id"]))
+    if current is None:
+        raise ApiError(404, "not_found", "no such feature flag")
+    body = await _checked(request)
+    try:
+        plan = plan_rollback(
+            current["id"], data.versions.get(current["id"], []), current, body.get("version")
+        )
+    except RollbackError as exc:
+        raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    flag = admin_models.flag_from_input(plan.body, current)
+    flag.update(id=current["id"], version=current["version"] + 1)
+    data.flags[data.flags.index(current)] = flag
+    _record(current, flag, Activity.ROLLED_BACK)
+    return _json(flag)
 
 
 async def update_flag(request: Request) -> Response:
@@ -86,7 +132,12 @@ async def update_flag(request: Request) -> Response:
     flag.update(id=current["id"], version=current["version"] + 1)
     data.flags[data.flags.index(current)] = flag
     sent.append(body)
+    _record(current, flag)
     return _json(flag)
+
+
+async def get_flag_json(request: Request) -> Response:
+    return _json(await data.get_flag(1, int(request.path_params["flag_id"])))
 
 
 async def last_sent(request: Request) -> Response:
@@ -103,7 +154,13 @@ app = Starlette(
         *console_routes(accounts, data),
         Route("/api/projects/{pid}/feature_flags/", create_flag, methods=["POST"]),
         Route("/api/projects/{pid}/feature_flags/{flag_id}/", update_flag, methods=["PATCH"]),
+        Route(
+            "/api/projects/{pid}/feature_flags/{flag_id}/rollback/",
+            rollback_flag,
+            methods=["POST"],
+        ),
         Route("/_test/last_sent", last_sent),
+        Route("/_test/flag/{flag_id}", get_flag_json),
     ],
     exception_handlers={ApiError: on_api_error},
 )

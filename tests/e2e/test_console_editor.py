@@ -200,6 +200,44 @@ def test_create_a_flag_with_conditions_variants_and_payloads(page, console_url: 
     assert again["tags"] == sent["tags"] and again["name"] == sent["name"]
 
 
+def test_change_a_flag_then_roll_it_back_from_its_history(page, console_url: str) -> None:  # type: ignore[no-untyped-def]
+    _log_in(page, console_url, EDITOR_EMAIL)
+    page.get_by_role("link", name="dark-mode").click()
+    page.get_by_label("Enabled").uncheck()
+    page.get_by_label("Rollout percentage").fill("40")
+    page.get_by_role("button", name="Save feature flag").click()
+    for _ in range(50):
+        if httpx.get(f"{console_url}/_test/flag/1").json()["version"] == 2:
+            break
+        time.sleep(0.05)
+    page.get_by_role("link", name="History and rollback").click()
+    history = page.locator("[data-flag-history]")
+    assert "Updated by editor@example.com" in history.inner_text()
+    assert "Rollout %" in history.inner_text()
+    page.on("dialog", lambda dialog: dialog.accept())
+    # dark-mode was seeded without history: version 2 is the first recorded one, so the
+    # button restores the version just saved; roll back the saved change by saving again.
+    assert page.get_by_role("button", name="Roll back to version 2").count() == 0
+    page.goto(f"{console_url}/feature_flags/1")
+    page.get_by_label("Enabled").check()
+    page.get_by_role("button", name="Save feature flag").click()
+    for _ in range(50):
+        if httpx.get(f"{console_url}/_test/flag/1").json()["version"] == 3:
+            break
+        time.sleep(0.05)
+    page.goto(f"{console_url}/feature_flags/1/history")
+    page.get_by_role("button", name="Roll back to version 2").click()
+    for _ in range(50):
+        flag = httpx.get(f"{console_url}/_test/flag/1").json()
+        if flag["version"] == 4:
+            break
+        time.sleep(0.05)
+    assert flag["active"] is False
+    assert flag["filters"]["groups"][0]["rollout_percentage"] == 40
+    page.wait_for_load_state("load")
+    assert "Rolled back by editor@example.com" in page.locator("[data-flag-history]").inner_text()
+
+
 def test_viewer_sees_a_read_only_editor(page, console_url: str) -> None:  # type: ignore[no-untyped-def]
     _log_in(page, console_url, VIEWER_EMAIL)
     assert page.get_by_role("link", name="New feature flag").count() == 0

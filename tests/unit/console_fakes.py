@@ -16,6 +16,8 @@ from flagstaff.accounts.records import (
     Session,
     User,
 )
+from flagstaff.activity.records import StoredActivity
+from flagstaff.activity.rollback import FlagVersion
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import FlagUsage
 
@@ -172,6 +174,8 @@ class MemoryData:
         self.cohorts: list[dict[str, Any]] = [{"id": 3, "name": "Beta <testers>"}]
         self.types: dict[int, str] = {0: "company"}
         self.keys = ["email", "plan"]
+        self.activity: list[StoredActivity] = []
+        self.versions: dict[int, list[FlagVersion]] = {}
 
     async def project(self, project_id: int) -> ProjectInfo | None:
         return ProjectInfo(project_id, "Default project") if project_id == 1 else None
@@ -193,3 +197,9 @@ class MemoryData:
 
     async def property_keys(self, project_id: int) -> list[str]:
         return self.keys
+
+    async def flag_activity(self, project_id: int, flag_id: int) -> list[StoredActivity]:
+        return [a for a in self.activity if a.record.item_id == str(flag_id)]
+
+    async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
+        return self.versions.get(flag_id, [])

@@ -344,11 +344,17 @@ class _Clock:
         return self.now
 
 
+def _data() -> MemoryData:
+    return MemoryData([_flag(1, "alpha", name="First"), FULL_FLAG])
+
+
 def _client(
-    role: Role = Role.EDITOR, settings: ConsoleSettings | None = None
+    role: Role = Role.EDITOR,
+    settings: ConsoleSettings | None = None,
+    data: MemoryData | None = None,
 ) -> tuple[TestClient, MemoryAccounts, _Clock]:
     accounts = MemoryAccounts()
-    data = MemoryData([_flag(1, "alpha", name="First"), FULL_FLAG])
+    data = data or _data()
 
     async def setup() -> None:
         user = await accounts.create_user("ada@example.com", FAST.hash(PASSWORD), 0)
@@ -509,3 +515,65 @@ def test_console_paths_do_not_clash_with_public_routes(path: str) -> None:
     from flagstaff.app import public_routes
 
     assert (path.rstrip("/") or "/") not in public_routes()
+
+
+def _with_history(client_data: MemoryData) -> None:
+    from flagstaff.activity.diff import record_change
+    from flagstaff.activity.records import Actor, Scope, StoredActivity
+    from flagstaff.activity.rollback import FlagVersion
+
+    v1 = dict(FULL_FLAG, version=1)
+    v2 = dict(FULL_FLAG, version=2, active=False, name="renamed " + EVIL)
+    ada = Actor(user_id=1, email="ada@example.com")
+    created = record_change(
+        project_id=1,
+        scope=Scope.FEATURE_FLAG,
+        item_id=7,
+        actor=ada,
+        before=None,
+        after=v1,
+        now_ms=NOW - DAY,
+    )
+    updated = record_change(
+        project_id=1,
+        scope=Scope.FEATURE_FLAG,
+        item_id=7,
+        actor=ada,
+        before=v1,
+        after=v2,
+        now_ms=NOW,
+    )
+    assert created is not None and updated is not None
+    client_data.activity = [StoredActivity(1, "u1", created), StoredActivity(2, "u2", updated)]
+    client_data.versions = {
+        7: [FlagVersion(1, v1, NOW - DAY, 1, activity_id=1), FlagVersion(2, v2, NOW, 1, 2)]
+    }
+    client_data.flags[1] = v2
+
+
+def test_history_page_shows_readable_diffs_and_rollback_for_editors() -> None:
+    data = _data()
+    _with_history(data)
+    client, _, _ = _client(data=data)
+    _login(client)
+    page = client.get("/feature_flags/7/history")
+    assert page.status_code == 200
+    _check_accessible(page.text)
+    text = page.text
+    assert "Updated by ada@example.com" in text and "(version 2)" in text
+    assert "Created by ada@example.com" in text
+    assert '<th scope="row" title="active">Enabled</th>' in text
+    assert "<code>true</code>" in text and "<code>false</code>" in text
+    assert "<script>alert" not in text
+    assert "Roll back to version 1" in text and "Roll back to version 2" not in text
+    assert 'href="/feature_flags/7/history"' in client.get("/feature_flags/7").text
+
+
+def test_history_page_has_no_rollback_for_viewers() -> None:
+    data = _data()
+    _with_history(data)
+    client, _, _ = _client(Role.VIEWER, data=data)
+    _login(client)
+    page = client.get("/feature_flags/7/history")
+    assert page.status_code == 200 and "Roll back" not in page.text
+    assert client.get("/feature_flags/99/history").status_code == 404

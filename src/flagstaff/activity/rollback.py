@@ -34,6 +34,7 @@ class FlagVersion(msgspec.Struct, frozen=True):
     data: dict[str, Any]
     created_at_ms: int
     user_id: int | None = None
+    activity_id: int | None = None  # the activity record of the change that made it
 
 
 class RollbackPlan(msgspec.Struct, frozen=True):

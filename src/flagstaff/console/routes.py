@@ -23,6 +23,8 @@ from starlette.staticfiles import StaticFiles
 from flagstaff.accounts import cookies, csrf, sessions, throttle
 from flagstaff.accounts.roles import Action, Principal, can
 from flagstaff.accounts.store import AccountStore
+from flagstaff.activity.records import StoredActivity
+from flagstaff.activity.rollback import FlagVersion
 from flagstaff.console import session as console_session
 from flagstaff.console import templates, views
 
@@ -66,6 +68,12 @@ class ConsoleData(Protocol):
     async def property_keys(self, project_id: int) -> list[str]:
         """Person and group property keys seen in the project, for the builder's suggestions."""
         ...
+
+    async def flag_activity(self, project_id: int, flag_id: int) -> list[StoredActivity]:
+        """The flag's activity records (scope FeatureFlag, item_id the flag's id)."""
+        ...
+
+    async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
 
 
 class ConsoleSettings(msgspec.Struct, frozen=True):
@@ -326,16 +334,43 @@ class ConsolePages:
             return self._error_page(auth, 403, "No access", "Viewers cannot create feature flags.")
         return await self._editor(context, None)
 
-    async def edit_flag(self, request: Request) -> Response:
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, _, project = context
+    async def _existing_flag(
+        self, request: Request, auth: console_session.Authenticated, project: ProjectInfo
+    ) -> dict[str, Any] | Response:
         raw = request.path_params.get("flag_id", "")
         flag = await self.data.get_flag(project.id, int(raw)) if raw.isdigit() else None
         if flag is None or flag.get("deleted"):
             return self._error_page(auth, 404, "Not found", "There is no such feature flag.")
+        return flag
+
+    async def edit_flag(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        flag = await self._existing_flag(request, context[0], context[2])
+        if isinstance(flag, Response):
+            return flag
         return await self._editor(context, flag)
+
+    async def flag_history(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        flag = await self._existing_flag(request, auth, project)
+        if isinstance(flag, Response):
+            return flag
+        activities = await self.data.flag_activity(project.id, flag["id"])
+        versions = await self.data.flag_versions(project.id, flag["id"])
+        body = templates.render(
+            "flag_history.html",
+            **self._base(auth, principal, project),
+            nav="flags",
+            flag=flag,
+            entries=views.history_entries(activities, versions, flag["version"]),
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return _html(body)
 
 
 def console_routes(
@@ -354,5 +389,6 @@ def console_routes(
         Route("/feature_flags", pages.flags, methods=["GET"]),
         Route("/feature_flags/new", pages.new_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}", pages.edit_flag, methods=["GET"]),
+        Route("/feature_flags/{flag_id}/history", pages.flag_history, methods=["GET"]),
         Mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static"),
     ]

@@ -10,6 +10,9 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.activity.readable import DiffLine, readable_changes
+from flagstaff.activity.records import StoredActivity
+from flagstaff.activity.rollback import FlagVersion
 from flagstaff.flags.operators import (
     COHORT_OPERATORS,
     DATE_OPERATORS,
@@ -387,3 +390,39 @@ def editor_model(flag: Mapping[str, Any] | None) -> EditorModel:
         bucketing_identifier=str(flag.get("bucketing_identifier") or "distinct_id"),
         version=flag.get("version"),
     )
+
+
+# a flag's history -------------------------------------------------------------------------
+
+
+class HistoryEntry(msgspec.Struct, frozen=True):
+    when_ms: int
+    who: str
+    activity: str
+    lines: list[DiffLine]
+    version: int | None  # the version this change produced, when known
+    can_roll_back: bool  # an earlier version the flag can return to
+
+
+def history_entries(
+    activities: Iterable[StoredActivity], versions: Iterable[FlagVersion], current_version: int
+) -> list[HistoryEntry]:
+    """A flag's activity, newest first, each with its readable diff and the version it made."""
+    version_of = {v.activity_id: v.version for v in versions if v.activity_id is not None}
+    entries = []
+    for stored in sorted(activities, key=lambda s: s.id, reverse=True):
+        record = stored.record
+        actor = record.actor
+        who = actor.email or ("Flagstaff" if actor.is_system else "a personal API key")
+        version = version_of.get(stored.id)
+        entries.append(
+            HistoryEntry(
+                when_ms=record.created_at_ms,
+                who=who,
+                activity=record.activity.value.replace("_", " "),
+                lines=readable_changes(record.detail.changes),
+                version=version,
+                can_roll_back=version is not None and version != current_version,
+            )
+        )
+    return entries

@@ -329,8 +329,26 @@
     refreshVariants(form);
   }
 
+  // ---- a flag's history: one-click rollback ---------------------------------------------
+
+  function setUpHistory(list) {
+    list.addEventListener("click", async (event) => {
+      const button = event.target.closest('button[data-action="rollback"]');
+      if (!button) return;
+      const version = Number(button.dataset.version);
+      if (!window.confirm(`Roll the flag back to version ${version}?`)) return;
+      try {
+        await api("POST", `${apiBase}/feature_flags/${list.dataset.flagId}/rollback/`, { version });
+        window.location.reload();
+      } catch (error) {
+        showErrors([error.message]);
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("form[data-flag-editor]").forEach(setUpEditor);
+    document.querySelectorAll("[data-flag-history]").forEach(setUpHistory);
   });
 
   window.flagstaff = { api, showErrors };
