@@ -577,3 +577,54 @@ def test_history_page_has_no_rollback_for_viewers() -> None:
     page = client.get("/feature_flags/7/history")
     assert page.status_code == 200 and "Roll back" not in page.text
     assert client.get("/feature_flags/99/history").status_code == 404
+
+
+def test_account_page_lists_keys_by_prefix_never_the_secret() -> None:
+    client, accounts, _ = _client()
+    _, secret = asyncio.run(accounts.create_user_key(1, 1, "ci <bot>", NOW))
+    other, _ = asyncio.run(accounts.create_user_key(1, None, "bootstrap", NOW))
+    asyncio.run(accounts.revoke_key(1, other.id, NOW))
+    _login(client)
+    page = client.get("/account")
+    assert page.status_code == 200
+    parser = _check_accessible(page.text)
+    assert "Revoke key ci &lt;bot&gt;" in page.text and "Create personal API key" in parser.buttons
+    assert secret[:8] in page.text and secret not in page.text
+    assert "bootstrap" not in page.text  # an editor sees only their own keys
+
+
+def test_admins_see_every_key_of_the_project_with_owners() -> None:
+    client, accounts, _ = _client(Role.ADMIN)
+    asyncio.run(accounts.create_user_key(1, None, "bootstrap", NOW))
+    asyncio.run(accounts.create_user_key(1, 1, "mine", NOW))
+    _login(client)
+    page = client.get("/account").text
+    assert "bootstrap" in page and "project key" in page and "ada@example.com</td>" in page
+
+
+def test_password_change_checks_the_current_one_and_ends_other_sessions() -> None:
+    client, accounts, _ = _client()
+    _login(client)
+    other = TestClient(client.app, base_url="http://console.test")
+    _login(other)
+    assert len(accounts.sessions) == 2
+    token = client.cookies.get("flagstaff_session") or ""
+    form = {"csrf_token": csrf.csrf_token_for(token), "current_password": "wrong password!"}
+    wrong = client.post("/account/password", data={**form, "new_password": "a new password 1"})
+    assert wrong.status_code == 400 and "not right" in wrong.text
+    form["current_password"] = PASSWORD
+    weak = client.post("/account/password", data={**form, "new_password": "short"})
+    assert weak.status_code == 400 and "at least 10" in weak.text
+    no_csrf = client.post(
+        "/account/password",
+        data={"current_password": PASSWORD, "new_password": "a new password 1"},
+    )
+    assert no_csrf.status_code == 403
+    done = client.post("/account/password", data={**form, "new_password": "a new password 1"})
+    assert done.status_code == 200 and "1 other session(s) were logged out" in done.text
+    assert len(accounts.sessions) == 1
+    assert other.get("/feature_flags", follow_redirects=False).status_code == 303
+    assert client.get("/feature_flags").status_code == 200
+    client.cookies.clear()
+    assert _login(client).status_code == 401
+    assert _login(client, password="a new password 1").status_code == 303

@@ -20,7 +20,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from flagstaff.accounts import cookies, csrf, sessions, throttle
+from flagstaff.accounts import cookies, csrf, passwords, sessions, throttle
 from flagstaff.accounts.roles import Action, Principal, can
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
@@ -352,6 +352,69 @@ class ConsolePages:
             return flag
         return await self._editor(context, flag)
 
+    async def _account_page(
+        self,
+        context: tuple[console_session.Authenticated, Principal, ProjectInfo],
+        message: str = "",
+        failed: bool = False,
+        status: int = 200,
+    ) -> Response:
+        auth, principal, project = context
+        admin = can(principal.role, Action.MANAGE)
+        keys = await self.accounts.list_keys(project.id, None if admin else auth.user.id)
+        owners = (
+            {u.id: u.email for u, _ in await self.accounts.list_members(project.id)}
+            if admin
+            else {}
+        )
+        body = templates.render(
+            "account.html",
+            **self._base(auth, principal, project),
+            nav="account",
+            keys=sorted(keys, key=lambda k: (k.revoked, -k.created_at_ms)),
+            show_owner=admin,
+            owners=owners,
+            password_message=message,
+            password_failed=failed,
+            min_password=passwords.MIN_PASSWORD_LENGTH,
+        )
+        return _html(body, status)
+
+    async def account(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        return await self._account_page(context)
+
+    async def change_password(self, request: Request) -> Response:
+        """A plain form post (session + CSRF field): checks the current password, stores the
+        new hash and ends the user's other sessions."""
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth = context[0]
+        form = await _form(request)
+        token = request.cookies.get(cookies.SESSION_COOKIE) or ""
+        problem = console_session.csrf_problem(
+            "POST", request.headers, request.url.netloc, token, form.get(csrf.CSRF_FIELD)
+        )
+        if problem is not None:
+            return await self._account_page(context, "The form expired; try again.", True, 403)
+        if not passwords.verify_password(
+            auth.user.password_hash, form.get("current_password", "")
+        ).ok:
+            return await self._account_page(
+                context, "The current password is not right.", True, 400
+            )
+        new = form.get("new_password", "")
+        weakness = passwords.password_problem(new)
+        if weakness is not None:
+            return await self._account_page(context, weakness.capitalize() + ".", True, 400)
+        await self.accounts.set_password_hash(auth.user.id, passwords.hash_password(new))
+        ended = await self.accounts.delete_user_sessions(auth.user.id, auth.session.id)
+        note = f" {ended} other session(s) were logged out." if ended else ""
+        return await self._account_page(context, "Your password was changed." + note)
+
     async def flag_history(self, request: Request) -> Response:
         context = await self._page_context(request)
         if isinstance(context, Response):
@@ -386,6 +449,8 @@ def console_routes(
         Route("/login", pages.login_form, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),
         Route("/logout", pages.logout, methods=["POST"]),
+        Route("/account", pages.account, methods=["GET"]),
+        Route("/account/password", pages.change_password, methods=["POST"]),
         Route("/feature_flags", pages.flags, methods=["GET"]),
         Route("/feature_flags/new", pages.new_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}", pages.edit_flag, methods=["GET"]),

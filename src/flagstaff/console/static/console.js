@@ -346,7 +346,43 @@
     });
   }
 
+  // ---- personal API keys: create (shown once) and revoke ----------------------------------
+
+  function setUpKeys(form) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const label = form.querySelector('[name="label"]').value.trim();
+      if (!label) {
+        showErrors(["Key label: a key needs a label."]);
+        return;
+      }
+      try {
+        const created = await api("POST", "/api/personal_api_keys/", { label });
+        const box = document.querySelector("[data-new-key]");
+        box.querySelector("[data-new-key-value]").value = created.value;
+        box.hidden = false;
+        box.querySelector("[data-new-key-value]").select();
+        showErrors([]);
+      } catch (error) {
+        showErrors([error.message]);
+      }
+    });
+  }
+
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest('button[data-action="revoke-key"]');
+    if (!button) return;
+    if (!window.confirm("Revoke this key? Requests using it will be refused at once.")) return;
+    try {
+      await api("DELETE", `/api/personal_api_keys/${button.dataset.keyId}/`);
+      window.location.reload();
+    } catch (error) {
+      showErrors([error.message]);
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("form[data-create-key]").forEach(setUpKeys);
     document.querySelectorAll("form[data-flag-editor]").forEach(setUpEditor);
     document.querySelectorAll("[data-flag-history]").forEach(setUpHistory);
   });
