@@ -2,7 +2,8 @@
 the session's CSRF token and validates bodies with the real flag rules: what the editor's
 script sends is checked in a real browser before the console is wired to storage.
 
-Served by granian: ``granian --interface asgi tests.e2e.console_app:app``.
+The stand-in authenticates like the wired API will (``http/principal.py``). Served by granian:
+``granian --interface asgi tests.e2e.console_app:app``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from flagstaff.accounts import cookies, csrf
+from flagstaff.accounts import api_keys
 from flagstaff.accounts.records import Role
+from flagstaff.accounts.roles import Action, Principal, can_revoke_key
 from flagstaff.activity.diff import record_change
 from flagstaff.activity.records import Activity, Actor, Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion, RollbackError, plan_rollback
 from flagstaff.console.routes import console_routes
 from flagstaff.http import admin_models
 from flagstaff.http.errors import ApiError
+from flagstaff.http.principal import authenticate, require
 from tests.unit.console_fakes import MemoryAccounts, MemoryData
 
 EDITOR_EMAIL = "editor@example.com"
@@ -66,11 +69,48 @@ def _json(value: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(value), status, media_type="application/json")
 
 
+async def _caller(request: Request, action: Action) -> Principal:
+    principal = await authenticate(
+        accounts,
+        request.method,
+        request.headers,
+        request.cookies,
+        request.url.netloc,
+        request.path_params.get("pid"),
+        int(time.time() * 1000),
+    )
+    require(principal, action)
+    return principal
+
+
 async def _checked(request: Request) -> Any:
-    token = request.cookies.get(cookies.SESSION_COOKIE) or ""
-    if not csrf.csrf_valid(token, request.headers.get(csrf.CSRF_HEADER)):
-        raise ApiError(403, "csrf_failed", "missing or wrong CSRF token")
+    await _caller(request, Action.EDIT)
     return msgspec.json.decode(await request.body())
+
+
+async def list_flags(request: Request) -> Response:
+    await _caller(request, Action.VIEW)
+    return _json({"results": [f for f in data.flags if not f.get("deleted")]})
+
+
+async def create_key(request: Request) -> Response:
+    principal = await _caller(request, Action.VIEW)
+    label = msgspec.json.decode(await request.body()).get("label", "")
+    info, secret = await accounts.create_user_key(
+        principal.project_id, principal.user_id, label, int(time.time() * 1000)
+    )
+    return _json({**api_keys.key_json(info, str), "value": secret}, 201)
+
+
+async def revoke_key(request: Request) -> Response:
+    principal = await _caller(request, Action.VIEW)
+    key_id = int(request.path_params["key_id"])
+    owner = next((k.user_id for k in accounts.keys.values() if k.id == key_id), None)
+    problem = can_revoke_key(principal, owner)
+    if problem is not None:
+        raise ApiError(403, "permission_denied", problem)
+    await accounts.revoke_key(principal.project_id, key_id, int(time.time() * 1000))
+    return Response(status_code=204)
 
 
 def _record(
@@ -153,6 +193,9 @@ app = Starlette(
     routes=[
         *console_routes(accounts, data),
         Route("/api/projects/{pid}/feature_flags/", create_flag, methods=["POST"]),
+        Route("/api/projects/{pid}/feature_flags/", list_flags, methods=["GET"]),
+        Route("/api/personal_api_keys/", create_key, methods=["POST"]),
+        Route("/api/personal_api_keys/{key_id}/", revoke_key, methods=["DELETE"]),
         Route("/api/projects/{pid}/feature_flags/{flag_id}/", update_flag, methods=["PATCH"]),
         Route(
             "/api/projects/{pid}/feature_flags/{flag_id}/rollback/",

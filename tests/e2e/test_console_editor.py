@@ -238,11 +238,50 @@ def test_change_a_flag_then_roll_it_back_from_its_history(page, console_url: str
     assert "Rolled back by editor@example.com" in page.locator("[data-flag-history]").inner_text()
 
 
+def test_create_a_personal_key_use_it_revoke_it(page, console_url: str) -> None:  # type: ignore[no-untyped-def]
+    _log_in(page, console_url, EDITOR_EMAIL)
+    page.get_by_role("link", name=EDITOR_EMAIL).click()
+    page.get_by_label("Key label").fill("deploy script")
+    page.get_by_role("button", name="Create personal API key").click()
+    shown = page.get_by_label("New personal API key")
+    shown.wait_for()
+    secret = shown.input_value()
+    assert secret.startswith("phx_")
+    api = f"{console_url}/api/projects/@current/feature_flags/"
+    bearer = {"authorization": f"Bearer {secret}"}
+    assert httpx.get(api, headers=bearer).status_code == 200
+    created = httpx.post(api, headers=bearer, json={"key": "made-by-key"})
+    assert created.status_code == 201  # an editor's key may create flags
+    page.reload()
+    row = page.get_by_role("row").filter(has_text="deploy script")
+    assert secret[:8] in row.inner_text() and secret not in page.content()
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Revoke key deploy script").click()
+    page.wait_for_load_state("load")
+    for _ in range(50):
+        if httpx.get(api, headers=bearer).status_code == 401:
+            break
+        time.sleep(0.05)
+    assert httpx.get(api, headers=bearer).status_code == 401
+    assert "Revoked" in page.get_by_role("row").filter(has_text="deploy script").inner_text()
+
+
 def test_viewer_sees_a_read_only_editor(page, console_url: str) -> None:  # type: ignore[no-untyped-def]
     _log_in(page, console_url, VIEWER_EMAIL)
     assert page.get_by_role("link", name="New feature flag").count() == 0
     page.get_by_role("link", name="dark-mode").click()
     assert page.get_by_label("Key", exact=True).is_disabled()
     assert page.get_by_role("button", name="Save feature flag").count() == 0
+    # Neither the console nor the viewer's own key can change anything.
+    page.get_by_role("link", name=VIEWER_EMAIL).click()
+    page.get_by_label("Key label").fill("viewer key")
+    page.get_by_role("button", name="Create personal API key").click()
+    shown = page.get_by_label("New personal API key")
+    shown.wait_for()
+    bearer = {"authorization": f"Bearer {shown.input_value()}"}
+    api = f"{console_url}/api/projects/1/feature_flags/"
+    assert httpx.get(api, headers=bearer).status_code == 200
+    refused = httpx.post(api, headers=bearer, json={"key": "viewer-flag"})
+    assert refused.status_code == 403 and "viewers" in refused.json()["detail"]
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url(f"{console_url}/login")
