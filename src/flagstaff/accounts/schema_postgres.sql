@@ -128,7 +128,6 @@ CREATE INDEX scheduled_changes_flag ON scheduled_changes (project_id, flag_id);
 -- Per project: whether flag changes wait for a second person.
 CREATE TABLE approval_policies (
     project_id bigint PRIMARY KEY REFERENCES projects(id),
-    required_approvals integer NOT NULL DEFAULT 1,
     enabled boolean NOT NULL DEFAULT false
 );
 

@@ -127,7 +127,6 @@ CREATE INDEX scheduled_changes_flag ON scheduled_changes(project_id, flag_id);
 -- Per project: whether flag changes wait for a second person.
 CREATE TABLE approval_policies (
     project_id INTEGER PRIMARY KEY REFERENCES projects(id),
-    required_approvals INTEGER NOT NULL DEFAULT 1,
     enabled INTEGER NOT NULL DEFAULT 0
 );
 
