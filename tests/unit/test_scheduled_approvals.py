@@ -29,14 +29,14 @@ def _flag() -> dict[str, Any]:
 
 
 def _change(
-    op: str, payload: dict[str, Any], at: int = NOW, id: int = 1
+    op: str, value: Any, at: int = NOW, id: int = 1, **extra: Any
 ) -> scheduled.ScheduledChange:
     return scheduled.ScheduledChange(
         id=id,
         project_id=1,
         flag_id=5,
         operation=scheduled.Operation(op),
-        payload=payload,
+        payload={"operation": op, "value": value, **extra},
         run_at_ms=at,
         created_by=2,
         created_at_ms=0,
@@ -44,49 +44,63 @@ def _change(
 
 
 @pytest.mark.parametrize(
-    ("operation", "payload", "run_at", "field"),
+    ("payload", "run_at", "field"),
     [
-        ("explode", {}, NOW + 1, "operation"),
-        ("update_status", {"active": "yes"}, NOW + 1, "payload.active"),
-        ("update_status", {"active": True}, NOW, "scheduled_at"),
-        ("update_status", {"active": True}, "soon", "scheduled_at"),
-        ("update_rollout", {"rollout_percentage": 101}, NOW + 1, "payload"),
-        ("update_rollout", {"rollout_percentage": 5, "group": -1}, NOW + 1, "payload.group"),
-        ("patch", {}, NOW + 1, "payload"),
-        ("patch", [], NOW + 1, "payload"),
+        ([], NOW + 1, "payload"),
+        ({"operation": "explode", "value": 1}, NOW + 1, "payload"),
+        ({"operation": "update_status", "value": "yes"}, NOW + 1, "payload"),
+        ({"operation": "update_status", "value": True}, NOW, "scheduled_at"),
+        ({"operation": "update_status", "value": True}, "soon", "scheduled_at"),
+        ({"operation": "add_release_condition", "value": {"groups": {}}}, NOW + 1, "payload"),
+        ({"operation": "update_variants", "value": {}}, NOW + 1, "payload"),
+        ({"operation": "update_rollout", "value": 101}, NOW + 1, "payload"),
+        ({"operation": "update_rollout", "value": 5, "group": -1}, NOW + 1, "payload"),
     ],
 )
-def test_schedules_refused_with_the_field(
-    operation: str, payload: Any, run_at: Any, field: str
-) -> None:
+def test_schedules_refused_with_the_field(payload: Any, run_at: Any, field: str) -> None:
     with pytest.raises(scheduled.ScheduleError) as info:
-        scheduled.check_schedule(operation, payload, run_at, NOW)
+        scheduled.check_schedule(payload, run_at, NOW)
     assert info.value.field == field
 
 
 def test_due_changes_become_update_bodies() -> None:
     changes = [
-        _change("update_rollout", {"rollout_percentage": 50, "group": 1}, NOW - 5, id=2),
-        _change("update_status", {"active": False}, NOW - 10, id=3),
-        _change("patch", {"name": "later"}, NOW + 10, id=4),
+        _change("update_rollout", 50, NOW - 5, id=2, group=1),
+        _change("update_status", False, NOW - 10, id=3),
+        _change("update_status", True, NOW + 10, id=4),
     ]
-    assert scheduled.check_schedule("update_status", {"active": False}, NOW + 1, NOW) is (
-        scheduled.Operation.UPDATE_STATUS
-    )
+    assert scheduled.check_schedule(
+        {"operation": "update_status", "value": False}, NOW + 1, NOW
+    ) is (scheduled.Operation.UPDATE_STATUS)
     ready = scheduled.due(changes, NOW)
     assert [c.id for c in ready] == [3, 2]
     flag = _flag()
     assert scheduled.update_body(ready[0], flag) == {"active": False, "version": 3}
     body = scheduled.update_body(ready[1], flag)
     assert [g["rollout_percentage"] for g in body["filters"]["groups"]] == [10, 50]
+    assert body["version"] == 3
     assert flag["filters"]["groups"][1]["rollout_percentage"] == 0  # the flag is not mutated
-    every = scheduled.update_body(_change("update_rollout", {"rollout_percentage": 100}), flag)
+    every = scheduled.update_body(_change("update_rollout", 100), flag)
     assert [g["rollout_percentage"] for g in every["filters"]["groups"]] == [100, 100]
     with pytest.raises(scheduled.ScheduleError):
-        scheduled.update_body(
-            _change("update_rollout", {"rollout_percentage": 1, "group": 2}), flag
-        )
+        scheduled.update_body(_change("update_rollout", 1, group=2), flag)
     assert scheduled.trigger_for(ready[0]).job_type == "scheduled_change"
+
+
+def test_release_conditions_and_variants_scheduled_as_posthog_does() -> None:
+    flag = _flag()
+    added = scheduled.update_body(
+        _change(
+            "add_release_condition",
+            {"groups": [{"properties": [], "rollout_percentage": 20}], "payloads": {"true": "1"}},
+        ),
+        flag,
+    )
+    assert len(added["filters"]["groups"]) == 3 and added["filters"]["payloads"] == {"true": "1"}
+    variants = [{"key": "a", "rollout_percentage": 50}, {"key": "b", "rollout_percentage": 50}]
+    changed = scheduled.update_body(_change("update_variants", {"variants": variants}), flag)
+    assert changed["filters"]["multivariate"] == {"variants": variants}
+    assert len(flag["filters"]["groups"]) == 2 and "multivariate" not in flag["filters"]
 
 
 def _who(user_id: int, role: Role = Role.EDITOR) -> Principal:

@@ -113,8 +113,8 @@ CREATE TABLE scheduled_changes (
     id INTEGER PRIMARY KEY,
     project_id INTEGER NOT NULL REFERENCES projects(id),
     flag_id INTEGER NOT NULL REFERENCES feature_flags(id),
-    operation TEXT NOT NULL CHECK (operation IN ('update_status', 'update_rollout', 'patch')),
-    payload TEXT NOT NULL,                    -- JSON: {"active": false} / {"rollout_percentage": 50}
+    operation TEXT NOT NULL CHECK (operation IN ('update_status', 'add_release_condition', 'update_variants', 'update_rollout')),
+    payload TEXT NOT NULL,                    -- JSON: {"operation": ..., "value": ...}
     run_at_ms INTEGER NOT NULL,
     created_by INTEGER REFERENCES users(id) ON DELETE SET NULL,
     created_at_ms INTEGER NOT NULL,
