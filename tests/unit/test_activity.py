@@ -130,6 +130,10 @@ def test_activity_json_matches_posthogs_serializer() -> None:
     ]
     assert body["detail"]["trigger"] is None
     msgspec.json.encode(body)  # serialisable as is
+    stored = StoredActivity(id=9, uuid="0191-uuid", record=record)
+    cursor_page = api.activity_page([stored], _iso, "next-url", None)
+    assert cursor_page == {"results": [body], "next": "next-url", "previous": None}
+    assert api.activity_page([stored], _iso, None, None, total_count=1)["total_count"] == 1
 
 
 def test_readable_diff_reports_each_nested_leaf() -> None:

@@ -44,11 +44,20 @@ def activity_json(stored: StoredActivity, iso: IsoTime) -> dict[str, Any]:
 
 
 def activity_page(
-    rows: list[StoredActivity], iso: IsoTime, next_url: str | None, previous_url: str | None
+    rows: list[StoredActivity],
+    iso: IsoTime,
+    next_url: str | None,
+    previous_url: str | None,
+    total_count: int | None = None,
 ) -> dict[str, Any]:
-    """PostHog's cursor-paginated envelope."""
-    return {
+    """PostHog's envelopes: ``/activity_log/`` is cursor paginated (100 a page, newest first:
+    no ``total_count``); ``/feature_flags/<id>/activity/`` is paged by ``limit`` (default 10)
+    and ``page`` (from 1) and carries ``total_count``."""
+    page: dict[str, Any] = {
         "results": [activity_json(r, iso) for r in rows],
         "next": next_url,
         "previous": previous_url,
     }
+    if total_count is not None:
+        page["total_count"] = total_count
+    return page
