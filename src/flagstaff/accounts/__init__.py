@@ -1,0 +1,5 @@
+"""Accounts: users, password hashing, sessions, CSRF, login throttling, roles, cookies (pure).
+
+Nothing here does I/O. What the accounts need from storage is the :class:`AccountStore`
+protocol in ``store.py``; its draft tables are ``schema_sqlite.sql`` and ``schema_postgres.sql``.
+"""
