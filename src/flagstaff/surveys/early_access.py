@@ -140,7 +140,7 @@ def feature_from_input(
             if body.get(name) in (None, ""):
                 errors.append((name, "This field is required."))
     name = body.get("name")
-    if name is not None:
+    if name is not None and not (current is None and name == ""):
         if not isinstance(name, str) or not name.strip():
             errors.append(("name", "Must be a non-empty string."))
         elif len(name) > MAX_NAME_LENGTH:

@@ -459,7 +459,7 @@ def survey_from_input(
             if body.get(name) in (None, ""):
                 errors.append((name, "This field is required."))
     name = body.get("name")
-    if name is not None:
+    if name is not None and not ((creating or not partial) and name == ""):
         if not isinstance(name, str) or not name.strip():
             errors.append(("name", "Must be a non-empty string."))
         elif len(name) > model.MAX_NAME_LENGTH:
