@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,14 @@ from tests.e2e.site import Site
 from tests.server import PROJECT_TOKEN, Server
 
 pytestmark = pytest.mark.usefixtures("chromium")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def installed_bundles() -> None:
+    """The setup script `make run` calls; a no-op once the pinned release is installed."""
+    subprocess.run(["bash", str(ROOT / "scripts/install-posthog-js.sh")], check=True)
+
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>bundles</title></head><body>
