@@ -10,7 +10,7 @@ import msgspec
 
 from flagstaff.flags import EvalRequest, compile_flags, evaluate, validate_flag
 from flagstaff.surveys import flags as survey_flags
-from flagstaff.surveys import public
+from flagstaff.surveys import management, public
 from flagstaff.surveys.model import Survey
 from flagstaff.surveys.validation import survey_from_input
 
@@ -149,3 +149,21 @@ def test_public_list_has_only_active_surveys_with_flag_keys() -> None:
     assert public.has_active_survey([draft, ended], NOW) is False
     assert public.has_active_survey([draft, running], NOW) is True
     assert public.has_active_survey([full], NOW, {"full": 1}) is True
+
+
+def test_management_shape_names_every_flag() -> None:
+    survey = launched(targeting_flag_id=3, internal_targeting_flag_id=4)
+    flags = {
+        3: {"id": 3, "key": "survey-targeting-a"},
+        4: {"id": 4, "key": "survey-targeting-a-custom"},
+    }
+    body = management.survey_json(survey, flags)
+    assert body["targeting_flag"] == flags[3] and body["internal_targeting_flag"] == flags[4]
+    assert body["linked_flag"] is None and body["linked_flag_id"] is None
+    assert body["feature_flag_keys"][:3] == [
+        {"key": "linked_flag_key", "value": None},
+        {"key": "targeting_flag_key", "value": "survey-targeting-a"},
+        {"key": "internal_targeting_flag_key", "value": "survey-targeting-a-custom"},
+    ]
+    assert body["created_at"] == "2026-05-01T12:00:00Z" and body["iteration_start_dates"] == []
+    assert msgspec.json.decode(msgspec.json.encode(body)) == body
