@@ -186,3 +186,16 @@ def test_other_events_and_iterations() -> None:
     )
     page = stats.summary(state, [OPEN])["questions"][0]["open_answers"]
     assert page["results"][0]["iteration"] == 2
+
+
+def test_ingest_helpers() -> None:
+    props = {"$survey_id": 7, "$survey_response_q": "x", "$survey_questions": [], "$ip": "1.2.3.4"}
+    assert stats.survey_id_of(SENT, props) == "7"
+    assert stats.survey_id_of("$pageview", props) is None
+    assert stats.survey_id_of(SHOWN, {"$survey_id": ""}) is None
+    trimmed = stats.stats_properties(props)
+    assert trimmed == {"$survey_id": 7, "$survey_response_q": "x", "$survey_questions": []}
+    whole, cut = SurveyStats(), SurveyStats()
+    whole.add(SENT, props, person="p", timestamp=T0, uuid="u")
+    cut.add(SENT, trimmed, person="p", timestamp=T0, uuid="u")
+    assert stats.encode(whole) == stats.encode(cut)

@@ -156,6 +156,23 @@ class SurveyStats(msgspec.Struct, kw_only=True):
                 del self.choices[question]
 
 
+def survey_id_of(event: str, properties: Mapping[str, Any]) -> str | None:
+    """The survey a survey event counts for; None for other events (and for a survey event
+    without ``$survey_id``, which the ingest rules drop)."""
+    if event not in _BIT:
+        return None
+    survey_id = properties.get("$survey_id")
+    if survey_id is None or survey_id == "":
+        return None
+    return str(survey_id)
+
+
+def stats_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """The properties ``SurveyStats.add`` reads (every ``$survey_*`` key): what an ingest path
+    that trims properties must keep for survey events."""
+    return {k: v for k, v in properties.items() if k.startswith("$survey_")}
+
+
 def encode(stats: SurveyStats) -> bytes:
     return msgspec.json.encode(stats)
 
