@@ -252,3 +252,14 @@ def test_dates_limits_and_external_surveys() -> None:
     assert found["end_date"] == "Must not be before start_date."
     found = dict(errors_of(body(type="external_survey", conditions={"url": "/x"})))
     assert found["conditions"].endswith("not allowed for external surveys: url")
+
+
+def test_put_forgets_the_linked_flag_a_patch_keeps() -> None:
+    ctx = SurveyContext(linked_flag=LinkedFlag(id=7, key="beta", variants=("test",)))
+    first = survey_from_input(
+        body(linked_flag_id=7, conditions={"linkedFlagVariant": "test"}), None, now=NOW, context=ctx
+    ).survey
+    kept = survey_from_input({"name": "NPS 2"}, first, now=NOW, context=ctx).survey
+    assert kept.linked_flag_id == 7 and kept.conditions == {"linkedFlagVariant": "test"}
+    put = survey_from_input(body(), first, now=NOW, partial=False).survey
+    assert put.linked_flag_id is None and put.conditions is None

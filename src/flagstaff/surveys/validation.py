@@ -479,17 +479,15 @@ def survey_from_input(
         _check_bool(flag, body.get(flag), errors)
     if "questions" in body:
         check_questions(body["questions"], errors)
-    linked_id = (
-        body.get("linked_flag_id")
-        if "linked_flag_id" in body
-        else (current.linked_flag_id if current else None)
-    )
+    # A PATCH keeps what it does not mention; a create or PUT starts from nothing.
+    kept = current if current is not None and partial else None
+    linked_id = body.get("linked_flag_id", kept.linked_flag_id if kept else None)
     if linked_id is not None:
         if not _is_int(linked_id):
             errors.append(("linked_flag_id", "Must be an integer or null."))
         elif context.linked_flag is None or context.linked_flag.id != linked_id:
             errors.append(("linked_flag_id", "Feature Flag with this ID does not exist"))
-    conditions = body.get("conditions", current.conditions if current else None)
+    conditions = body.get("conditions", kept.conditions if kept else None)
     if "conditions" in body or "linked_flag_id" in body:
         check_conditions(conditions, context.linked_flag, linked_id is not None, errors)
     if "appearance" in body:
