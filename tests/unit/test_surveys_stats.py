@@ -10,6 +10,12 @@ from flagstaff.surveys import stats
 from flagstaff.surveys.stats import DISMISSED, SENT, SHOWN, SurveyStats
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
 RATING = {"id": "q-rate", "type": "rating", "question": "How likely?", "scale": 10}
 CHOICE = {
     "id": "q-why",
@@ -38,7 +44,7 @@ def event(name: str, person: str, minute: int, props: dict[str, Any] | None = No
         "event": name,
         "properties": props or {"$survey_id": "s1"},
         "person": person,
-        "timestamp": T0 + timedelta(minutes=minute),
+        "timestamp_ms": ms(T0 + timedelta(minutes=minute)),
         "uuid": f"{name}-{person}-{minute}",
     }
 
@@ -100,7 +106,7 @@ def test_order_of_arrival_does_not_matter_and_state_round_trips() -> None:
             e["event"],
             e["properties"],
             person=e["person"],
-            timestamp=e["timestamp"],
+            timestamp_ms=e["timestamp_ms"],
             uuid=e["uuid"],
         )
     assert stats.stats_json(state) == expected
@@ -176,12 +182,12 @@ def test_legacy_positional_answers_map_to_questions_by_position() -> None:
 
 def test_other_events_and_iterations() -> None:
     state = SurveyStats()
-    assert state.add("$pageview", {}, person="p", timestamp=T0, uuid="u") is False
+    assert state.add("$pageview", {}, person="p", timestamp_ms=ms(T0), uuid="u") is False
     state.add(
         SENT,
         {"$survey_iteration": 2, "$survey_response_q-more": "hi"},
         person="p",
-        timestamp=T0,
+        timestamp_ms=ms(T0),
         uuid="u2",
     )
     page = stats.summary(state, [OPEN])["questions"][0]["open_answers"]
@@ -196,6 +202,6 @@ def test_ingest_helpers() -> None:
     trimmed = stats.stats_properties(props)
     assert trimmed == {"$survey_id": 7, "$survey_response_q": "x", "$survey_questions": []}
     whole, cut = SurveyStats(), SurveyStats()
-    whole.add(SENT, props, person="p", timestamp=T0, uuid="u")
-    cut.add(SENT, trimmed, person="p", timestamp=T0, uuid="u")
+    whole.add(SENT, props, person="p", timestamp_ms=ms(T0), uuid="u")
+    cut.add(SENT, trimmed, person="p", timestamp_ms=ms(T0), uuid="u")
     assert stats.encode(whole) == stats.encode(cut)

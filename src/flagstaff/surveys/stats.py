@@ -25,7 +25,7 @@ page at a time.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -45,11 +45,13 @@ MAX_PAGE = 500
 
 
 class EventCounts(msgspec.Struct, kw_only=True):
-    total: int = 0
-    first_seen: datetime | None = None
-    last_seen: datetime | None = None
+    """Times are milliseconds since the epoch (cheap to keep and decode)."""
 
-    def seen(self, at: datetime) -> None:
+    total: int = 0
+    first_seen: int | None = None
+    last_seen: int | None = None
+
+    def seen(self, at: int) -> None:
         if self.first_seen is None or at < self.first_seen:
             self.first_seen = at
         if self.last_seen is None or at > self.last_seen:
@@ -59,7 +61,7 @@ class EventCounts(msgspec.Struct, kw_only=True):
 class Submission(msgspec.Struct, kw_only=True):
     """The answers of one ``survey sent`` submission (its latest event)."""
 
-    at: datetime
+    at: int
     person: str
     answers: dict[str, Any]
     iteration: int | None = None
@@ -90,15 +92,17 @@ class SurveyStats(msgspec.Struct, kw_only=True):
         properties: Mapping[str, Any],
         *,
         person: str,
-        timestamp: datetime,
+        timestamp_ms: int,
         uuid: str,
     ) -> bool:
         """Fold in one event; False when it is not a counted survey event.
 
         ``person`` is the person id when known (else the distinct id): unique counts are per
         person, as PostHog counts them. ``uuid`` is the event's, used as the submission of a
-        ``survey sent`` event without ``$survey_submission_id``.
+        ``survey sent`` event without ``$survey_submission_id``. ``timestamp_ms``: the event's
+        time in milliseconds since the epoch (``ingest.model.Event.timestamp_ms``).
         """
+        timestamp = timestamp_ms
         if event not in _BIT:
             return False
         if event == DISMISSED and properties.get("$survey_partially_completed") is True:
@@ -129,12 +133,12 @@ class SurveyStats(msgspec.Struct, kw_only=True):
         self.persons[person] = self.persons.get(person, 0) | _BIT[event]
         return True
 
-    def _count(self, event: str, at: datetime) -> None:
+    def _count(self, event: str, at: int) -> None:
         counts = self.counts.setdefault(event, EventCounts())
         counts.total += 1
         counts.seen(at)
 
-    def _seen(self, event: str, at: datetime) -> None:
+    def _seen(self, event: str, at: int) -> None:
         self.counts.setdefault(event, EventCounts()).seen(at)
 
     def _tally(self, answers: Mapping[str, Any], step: int) -> None:
@@ -183,17 +187,23 @@ def decode(data: bytes | str) -> SurveyStats:
 
 def build(events: Sequence[Mapping[str, Any]]) -> SurveyStats:
     """The aggregate of a scan: each event a mapping with ``event``, ``properties``,
-    ``person``, ``timestamp`` (datetime) and ``uuid``."""
+    ``person``, ``timestamp_ms`` and ``uuid``."""
     stats = SurveyStats()
     for e in events:
         stats.add(
             e["event"],
             e.get("properties") or {},
             person=e["person"],
-            timestamp=e["timestamp"],
+            timestamp_ms=e["timestamp_ms"],
             uuid=e["uuid"],
         )
     return stats
+
+
+def _when(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return format_datetime(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 def extract_answers(properties: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,8 +274,8 @@ def _event_stats(stats: SurveyStats, event: str) -> dict[str, Any]:
     return {
         "total_count": counts.total,
         "unique_persons": sum(1 for bits in stats.persons.values() if bits & _BIT[event]),
-        "first_seen": format_datetime(counts.first_seen),
-        "last_seen": format_datetime(counts.last_seen),
+        "first_seen": _when(counts.first_seen),
+        "last_seen": _when(counts.last_seen),
         "unique_persons_only_seen": 0,
         "total_count_only_seen": 0,
     }
@@ -342,7 +352,7 @@ def _open_answers(
             {
                 "response": free[0] if len(free) == 1 else free,
                 "person": sub.person,
-                "timestamp": format_datetime(sub.at),
+                "timestamp": _when(sub.at),
                 "iteration": sub.iteration,
             }
             for sub, free in page
@@ -388,8 +398,13 @@ def question_summary(
         choices = [c for c in question.get("choices") or [] if isinstance(c, str)]
         listed = set(choices)
         result["choices"] = {c: counts.get(c, 0) for c in choices}
-        result["open_choice_count"] = sum(n for v, n in counts.items() if v not in listed)
-        result["open_answers"] = _open_answers(stats, keys, listed, limit, offset)
+        open_count = sum(n for v, n in counts.items() if v not in listed)
+        result["open_choice_count"] = open_count
+        result["open_answers"] = (
+            _open_answers(stats, keys, listed, limit, offset)
+            if open_count
+            else {"count": 0, "limit": limit, "offset": offset, "results": []}
+        )
     elif qtype == "open":
         result["open_answers"] = _open_answers(stats, keys, set(), limit, offset)
     return result
