@@ -20,6 +20,7 @@ geoip:
 	bash scripts/fetch-geoip.sh
 
 run: $(STAMP) geoip
+	bash scripts/install-posthog-js.sh
 	$(BIN)/flagstaff serve $(ARGS)
 
 e2e-deps:

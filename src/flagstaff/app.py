@@ -16,7 +16,7 @@ from typing import Any
 
 from flagstaff import logs
 from flagstaff.config import Settings
-from flagstaff.http import capture, flags, ops
+from flagstaff.http import capture, flags, ops, products, static
 from flagstaff.http.admin import build_admin
 from flagstaff.http.asgi import (
     Receive,
@@ -64,12 +64,18 @@ def public_routes() -> dict[str, PublicRoute]:
             "/api/feature_flag/local_evaluation", flags.definitions_endpoint, _GET, True
         ),
     }
+    for path, handler in (
+        ("/api/web_experiments", products.web_experiments_endpoint),
+        ("/api/product_tours", products.product_tours_endpoint),
+    ):
+        routes[path] = PublicRoute(path, handler, _GET, True)
     for path in ("/e", "/i/v0/e", "/capture", "/batch", "/track", "/engage", "/s"):
         routes[path] = PublicRoute(path, capture.capture_endpoint, _CAPTURE, True)
     return routes
 
 
 _ARRAY = PublicRoute("/array/{token}/config", flags.array_config_endpoint, _GET, True)
+_STATIC = PublicRoute("/static/{name}", static.static_endpoint, _GET, True)
 _REMOTE_CONFIG = PublicRoute(
     "/api/projects/{id}/feature_flags/{key}/remote_config", flags.remote_config_endpoint, _GET, True
 )
@@ -90,6 +96,8 @@ class FlagstaffApp:
             return route
         if key.startswith("/array/"):
             return _ARRAY
+        if key.startswith("/static/"):
+            return _STATIC
         if key.startswith("/api/projects/") and key.endswith("/remote_config"):
             return _REMOTE_CONFIG
         return None
