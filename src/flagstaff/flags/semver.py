@@ -92,9 +92,8 @@ def _strict(core: list[str], rest: str) -> Version | None:
     return Version(int(core[0]), int(core[1]), int(core[2]), pre, build)
 
 
-@functools.lru_cache(maxsize=16384)
 def parse_version_text(text: str) -> Version | None:
-    """Memoised: the same version strings recur across persons."""
+    """A normalised text (no leading ``v``, no surrounding spaces) as a version."""
     cut = min((i for i in (text.find("-"), text.find("+")) if i >= 0), default=len(text))
     core = [_strip_zeros(part) for part in text[:cut].split(".")]
     while len(core) < 3:
@@ -102,7 +101,15 @@ def parse_version_text(text: str) -> Version | None:
     return _strict(core, text[cut:])
 
 
+@functools.lru_cache(maxsize=16384)
+def _parse_text(value: str) -> Version | None:
+    return parse_version_text((value[1:] if value.startswith("v") else value).strip())
+
+
 def parse_version(value: object) -> Version | None:
+    """Memoised for strings: the same version strings recur across persons."""
+    if type(value) is str:
+        return _parse_text(value)
     text = _normalized(value)
     return None if text is None else parse_version_text(text)
 
