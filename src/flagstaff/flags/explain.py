@@ -151,11 +151,10 @@ class _Walker:
             if isinstance(flag_id, int) and not isinstance(flag_id, bool):
                 self.by_id.setdefault(flag_id, key)
         self.group_names = {str(index): name for index, name in group_type_mapping.items()}
-        sources = GeneratedSources()
-        self.cohorts = CohortCompiler(cohorts, sources)
-        builder = FlagBuilder(flags, cohorts, group_type_mapping, sources)
+        self.sources = GeneratedSources()
+        self.cohorts = CohortCompiler(cohorts, self.sources)
+        builder = FlagBuilder(flags, cohorts, group_type_mapping, self.sources)
         self.errors = {flag.key: flag.error for flag in builder.build() if flag.error}
-        sources.release()
         self.request = request
         self.ctx = Context(request)
         self.values: dict[str, Any] = {}
@@ -595,9 +594,12 @@ def explain(
     Raises KeyError when no (undeleted) flag has that key.
     """
     walker = _Walker(flags, cohorts, group_type_mapping, request)
-    if key not in walker.by_key:
-        raise KeyError(key)
-    explanation = walker.explain(key)
+    try:
+        if key not in walker.by_key:
+            raise KeyError(key)
+        explanation = walker.explain(key)
+    finally:
+        walker.sources.release()  # the cohort code it generated is not kept for tracebacks
     contexts = evaluation_contexts(walker.by_key[key])
     if contexts:
         explanation.notes.append(f"evaluation contexts: {sorted(contexts)}")
