@@ -272,6 +272,41 @@ def cmd_flags_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# flags explain -------------------------------------------------------------------------------
+
+
+def cmd_flags_explain(args: argparse.Namespace) -> int:
+    """Print how one flag evaluates for one distinct id (see flagstaff/flags_explain.py)."""
+    from flagstaff.flags.explain import render
+    from flagstaff.flags_explain import ExplainError, explain_from_store, json_object
+
+    try:
+        person = json_object(args.person_properties, "--person-properties")
+        groups = json_object(args.groups, "--groups")
+
+        async def run(store: Store) -> Any:
+            project_id = await _project_id(store, args.project)
+            return await explain_from_store(
+                store,
+                project_id,
+                args.key,
+                args.distinct_id,
+                person_properties=person,
+                groups=groups,
+                device_id=args.device_id,
+            )
+
+        explanation = _with_store(_settings(args), run)
+    except ExplainError as error:
+        print(f"flagstaff: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(explanation.to_dict()) + b"\n")
+    else:
+        print(render(explanation))
+    return 0
+
+
 # events export --------------------------------------------------------------------------------
 
 
@@ -374,6 +409,17 @@ def build_parser() -> argparse.ArgumentParser:
     fexport.add_argument("--project", type=int)
     _store_options(fexport)
     fexport.set_defaults(fn=cmd_flags_export)
+
+    fexplain = flags.add_parser("explain", help="show how one flag evaluates, step by step")
+    fexplain.add_argument("key", help="the flag key")
+    fexplain.add_argument("--distinct-id", required=True)
+    fexplain.add_argument("--project", type=int)
+    fexplain.add_argument("--person-properties", help="JSON object over the stored ones")
+    fexplain.add_argument("--groups", help='JSON object, e.g. {"company": "acme"}')
+    fexplain.add_argument("--device-id")
+    fexplain.add_argument("--json", action="store_true", help="the explanation as JSON")
+    _store_options(fexplain)
+    fexplain.set_defaults(fn=cmd_flags_explain)
 
     events = sub.add_parser("events", help="export events").add_subparsers(
         dest="action", required=True

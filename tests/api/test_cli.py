@@ -139,3 +139,71 @@ def test_events_export_requires_a_valid_since(tmp_path: Path) -> None:
     assert r.returncode != 0 and "--since" in r.stderr
     r = cli(data, "events", "export", "--since", "2026-01-01")
     assert r.returncode == 0 and r.stdout == "" and "0 events exported" in r.stderr
+
+
+def test_flags_explain_reads_what_flags_reads(tmp_path: Path) -> None:
+    import httpx
+
+    from tests.server import PROJECT_TOKEN, Api, Server
+
+    data = tmp_path / "d"
+    srv = Server(data_dir=data).start()
+    try:
+        http = httpx.Client(base_url=srv.url, timeout=30)
+        batch = [
+            {
+                "event": "$identify",
+                "distinct_id": "u1",
+                "properties": {"$set": {"plan": "pro", "email": "ana@acme.com"}},
+            },
+            {
+                "event": "$groupidentify",
+                "distinct_id": "u1",
+                "properties": {
+                    "$group_type": "company",
+                    "$group_key": "acme",
+                    "$group_set": {"tier": "gold"},
+                },
+            },
+        ]
+        assert http.post("/batch/", json={"api_key": PROJECT_TOKEN, "batch": batch}).is_success
+        plan = {"key": "plan", "type": "person", "operator": "exact", "value": "pro"}
+        tier = {"key": "tier", "type": "group", "group_type_index": 0, "value": "gold"}
+        Api(srv.url).create_flag(
+            key="checkout",
+            filters={"groups": [{"properties": [plan, tier], "rollout_percentage": 40}]},
+        )
+        answer = http.post(
+            "/flags?v=2",
+            json={"api_key": PROJECT_TOKEN, "distinct_id": "u1", "groups": {"company": "acme"}},
+        ).json()["flags"]["checkout"]
+        http.close()
+    finally:
+        srv.stop()
+    extra = ["--database-url", srv.database_url] if srv.database_url else []
+    args = ["flags", "explain", "checkout", "--distinct-id", "u1", *extra]
+
+    r = cli(data, *args, "--groups", '{"company": "acme"}', "--json")
+    assert r.returncode == 0, r.stderr
+    explained = json.loads(r.stdout)
+    assert explained["enabled"] == answer["enabled"]
+    assert explained["reason_code"] == answer["reason"]["code"]
+    (condition,) = explained["conditions"]
+    assert [(f["key"], f["compared"], f["matched"]) for f in condition["filters"]] == [
+        ("plan", "pro", True),
+        ("tier", "gold", True),
+    ]
+    assert condition["rollout"]["identifier"] == "u1"
+    assert condition["rollout"]["threshold"] == 0.4
+    assert condition["in_rollout"] == (condition["rollout"]["value"] <= 0.4)
+
+    r = cli(data, *args, "--person-properties", '{"plan": "free"}')
+    assert r.returncode == 0, r.stderr
+    assert 'person \'plan\' exact "pro": compared "free" -> no match' in r.stdout
+    assert "group 'tier'" in r.stdout and "not evaluated" in r.stdout
+    assert "result: false, reason no_condition_match" in r.stdout
+
+    r = cli(data, "flags", "explain", "nope", "--distinct-id", "u1", *extra)
+    assert r.returncode == 1 and "no flag with key 'nope'" in r.stderr
+    r = cli(data, *args, "--groups", "{nope")
+    assert r.returncode == 1 and "--groups is not JSON" in r.stderr

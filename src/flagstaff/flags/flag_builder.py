@@ -1,4 +1,10 @@
-"""Turning stored flag definitions into CompiledFlag objects, once per definitions version."""
+"""Stored flag definitions -> ``CompiledFlag`` records, once per definitions version.
+
+``FlagBuilder`` reads PostHog's stored JSON (conditions, variants, payloads, holdout,
+enrollment, dependency references); ``link_dependencies`` orders flags dependencies-first
+and marks broken chains and cycles; ``generate_functions`` has ``flag_codegen`` write each
+flag's evaluation function. ``engine.compile_flags`` runs the three in that order.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from flagstaff.flags.cohorts import CohortCompiler
-from flagstaff.flags.compiled import CompiledFlag, Condition, Enrollment, Holdout
+from flagstaff.flags.compiled_flag import CompiledFlag, Condition, Enrollment, Holdout
 from flagstaff.flags.filters import CallCheck, Check, DependencyCheck, property_check
+from flagstaff.flags.flag_codegen import FlagSource, GeneratedSources
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -60,15 +67,16 @@ def _dependency_check(prop: Mapping[str, Any], target: int) -> DependencyCheck:
     return DependencyCheck(target, expected)
 
 
-class FlagCompiler:
+class FlagBuilder:
     def __init__(
         self,
         flags: list[dict[str, Any]],
         cohorts: Mapping[str, dict[str, Any]],
         group_type_mapping: Mapping[str, str],
+        sources: GeneratedSources,
     ) -> None:
         self.group_names = {str(index): name for index, name in group_type_mapping.items()}
-        self.cohorts = CohortCompiler(cohorts)
+        self.cohorts = CohortCompiler(cohorts, sources)
         self.definitions: list[dict[str, Any]] = []
         seen: dict[str, int] = {}
         for flag in flags:
@@ -100,7 +108,7 @@ class FlagCompiler:
             return self.by_key.get(key)
         return None
 
-    def compile(self) -> list[CompiledFlag]:
+    def build(self) -> list[CompiledFlag]:
         compiled = []
         for index, definition in enumerate(self.definitions):
             flag = CompiledFlag(
@@ -137,6 +145,7 @@ class FlagCompiler:
         aggregation = filters.get("aggregation_group_type_index")
         flag.flag_grouped = aggregation is not None
         flag.flag_group_name = self._group_name(aggregation)
+        flag.early_exit = filters.get("early_exit") is True
 
         variants = (filters.get("multivariate") or {}).get("variants") or []
         cumulative = 0.0
@@ -246,7 +255,8 @@ def link_dependencies(
 
     Inactive flags count as false and their own dependencies are not followed. A flag that
     references a missing flag, sits on a cycle, or depends on such a flag evaluates to
-    ``missing_dependency``.
+    ``missing_dependency``; a flag on a cycle is also marked ``in_cycle`` (left out of
+    answers, as the PostHog server leaves it out).
     """
     count = len(flags)
     deps: list[list[int]] = [[] for _ in range(count)]
@@ -278,11 +288,41 @@ def link_dependencies(
     has_cycle = len(order) < count
     if has_cycle:
         placed = set(order)
-        for index in range(count):
-            if index not in placed:
-                flags[index].missing_dependency = True
-                order.append(index)
+        unplaced = [index for index in range(count) if index not in placed]
+        for index in unplaced:
+            flags[index].missing_dependency = True
+            flags[index].in_cycle = _reaches(index, index, deps, placed)
+            order.append(index)
     for index in order:
         if any(flags[target].missing_dependency and flags[target].active for target in deps[index]):
             flags[index].missing_dependency = True
     return order, has_cycle
+
+
+def _reaches(start: int, target: int, deps: list[list[int]], placed: set[int]) -> bool:
+    """Whether ``target`` is among the (unplaced) dependencies reachable from ``start``."""
+    pending = [d for d in deps[start] if d not in placed]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current == target:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        pending.extend(d for d in deps[current] if d not in placed)
+    return False
+
+
+def generate_functions(flag: CompiledFlag, sources: GeneratedSources) -> None:
+    """Generate a linked flag's evaluation function: the whole evaluation (``run``), or the
+    conditions behind enrollment and holdout (``match``); none for a flag that failed to
+    compile or misses a dependency."""
+    if flag.error is not None or flag.missing_dependency:
+        return
+    stem = f"flag:{flag.key}:{flag.version}"
+    if flag.enrollment is not None or flag.holdout is not None:
+        flag.match = FlagSource(flag, catch=False, record=False).function(sources, stem)
+    else:
+        source = FlagSource(flag, catch=True, record=flag.records_value)
+        flag.run = source.function(sources, stem)

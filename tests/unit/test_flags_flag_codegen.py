@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flagstaff.flags import EvalRequest, FlagResult, compile_flags, evaluate, evaluate_checked
-from flagstaff.flags.codegen import FlagSource
+from flagstaff.flags.flag_codegen import FlagSource
 from flagstaff.flags.hashing import flag_bucket
 from flagstaff.flags.model import GROUPS_NOT_EVALUATED_DESCRIPTION
 
@@ -310,3 +310,60 @@ def test_evaluate_checked_reports_failures() -> None:
     assert evaluate_checked(compiled, only_plain) == ([results([plain])["plain"]], False)
     bad = {**flag("bad", cond()), "filters": "not an object"}
     assert evaluate_checked(compile_flags([bad], {}, MAPPING), EvalRequest(distinct_id="u"))[1]
+
+
+# -- generated source in tracebacks ---------------------------------------------------------------
+
+
+def test_generated_source_shows_in_tracebacks_and_is_dropped_with_its_version() -> None:
+    import gc
+    import linecache
+    import traceback
+
+    definition = {**flag("checkout", cond(person("plan", "pro"), rollout=50)), "version": 3}
+    compiled = compile_flags([definition], {}, MAPPING)
+    name = "<flagstaff-flag:checkout:3>"
+    assert "person.get(" in "".join(linecache.getlines(name))
+    # A broken request (properties that are not a dict) fails inside the generated code:
+    # its traceback names the flag and shows the generated line.
+    try:
+        evaluate(compiled, EvalRequest(distinct_id="u", person_properties=None))  # type: ignore[arg-type]
+    except AttributeError as error:
+        text = "".join(traceback.format_exception(error))
+    else:
+        raise AssertionError("the broken request did not fail")
+    assert f'File "{name}", line' in text
+    assert "person.get(" in text
+    del compiled
+    gc.collect()
+    assert linecache.getlines(name) == []
+
+
+def test_two_live_versions_with_different_sources_keep_both() -> None:
+    import linecache
+
+    first = compile_flags([{**flag("f", cond(person("a", 1))), "version": 1}], {}, MAPPING)
+    second = compile_flags(
+        [{**flag("f", cond(person("b", 1), rollout=5)), "version": 1}], {}, MAPPING
+    )
+    same = compile_flags([{**flag("f", cond(person("a", 1))), "version": 1}], {}, MAPPING)
+    one = "".join(linecache.getlines("<flagstaff-flag:f:1>"))
+    two = "".join(linecache.getlines("<flagstaff-flag:f:1#2>"))
+    assert one and two and one != two
+    del first
+    assert linecache.getlines("<flagstaff-flag:f:1>")  # still used by ``same``
+    del same, second
+    assert not linecache.getlines("<flagstaff-flag:f:1>")
+    assert not linecache.getlines("<flagstaff-flag:f:1#2>")
+
+
+def test_cohort_functions_are_named_after_their_cohort() -> None:
+    import linecache
+
+    cohorts = {
+        "5": {"id": 5, "filters": {"properties": {"type": "AND", "values": [person("a", 1)]}}}
+    }
+    definition = flag("c", cond({"key": "id", "type": "cohort", "value": 5}))
+    compiled = compile_flags([definition], cohorts, MAPPING)
+    assert "cohort_results" in "".join(linecache.getlines("<flagstaff-cohort:5>"))
+    del compiled

@@ -1,4 +1,10 @@
-"""Compiled flag definitions and their evaluation for one request (the hot path)."""
+"""The compiled form of one flag (``CompiledFlag`` and its parts), ready to evaluate.
+
+``flag_builder`` fills these records from stored definitions; ``flag_codegen`` writes each
+flag's conditions as a generated function (``run``, or ``match`` behind enrollment and
+holdout). The paths that are not generated (a flag that failed to compile, a missing
+dependency, enrollment, holdout) are evaluated here.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,6 @@ from typing import Any
 
 import msgspec
 
-from flagstaff.flags.codegen import FlagSource
 from flagstaff.flags.context import Context, EvaluationError, Matcher
 from flagstaff.flags.filters import Check
 from flagstaff.flags.hashing import HOLDOUT_PREFIX, VARIANT_SALT, bucket
@@ -97,12 +102,14 @@ class CompiledFlag:
         "contexts",
         "dependencies",
         "description",
+        "early_exit",
         "enrollment",
         "error",
         "flag_group_name",
         "flag_grouped",
         "holdout",
         "id",
+        "in_cycle",
         "index",
         "key",
         "match",
@@ -138,7 +145,10 @@ class CompiledFlag:
         self.holdout: Holdout | None = None
         self.enrollment: Enrollment | None = None
         self.dependencies: tuple[int, ...] = ()
+        self.early_exit = False
         self.missing_dependency = False
+        self.in_cycle = False
+        """On a dependency cycle: left out of every answer."""
         self.records_value = False
         self.error: str | None = None
         self.shared_results: dict[tuple[Any, ...], FlagResult] = {}
@@ -205,17 +215,6 @@ class CompiledFlag:
             if hashed < upper:
                 return variant_key
         return None
-
-    def finish_linking(self) -> None:
-        """Generate the evaluation function (conditions only when enrollment or holdout
-        come first), once dependencies are linked."""
-        if self.error is not None or self.missing_dependency:
-            self.run = self._evaluate_special
-        elif self.enrollment is not None or self.holdout is not None:
-            self.match = FlagSource(self, catch=False, record=False).function()
-            self.run = self._evaluate_special
-        else:
-            self.run = FlagSource(self, catch=True, record=self.records_value).function()
 
     def _evaluate_special(self, ctx: Context) -> FlagResult:
         if self.error is not None:

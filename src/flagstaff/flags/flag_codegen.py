@@ -1,21 +1,30 @@
-"""One generated Python function per compiled flag, instead of loops over matcher closures.
+"""Code generation: one Python function per compiled flag (and per dynamic cohort).
 
-A flag's conditions become straight-line code: person property look-ups and dependency
+``flag_builder`` turns stored definitions into ``CompiledFlag`` records; this module writes
+each record's evaluation as straight-line code: person property look-ups and dependency
 values inline, the rollout and variant hashes written out, and every outcome's result built
 once, here. The semantics are those documented on ``CompiledFlag``: conditions in order,
 the first that matches and is inside its rollout wins; otherwise the highest-ranked miss is
 reported (out of rollout > no match > no group type), a later condition with an equal rank
-taking over the index.
+taking over the index. With ``filters.early_exit``, a rollout miss after matching
+properties ends the evaluation.
 
 The source holds only names made here, integer indexes and fixed code: every value taken
 from the definitions (keys, thresholds, tests, results) is bound through the function's
 globals, so no text from a definition is ever compiled.
+
+Each function's source is registered with ``linecache`` under a pseudo-filename such as
+``<flagstaff-flag:KEY:VERSION>`` (``<flagstaff-cohort:ID>`` for cohorts), so tracebacks,
+``pdb`` and ``inspect.getsource`` show it; ``GeneratedSources`` drops the entries when the
+definitions version that owns them is released.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+import linecache
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import CodeType
 from typing import TYPE_CHECKING, Any
@@ -40,7 +49,7 @@ from flagstaff.flags.model import (
 from flagstaff.flags.operators import always, never
 
 if TYPE_CHECKING:
-    from flagstaff.flags.compiled import CompiledFlag, Condition
+    from flagstaff.flags.compiled_flag import CompiledFlag, Condition
 
 NO_GROUP_TYPE_RANK = 1
 NO_MATCH_RANK = 2
@@ -94,6 +103,63 @@ def _compiled(text: str) -> CodeType:
     return compile(text, "<generated flag>", "exec")
 
 
+_registered: dict[str, tuple[str, int]] = {}
+"""Pseudo-filename -> (source, number of live definitions versions using it)."""
+_registry_lock = threading.Lock()
+
+
+def _release(names: Iterable[str]) -> None:
+    with _registry_lock:
+        for name in names:
+            text, users = _registered.get(name, ("", 0))
+            if users > 1:
+                _registered[name] = (text, users - 1)
+            else:
+                _registered.pop(name, None)
+                linecache.cache.pop(name, None)
+
+
+class GeneratedSources:
+    """The pseudo-files of one definitions version's generated functions.
+
+    Each source is put in ``linecache`` while a version using it is alive; ``release()``
+    (called when the compiled definitions are garbage-collected, i.e. replaced by a newer
+    version and no request uses them) drops the entries no other version shares.
+    """
+
+    __slots__ = ("names",)
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def register(self, stem: str, text: str) -> str:
+        """Register ``text`` as ``<flagstaff-STEM>`` (with ``#N`` when another live
+        version has a different source under that name); return the filename."""
+        base = name = f"<flagstaff-{stem}>"
+        with _registry_lock:
+            number = 1
+            while name in _registered and _registered[name][0] != text:
+                number += 1
+                name = f"{base[:-1]}#{number}>"
+            users = _registered.get(name, (text, 0))[1]
+            _registered[name] = (text, users + 1)
+            linecache.cache[name] = (len(text), None, text.splitlines(True), name)
+        self.names.append(name)
+        return name
+
+    def release(self) -> None:
+        names, self.names = self.names, []
+        _release(names)
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    consts = tuple(
+        _renamed(const, filename) if isinstance(const, CodeType) else const
+        for const in code.co_consts
+    )
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
 class _Source:
     """A function's source being written, and the globals it will run with."""
 
@@ -108,9 +174,11 @@ class _Source:
     def _finish(self) -> None:
         self.text = "def evaluate(ctx):\n" + "\n".join(self._lines) + "\n"
 
-    def function(self) -> Callable[[Context], Any]:
+    def function(self, sources: GeneratedSources, stem: str) -> Callable[[Context], Any]:
+        """The compiled function, its source registered in ``sources`` as ``stem``."""
         exec(_compiled(self.text), self.namespace)
         function: Callable[[Context], Any] = self.namespace["evaluate"]
+        function.__code__ = _renamed(function.__code__, sources.register(stem, self.text))
         return function
 
     def _bind(self, stem: str, value: Any) -> str:
@@ -193,8 +261,8 @@ class CohortSource(_Source):
         self._line("return known")
         self._finish()
 
-    def function(self) -> Callable[[Context], bool]:
-        function: Callable[[Context], bool] = super().function()
+    def function(self, sources: GeneratedSources, stem: str) -> Callable[[Context], bool]:
+        function: Callable[[Context], bool] = super().function(sources, stem)
         return function
 
     def _node(self, node: Node) -> str:
@@ -231,8 +299,8 @@ class FlagSource(_Source):
             self._body()
         self._finish()
 
-    def function(self) -> Callable[[Context], FlagResult]:
-        function: Callable[[Context], FlagResult] = super().function()
+    def function(self, sources: GeneratedSources, stem: str) -> Callable[[Context], FlagResult]:
+        function: Callable[[Context], FlagResult] = super().function(sources, stem)
         return function
 
     # -- the flag ------------------------------------------------------------------------
@@ -349,7 +417,10 @@ class FlagSource(_Source):
         self._hash(ident, salted=False)
         self._line(f"if hashed >= {self._bind('OUT_OF_ROLLOUT', limit)}:")
         with self._indented():
-            self._set_miss(OUT_OF_ROLLOUT_RANK, condition.index)
+            if self.flag.early_exit:
+                self._line(f"return {self._missed(OUT_OF_ROLLOUT_RANK, condition.index)}")
+            else:
+                self._set_miss(OUT_OF_ROLLOUT_RANK, condition.index)
         self._line("else:")
         with self._indented():
             self._matched(condition, ident)
