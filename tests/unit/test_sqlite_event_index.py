@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from flagstaff.ingest.model import Event
-from flagstaff.store import sqlite_event_index as event_index
-from flagstaff.store.sqlite import SQLiteStore
-from flagstaff.store.sqlite_ingest import apply_ingest
-from flagstaff.store.sqlite_writer import connect
+from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.store import SQLiteStore
+from flagstaff.store.sqlite.writer import connect
 
 T0 = 1_700_000_000_000
 

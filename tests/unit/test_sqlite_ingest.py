@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from flagstaff.ingest.model import Event
-from flagstaff.store.person_cache import PersonCache
-from flagstaff.store.sqlite import migrate
-from flagstaff.store.sqlite_ingest import apply_ingest
-from flagstaff.store.sqlite_writer import connect
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.person_cache import PersonCache
+from flagstaff.store.sqlite.store import migrate
+from flagstaff.store.sqlite.writer import connect
 
 
 def _event(rng: random.Random, n: int) -> Event:
@@ -142,7 +142,7 @@ def test_distinct_id_of_a_merged_person_outside_the_batch_follows_the_merge(
 
 
 def test_apply_many_isolates_a_failing_request(tmp_path: Path) -> None:
-    from flagstaff.store.sqlite_ingest import apply_many
+    from flagstaff.store.sqlite.ingest import apply_many
 
     path = tmp_path / "db.sqlite3"
     migrate(path)

@@ -14,12 +14,12 @@ import msgspec
 import pytest
 
 from flagstaff.ingest.model import Event
-from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import StoreError
-from flagstaff.store.ingest_client import IngestClient
-from flagstaff.store.sqlite import migrate
-from flagstaff.store.sqlite_ingest import apply_ingest
-from flagstaff.store.sqlite_writer import connect
+from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.client import IngestClient
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.store import migrate
+from flagstaff.store.sqlite.writer import connect
 from tests.unit.test_sqlite_ingest import _event, _state
 
 
@@ -29,7 +29,7 @@ def writer(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     migrate(db)
     sock = str(tmp_path / "ingest.sock")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flagstaff.store.sqlite_ingestd", str(db), sock],
+        [sys.executable, "-m", "flagstaff.store.sqlite.ingestd", str(db), sock],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )

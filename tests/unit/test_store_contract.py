@@ -16,8 +16,8 @@ import pytest
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import Conflict, IngestResult, NotFound, Store
-from flagstaff.store.postgres import PostgresStore, split_url
-from flagstaff.store.sqlite import SQLiteStore
+from flagstaff.store.postgres.store import PostgresStore, split_url
+from flagstaff.store.sqlite.store import SQLiteStore
 from tests import pg
 
 T = TypeVar("T")

@@ -27,7 +27,7 @@ from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
-from flagstaff.store.records import warning_details
+from flagstaff.store.rows import warning_details
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode

@@ -42,7 +42,7 @@ from flagstaff.store.base import (
     StoredEvent,
     Warning,
 )
-from flagstaff.store.postgres_ingest import (
+from flagstaff.store.postgres.ingest import (
     BUMP_DEFINITIONS,
     RETRYABLE,
     Request,
@@ -50,7 +50,7 @@ from flagstaff.store.postgres_ingest import (
     pg_text,
     without_nul,
 )
-from flagstaff.store.records import (
+from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
     cohort_record,
@@ -122,7 +122,7 @@ async def migrate(conn: asyncpg.Connection) -> int:
             "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
         )
         done = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-        folder = resources.files("flagstaff.store") / "migrations" / "postgres"
+        folder = resources.files("flagstaff.store.postgres") / "migrations"
         scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
         version = max(done, default=0)
         for name in scripts:

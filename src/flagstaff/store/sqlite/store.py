@@ -2,7 +2,7 @@
 
 Reads run on a per-process connection in the event loop's thread (they are indexed point
 look-ups, cheaper than a hop to a thread pool); writes go to the group-committing
-:class:`~flagstaff.store.sqlite_writer.Writer`. Several worker processes may share the file:
+:class:`~flagstaff.store.sqlite.writer.Writer`. Several worker processes may share the file:
 SQLite's own locking serialises their transactions.
 """
 
@@ -21,7 +21,6 @@ import msgspec
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store import keys
-from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import (
     Conflict,
     Definitions,
@@ -36,16 +35,17 @@ from flagstaff.store.base import (
     StoredEvent,
     Warning,
 )
-from flagstaff.store.ingest_client import IngestClient
-from flagstaff.store.records import (
+from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
     cohort_record,
     definition_body,
     flag_record,
 )
-from flagstaff.store.sqlite_ingest import apply_ingest
-from flagstaff.store.sqlite_writer import Writer, connect
+from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.client import IngestClient
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.writer import Writer, connect
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -72,7 +72,7 @@ def migrate(path: Path) -> int:
             "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
         )
         done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-        folder = resources.files("flagstaff.store") / "migrations" / "sqlite"
+        folder = resources.files("flagstaff.store.sqlite") / "migrations"
         scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
         version = max(done, default=0)
         for name in scripts:
