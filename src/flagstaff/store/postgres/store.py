@@ -26,8 +26,8 @@ import asyncpg
 import msgspec
 
 from flagstaff import logs
+from flagstaff.accounts import keys
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.store import keys
 from flagstaff.store.base import (
     Conflict,
     Definitions,

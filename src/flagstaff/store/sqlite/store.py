@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.accounts import keys
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.store import keys
 from flagstaff.store.base import (
     Conflict,
     Definitions,
