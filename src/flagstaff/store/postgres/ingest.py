@@ -25,6 +25,7 @@ import msgspec
 
 from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
+from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
 from flagstaff.store.rows import warning_details
@@ -166,14 +167,14 @@ def without_nul(events: list[Event]) -> list[Event]:
 
 
 def warning_values(
-    drops: list[Drop], extra: list[tuple[str, dict[str, Any]]]
+    drops: list[Drop], extra: list[person_rules.PersonWarning]
 ) -> tuple[list[str], list[str]]:
     """(types, details) of the ingestion warnings for ``drops`` and the rules' ``extra``."""
     types = [d.reason for d in drops]
     details = [_json(warning_details(d)) for d in drops]
-    for kind, detail in extra:
-        types.append(kind)
-        details.append(_json(detail))
+    for warning in extra:
+        types.append(warning.kind)
+        details.append(_json(warning.details))
     return types, details
 
 
@@ -217,9 +218,9 @@ def group_claims(events: list[Event], types: dict[str, int]) -> list[str]:
     for event in events:
         target = group_rules.identify_target(event)
         if target is not None:
-            claims.add(f"\x1fg\x1f{target[0]}\x1f{target[1]}")
-            if target[0] not in types:
-                claims.add(f"\x1ft\x1f{target[0]}")
+            claims.add(f"\x1fg\x1f{target.group_type}\x1f{target.key}")
+            if target.group_type not in types:
+                claims.add(f"\x1ft\x1f{target.group_type}")
     return sorted(claims)
 
 
@@ -230,8 +231,8 @@ async def lock_groups(
     wanted: set[tuple[int, str]] = set()
     for event in events:
         target = group_rules.identify_target(event)
-        if target is not None and target[0] in types:
-            wanted.add((types[target[0]], target[1]))
+        if target is not None and target.group_type in types:
+            wanted.add((types[target.group_type], target.key))
     loaded: dict[tuple[int, str], group_rules.GroupState] = {}
     if wanted:
         indexes, keys = zip(*sorted(wanted), strict=True)
@@ -245,7 +246,17 @@ async def lock_groups(
 async def _write_persons(
     conn: asyncpg.Connection, project_id: int, book: person_rules.PersonBook
 ) -> None:
-    created = [op[1] for op in book.ops if op[0] == "create"]
+    created: list[person_rules.PersonState] = []
+    assigned: list[person_rules.AssignDistinctId] = []
+    merged: list[person_rules.MergePersons] = []
+    for op in book.ops:
+        match op:
+            case person_rules.CreatePerson(state=state):
+                created.append(state)
+            case person_rules.AssignDistinctId():
+                assigned.append(op)
+            case person_rules.MergePersons():
+                merged.append(op)
     if created:
         rows = await conn.fetch(
             _INSERT_PERSONS,
@@ -258,17 +269,15 @@ async def _write_persons(
         ids = dict((puuid, pid) for pid, puuid in rows)
         for state in created:
             state.id = ids[state.uuid]
-    assigned = [(op[1], op[2].id) for op in book.ops if op[0] == "assign"]
     if assigned:
         await conn.execute(
             _INSERT_DISTINCT_IDS,
             project_id,
-            [pg_text(did) for did, _ in assigned],
-            [pid for _, pid in assigned],
+            [pg_text(a.distinct_id) for a in assigned],
+            [a.state.id for a in assigned],
         )
-    for op in book.ops:
-        if op[0] == "merge":
-            await conn.execute(_MERGE, project_id, op[1].id, op[2].id)
+    for merge in merged:
+        await conn.execute(_MERGE, project_id, merge.source.id, merge.target.id)
     changed = book.changed()
     if changed:
         await conn.execute(
@@ -287,8 +296,8 @@ async def _write_groups(
         await conn.execute(
             _INSERT_GROUP_TYPES,
             project_id,
-            [index for index, _ in book.new_types],
-            [name for _, name in book.new_types],
+            [t.index for t in book.new_types],
+            [t.name for t in book.new_types],
         )
         await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
     changed = book.changed()
@@ -330,7 +339,7 @@ async def apply_ingest(
     drops = [list(d) for _, d in requests]
     distinct_ids = person_rules.ids_to_load(events)
     claims: list[str] = []
-    if any(e.event in group_rules.GROUP_IDENTIFY_EVENTS for e in events):
+    if any(e.event in GROUP_IDENTIFY_EVENTS for e in events):
         claims = group_claims(events, await group_types(conn, project_id))
     if distinct_ids or claims:
         await conn.execute(_CLAIM, project_id, list(distinct_ids), claims, MAX_CLAIMS)
@@ -339,7 +348,7 @@ async def apply_ingest(
     kept: list[Event] = []
     kept_owner: list[int] = []
     for event, n in zip(events, owner, strict=True):
-        if event.event in group_rules.GROUP_IDENTIFY_EVENTS:
+        if event.event in GROUP_IDENTIFY_EVENTS:
             if group_book is None:
                 group_book = await lock_groups(conn, project_id, events)
             reason = group_rules.apply_group_identify(group_book, event)
