@@ -27,6 +27,28 @@ class Conflict(StoreError):
         self.field = field
         self.message = message
 
+    # The conflicts every engine reports, worded once.
+
+    @classmethod
+    def project_token_taken(cls) -> Conflict:
+        return cls("api_token", "a project with this token already exists")
+
+    @classmethod
+    def personal_key_taken(cls) -> Conflict:
+        return cls("value", "this personal API key already exists")
+
+    @classmethod
+    def flag_key_taken(cls, key: str) -> Conflict:
+        return cls("key", f"a feature flag with key {key!r} already exists")
+
+    @classmethod
+    def flag_version_stale(cls) -> Conflict:
+        return cls("version", "the flag changed meanwhile; read it again and retry")
+
+    @classmethod
+    def cohort_not_static(cls) -> Conflict:
+        return cls("is_static", "only static cohorts have members to add or remove")
+
 
 class NotFound(StoreError):
     """The record does not exist in this project."""

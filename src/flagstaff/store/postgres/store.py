@@ -17,7 +17,6 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -40,7 +39,6 @@ from flagstaff.store.base import (
     PersonalKey,
     Project,
     StoredEvent,
-    Warning,
 )
 from flagstaff.store.postgres.ingest import (
     BUMP_DEFINITIONS,
@@ -53,12 +51,22 @@ from flagstaff.store.postgres.ingest import (
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
+    GROUP_COLUMNS,
+    PERSONAL_KEY_COLUMNS,
+    PROJECT_COLUMNS,
+    WARNING_COLUMNS,
+    cohort_body,
     cohort_record,
     definition_body,
+    definitions_record,
+    event_record,
     flag_record,
+    group_record,
+    json_text,
+    now_iso,
+    warning_record,
 )
 
-_encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 CHANNEL = "flagstaff_definitions"
@@ -88,14 +96,6 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     ``RESET ALL``): one round trip per pooled call. Pooled connections set no session state:
     migrations and LISTEN have connections of their own, and locks are transaction-scoped.
     asyncpg still rolls back a transaction left open."""
-
-
-def _json(value: Any) -> str:
-    return _encode(value).decode()
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def split_url(url: str) -> tuple[str, dict[str, int]]:
@@ -140,11 +140,6 @@ async def migrate(conn: asyncpg.Connection) -> int:
         await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
 
 
-def _event_row(r: asyncpg.Record) -> StoredEvent:
-    return StoredEvent(r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], r[7], r[8], r[9])
-
-
-_PROJECT_COLUMNS = "id, uuid, name, api_token, created_at"
 _EVENT_COLUMNS = (
     "e.seq, e.uuid::text, e.event, e.distinct_id, e.properties, e.timestamp_ms, e.received_ms, "
     "e.historical, p.id, p.uuid::text FROM events e "
@@ -298,7 +293,7 @@ class PostgresStore:
     async def create_project(self, name: str, api_token: str | None = None) -> Project:
         token = api_token or keys.new_project_token()
         project_uuid = str(uuid.uuid4())
-        created = _now_iso()
+        created = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
             try:
                 project_id = await conn.fetchval(
@@ -310,23 +305,23 @@ class PostgresStore:
                     created,
                 )
             except asyncpg.UniqueViolationError:
-                raise Conflict("api_token", "a project with this token already exists") from None
+                raise Conflict.project_token_taken() from None
             await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
         return Project(project_id, project_uuid, name, token, created)
 
     async def list_projects(self) -> list[Project]:
-        rows = await self.pool.fetch(f"SELECT {_PROJECT_COLUMNS} FROM projects ORDER BY id")
+        rows = await self.pool.fetch(f"SELECT {PROJECT_COLUMNS} FROM projects ORDER BY id")
         return [Project(*row) for row in rows]
 
     async def get_project(self, project_id: int) -> Project | None:
         row = await self.pool.fetchrow(
-            f"SELECT {_PROJECT_COLUMNS} FROM projects WHERE id = $1", project_id
+            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE id = $1", project_id
         )
         return Project(*row) if row else None
 
     async def get_project_by_token(self, api_token: str) -> Project | None:
         row = await self.pool.fetchrow(
-            f"SELECT {_PROJECT_COLUMNS} FROM projects WHERE api_token = $1", pg_text(api_token)
+            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE api_token = $1", pg_text(api_token)
         )
         return Project(*row) if row else None
 
@@ -334,7 +329,7 @@ class PostgresStore:
         self, project_id: int, label: str, value: str | None = None
     ) -> tuple[PersonalKey, str]:
         secret = value or keys.new_personal_key()
-        created = _now_iso()
+        created = now_iso()
         mask = keys.mask_key(secret)
         try:
             key_id = await self.pool.fetchval(
@@ -347,13 +342,12 @@ class PostgresStore:
                 created,
             )
         except asyncpg.UniqueViolationError:
-            raise Conflict("value", "this personal API key already exists") from None
+            raise Conflict.personal_key_taken() from None
         return PersonalKey(key_id, project_id, label, mask, created), secret
 
     async def find_personal_key(self, value: str) -> PersonalKey | None:
         row = await self.pool.fetchrow(
-            "SELECT id, project_id, label, mask, created_at FROM personal_api_keys "
-            "WHERE secure_value = $1",
+            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = $1",
             keys.hash_key(value),
         )
         return PersonalKey(*row) if row else None
@@ -397,7 +391,7 @@ class PostgresStore:
     async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
         body = definition_body(data)
         key = data["key"]
-        now = _now_iso()
+        now = now_iso()
         async with self.pool.acquire() as conn:
             try:
                 async with conn.transaction():
@@ -407,13 +401,13 @@ class PostgresStore:
                         f"RETURNING {FLAG_COLUMNS}",
                         project_id,
                         pg_text(key),
-                        _json(body),
+                        json_text(body),
                         now,
                         now,
                     )
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
             except asyncpg.UniqueViolationError:
-                raise Conflict("key", f"a feature flag with key {key!r} already exists") from None
+                raise Conflict.flag_key_taken(key) from None
         return flag_record(row)
 
     async def update_flag(
@@ -423,7 +417,7 @@ class PostgresStore:
         body = definition_body(data)
         expected = data.get("version")
         deleted = bool(data.get("deleted"))
-        now = _now_iso()
+        now = now_iso()
         async with self.pool.acquire() as conn:
             try:
                 async with conn.transaction():
@@ -436,24 +430,20 @@ class PostgresStore:
                     if current is None:
                         raise NotFound(f"feature flag {flag_id}")
                     if expected is not None and current != expected:
-                        raise Conflict(
-                            "version", "the flag changed meanwhile; read it again and retry"
-                        )
+                        raise Conflict.flag_version_stale()
                     row = await conn.fetchrow(
                         "UPDATE feature_flags SET key = $1, data = $2, deleted = $3, "
                         f"version = version + 1, updated_at = $4 WHERE id = $5 "
                         f"RETURNING {FLAG_COLUMNS}",
                         pg_text(data["key"]),
-                        _json(body),
+                        json_text(body),
                         deleted,
                         now,
                         flag_id,
                     )
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
             except asyncpg.UniqueViolationError:
-                raise Conflict(
-                    "key", f"a feature flag with key {data['key']!r} already exists"
-                ) from None
+                raise Conflict.flag_key_taken(data["key"]) from None
         return flag_record(row)
 
     # cohorts ---------------------------------------------------------------------------
@@ -481,19 +471,17 @@ class PostgresStore:
         return cohort_record(row) if row else None
 
     async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = definition_body(data)
-        is_static = bool(data.get("is_static"))
-        members = [pg_text(str(d)) for d in data.get("distinct_ids") or []]
-        body.pop("distinct_ids", None)
-        now = _now_iso()
+        cohort = cohort_body(data)
+        members = [pg_text(d) for d in cohort.members]
+        now = now_iso()
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 cohort_id = await conn.fetchval(
                     "INSERT INTO cohorts (project_id, is_static, deleted, version, data, "
                     "created_at, updated_at) VALUES ($1, $2, false, 1, $3, $4, $5) RETURNING id",
                     project_id,
-                    is_static,
-                    _json(body),
+                    cohort.is_static,
+                    json_text(cohort.body),
                     now,
                     now,
                 )
@@ -507,17 +495,16 @@ class PostgresStore:
     async def update_cohort(
         self, project_id: int, cohort_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
-        body = definition_body(data)
-        body.pop("distinct_ids", None)
+        body = cohort_body(data).body
         deleted = bool(data.get("deleted"))
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 status = await conn.execute(
                     "UPDATE cohorts SET data = $1, deleted = $2, version = version + 1, "
                     "updated_at = $3 WHERE project_id = $4 AND id = $5",
-                    _json(body),
+                    json_text(body),
                     deleted,
-                    _now_iso(),
+                    now_iso(),
                     project_id,
                     cohort_id,
                 )
@@ -543,7 +530,7 @@ class PostgresStore:
                 if is_static is None:
                     raise NotFound(f"cohort {cohort_id}")
                 if not is_static:
-                    raise Conflict("is_static", "only static cohorts have members to add or remove")
+                    raise Conflict.cohort_not_static()
                 await _add_members(conn, project_id, cohort_id, [pg_text(d) for d in add])
                 if remove:
                     await conn.execute(
@@ -554,7 +541,7 @@ class PostgresStore:
                     )
                 await conn.execute(
                     "UPDATE cohorts SET version = version + 1, updated_at = $1 WHERE id = $2",
-                    _now_iso(),
+                    now_iso(),
                     cohort_id,
                 )
             row = await conn.fetchrow(
@@ -600,9 +587,7 @@ class PostgresStore:
                 "SELECT group_type_index, group_type FROM group_types WHERE project_id = $1",
                 project_id,
             )
-        cohorts = {str(c["id"]): c for c in (cohort_record(r) for r in cohort_rows)}
-        mapping = {str(index): name for index, name in type_rows}
-        return Definitions(int(version or 0), [flag_record(r) for r in flag_rows], cohorts, mapping)
+        return definitions_record(version, flag_rows, cohort_rows, type_rows)
 
     async def flag_context(
         self,
@@ -757,17 +742,13 @@ class PostgresStore:
         self, project_id: int, group_type_index: int, group_key: str
     ) -> Group | None:
         row = await self.pool.fetchrow(
-            "SELECT g.group_type_index, t.group_type, g.group_key, g.properties, "
-            "g.created_at_ms FROM groups g JOIN group_types t ON t.project_id = g.project_id "
-            "AND t.group_type_index = g.group_type_index "
+            f"SELECT {GROUP_COLUMNS} "
             "WHERE g.project_id = $1 AND g.group_type_index = $2 AND g.group_key = $3",
             project_id,
             group_type_index,
             pg_text(group_key),
         )
-        if row is None:
-            return None
-        return Group(row[0], row[1], row[2], _decode(row[3]), row[4])
+        return group_record(row) if row is not None else None
 
     async def list_group_types(self, project_id: int) -> dict[int, str]:
         rows = await self.pool.fetch(
@@ -811,7 +792,7 @@ class PostgresStore:
             f"ORDER BY e.timestamp_ms DESC, e.seq DESC LIMIT {arg(limit)}",
             *args,
         )
-        return [_event_row(r) for r in rows]
+        return [event_record(r) for r in rows]
 
     async def iter_events(
         self, project_id: int, since_ms: int | None, batch: int = 1000
@@ -831,7 +812,7 @@ class PostgresStore:
             if not rows:
                 return
             last_seq = rows[-1][0]
-            yield [_event_row(r) for r in rows]
+            yield [event_record(r) for r in rows]
 
     async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
         async with self.pool.acquire() as conn:
@@ -839,13 +820,13 @@ class PostgresStore:
                 "SELECT count(*) FROM ingestion_warnings WHERE project_id = $1", project_id
             )
             rows = await conn.fetch(
-                "SELECT id, type, details, created_at_ms FROM ingestion_warnings "
+                f"SELECT {WARNING_COLUMNS} FROM ingestion_warnings "
                 "WHERE project_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3",
                 project_id,
                 limit,
                 offset,
             )
-        return Page(int(count), [Warning(r[0], r[1], _decode(r[2]), r[3]) for r in rows])
+        return Page(int(count), [warning_record(r) for r in rows])
 
 
 async def _add_members(
