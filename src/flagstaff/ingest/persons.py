@@ -203,8 +203,8 @@ PersonOp = CreatePerson | AssignDistinctId | MergePersons
 """What a :class:`PersonBook` asks its store to write, in order."""
 
 
-class PersonWarning(msgspec.Struct, frozen=True):
-    """An ingestion warning the rules raise (the event itself is still stored)."""
+class RuleWarning(msgspec.Struct, frozen=True):
+    """An ingestion warning a rule raises (the event itself is still stored)."""
 
     kind: str
     details: dict[str, Any]
@@ -228,7 +228,7 @@ class PersonBook:
         self.project_id = project_id
         self.by_distinct_id: dict[str, PersonState] = dict(loaded)
         self.ops: list[PersonOp] = []
-        self.warnings: list[PersonWarning] = []
+        self.warnings: list[RuleWarning] = []
 
     def get(self, distinct_id: str) -> PersonState | None:
         return self.by_distinct_id.get(distinct_id)
@@ -347,7 +347,7 @@ def _merge_ids(book: PersonBook, event: Event, other_id: str, into_id: str) -> P
     for bad in (other_id, into_id):
         if is_illegal_id(bad):
             book.warnings.append(
-                PersonWarning(
+                RuleWarning(
                     "cannot_merge_with_illegal_distinct_id",
                     {
                         "illegalDistinctId": bad,
@@ -376,7 +376,7 @@ def _merge_ids(book: PersonBook, event: Event, other_id: str, into_id: str) -> P
         assert other is not None and into is not None
         if other.is_identified and event.event != MERGE_DANGEROUSLY:
             book.warnings.append(
-                PersonWarning(
+                RuleWarning(
                     "cannot_merge_already_identified",
                     {
                         "sourcePersonDistinctId": other_id,

@@ -25,10 +25,15 @@ import msgspec
 
 from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
-from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
-from flagstaff.store.rows import warning_details
+from flagstaff.store.ingest_batch import (
+    apply_rules,
+    count_reasons,
+    needs_groups,
+    person_state,
+    warnings_of,
+)
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -166,18 +171,6 @@ def without_nul(events: list[Event]) -> list[Event]:
     return events if out is None else out
 
 
-def warning_values(
-    drops: list[Drop], extra: list[person_rules.PersonWarning]
-) -> tuple[list[str], list[str]]:
-    """(types, details) of the ingestion warnings for ``drops`` and the rules' ``extra``."""
-    types = [d.reason for d in drops]
-    details = [_json(warning_details(d)) for d in drops]
-    for warning in extra:
-        types.append(warning.kind)
-        details.append(_json(warning.details))
-    return types, details
-
-
 async def lock_persons(
     conn: asyncpg.Connection, project_id: int, distinct_ids: set[str]
 ) -> dict[str, person_rules.PersonState]:
@@ -196,11 +189,7 @@ async def lock_persons(
         states: dict[int, person_rules.PersonState] = {}
         out: dict[str, person_rules.PersonState] = {}
         for did, pid, puuid, props, identified, created, _expected in rows:
-            state = states.get(pid)
-            if state is None:
-                state = person_rules.PersonState(pid, puuid, _decode(props), identified, created)
-                states[pid] = state
-            out[did] = state
+            out[did] = person_state(states, pid, puuid, props, identified, created)
         return out
     raise StoreError("the persons of this batch kept changing under concurrent merges")
 
@@ -339,26 +328,18 @@ async def apply_ingest(
     drops = [list(d) for _, d in requests]
     distinct_ids = person_rules.ids_to_load(events)
     claims: list[str] = []
-    if any(e.event in GROUP_IDENTIFY_EVENTS for e in events):
+    grouped = needs_groups(events)
+    if grouped:
         claims = group_claims(events, await group_types(conn, project_id))
     if distinct_ids or claims:
         await conn.execute(_CLAIM, project_id, list(distinct_ids), claims, MAX_CLAIMS)
     book = person_rules.PersonBook(project_id, await lock_persons(conn, project_id, distinct_ids))
-    group_book: group_rules.GroupBook | None = None
-    kept: list[Event] = []
-    kept_owner: list[int] = []
-    for event, n in zip(events, owner, strict=True):
-        if event.event in GROUP_IDENTIFY_EVENTS:
-            if group_book is None:
-                group_book = await lock_groups(conn, project_id, events)
-            reason = group_rules.apply_group_identify(group_book, event)
-            if reason is not None:
-                drops[n].append(Drop.of(event, reason, group_rules.DROP_DETAILS[reason]))
-                continue
-        else:
-            person_rules.apply_event(book, event)
-        kept.append(event)
-        kept_owner.append(n)
+    group_book = await lock_groups(conn, project_id, events) if grouped else None
+    outcome = apply_rules(book, group_book, events)
+    for i, drop in zip(outcome.dropped, outcome.drops, strict=True):
+        drops[owner[i]].append(drop)
+    kept = [events[i] for i in outcome.kept] if outcome.drops else events
+    kept_owner = [owner[i] for i in outcome.kept]
 
     await _write_persons(conn, project_id, book)
     if group_book is not None:
@@ -368,13 +349,17 @@ async def apply_ingest(
         stored = await _insert_events(conn, project_id, kept, kept_owner, len(requests))
     all_drops = [d for ds in drops for d in ds]
     if all_drops or book.warnings:
-        types, details = warning_values(all_drops, book.warnings)
-        await conn.execute(INSERT_WARNINGS, project_id, types, details, now_ms)
+        warnings = warnings_of(all_drops, book.warnings)
+        await conn.execute(
+            INSERT_WARNINGS,
+            project_id,
+            [w.kind for w in warnings],
+            [_json(w.details) for w in warnings],
+            now_ms,
+        )
     results: list[IngestResult] = []
     for n in range(len(requests)):
-        dropped: dict[str, int] = {}
-        for d in drops[n]:
-            dropped[d.reason] = dropped.get(d.reason, 0) + 1
+        dropped = count_reasons(drops[n])
         kept_here = kept_owner.count(n) if len(requests) > 1 else len(kept)
         results.append(IngestResult(stored[n], kept_here - stored[n], dropped))
     return results

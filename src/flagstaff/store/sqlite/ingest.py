@@ -17,10 +17,15 @@ import msgspec
 
 from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
-from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult
-from flagstaff.store.rows import warning_details
+from flagstaff.store.ingest_batch import (
+    apply_rules,
+    count_reasons,
+    needs_groups,
+    person_state,
+    warnings_of,
+)
 from flagstaff.store.sqlite.person_cache import PersonCache
 
 _encode = msgspec.json.encode
@@ -51,13 +56,7 @@ def load_persons(
             (project_id, *chunk),
         )
         for did, pid, puuid, props, identified, created in rows:
-            state = states.get(pid)
-            if state is None:
-                state = person_rules.PersonState(
-                    pid, puuid, _decode(props), bool(identified), created
-                )
-                states[pid] = state
-            out[did] = state
+            out[did] = person_state(states, pid, puuid, props, identified, created)
     return out
 
 
@@ -89,20 +88,6 @@ def load_groups(
                 index, target.key, _decode(row[0]), row[1]
             )
     return group_rules.GroupBook(types, loaded)
-
-
-def warning_rows(
-    project_id: int, drops: list[Drop], now_ms: int
-) -> list[tuple[int, str, bytes, int]]:
-    return [
-        (
-            project_id,
-            d.reason,
-            _encode(warning_details(d)),
-            now_ms,
-        )
-        for d in drops
-    ]
 
 
 Reader = Callable[[], sqlite3.Connection]
@@ -292,21 +277,14 @@ def plan_ingest(
     the planned changes, so a plan that is not committed must be followed by ``cache.clear()``
     and ``ids.reset()``.
     """
-    drops = list(drops)
     book = _book_for(reader, project_id, events, cache)
-    group_book: group_rules.GroupBook | None = None
-    kept: list[Event] = []
-    for event in events:
-        if event.event in GROUP_IDENTIFY_EVENTS:
-            if group_book is None:
-                group_book = load_groups(reader(), project_id, events)
-            reason = group_rules.apply_group_identify(group_book, event)
-            if reason is not None:
-                drops.append(Drop.of(event, reason, group_rules.DROP_DETAILS[reason]))
-                continue
-        else:
-            person_rules.apply_event(book, event)
-        kept.append(event)
+    group_book = load_groups(reader(), project_id, events) if needs_groups(events) else None
+    outcome = apply_rules(book, group_book, events)
+    if outcome.drops:
+        drops = [*drops, *outcome.drops]
+        kept = [events[i] for i in outcome.kept]
+    else:
+        kept = events
 
     plan = WritePlan()
     _plan_persons(plan, project_id, book, ids, reader, cache)
@@ -327,12 +305,10 @@ def plan_ingest(
         )
         for e in kept
     ]
-    plan.warning_rows = warning_rows(project_id, drops, now_ms)
-    plan.warning_rows.extend(
-        (project_id, w.kind, _encode(w.details), now_ms) for w in book.warnings
-    )
-    for d in drops:
-        plan.dropped[d.reason] = plan.dropped.get(d.reason, 0) + 1
+    plan.warning_rows = [
+        (project_id, w.kind, _encode(w.details), now_ms) for w in warnings_of(drops, book.warnings)
+    ]
+    plan.dropped = count_reasons(drops)
     return plan
 
 
