@@ -9,34 +9,8 @@ import pytest
 from flagstaff.ingest import groups as g
 from flagstaff.ingest import persons as p
 from flagstaff.ingest.model import Event
-
-T0 = 1_700_000_000_000
-
-
-def ev(
-    name: str,
-    distinct_id: str,
-    *,
-    props: dict[str, Any] | None = None,
-    set: dict[str, Any] | None = None,
-    set_once: dict[str, Any] | None = None,
-    unset: list[str] | None = None,
-    process_person: bool = True,
-    ts: int = T0,
-) -> Event:
-    return Event(
-        uuid=f"00000000-0000-7000-8000-{abs(hash((name, distinct_id, ts))) % 10**12:012d}",
-        event=name,
-        distinct_id=distinct_id,
-        properties=dict(props or {}),
-        timestamp_ms=ts,
-        received_ms=ts,
-        set=set,
-        set_once=set_once,
-        unset=unset,
-        process_person=process_person,
-        historical=False,
-    )
+from tests.events import T0
+from tests.events import event as ev
 
 
 def person(
