@@ -13,7 +13,7 @@ import pytest
 from flagstaff.ingest.model import Event
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_cache import PersonCache
-from flagstaff.store.sqlite.store import migrate
+from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import connect
 from tests.events import T0, event, random_person_event, seq_uuid
 

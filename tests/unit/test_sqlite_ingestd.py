@@ -18,7 +18,7 @@ from flagstaff.store.base import StoreError
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.ingest import apply_ingest
-from flagstaff.store.sqlite.store import migrate
+from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import connect
 from tests.events import random_person_event
 from tests.unit.test_sqlite_ingest import _state

@@ -16,7 +16,8 @@ import pytest
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import Conflict, IngestResult, NotFound, Store
-from flagstaff.store.postgres.store import PostgresStore, split_url
+from flagstaff.store.postgres.pool import split_url
+from flagstaff.store.postgres.store import PostgresStore
 from flagstaff.store.sqlite.store import SQLiteStore
 from tests import pg
 from tests.events import T0, event

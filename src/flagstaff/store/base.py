@@ -1,8 +1,12 @@
 """The storage interface the rest of Flagstaff uses, and the records it returns.
 
-One implementation per engine (``sqlite.py``, ``postgres.py``). Nothing above this module
-knows which engine is in use. Flag and cohort definitions are stored as the PostHog JSON
-objects the management API accepts, so the flag engine compiles exactly what was stored.
+One implementation per engine: :mod:`flagstaff.store.sqlite` and
+:mod:`flagstaff.store.postgres`, each a package with its schema, queries and write path.
+What both map the same way (rows to records, column lists) is in :mod:`flagstaff.store.rows`,
+and what an ingestion batch does between reading and writing in
+:mod:`flagstaff.store.ingest_batch`. Nothing above this module knows which engine is in use.
+Flag and cohort definitions are stored as the PostHog JSON objects the management API
+accepts, so the flag engine compiles exactly what was stored.
 """
 
 from __future__ import annotations

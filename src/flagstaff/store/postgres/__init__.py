@@ -1,5 +1,7 @@
 """The PostgreSQL engine: stateless nodes sharing one database.
 
-Read ``store.py`` first (the :class:`~flagstaff.store.base.Store` implementation, the pool and
-the migrations); ``ingest.py`` is the batched ingest write path.
+``store.py``: the :class:`~flagstaff.store.base.Store` implementation, definitions NOTIFY and
+the group-committing ingest lanes. ``pool.py``: URL options and pooled connection settings.
+``schema.py`` and ``migrations/``: the schema. ``ingest.py``: the ingest write path (claims,
+row locks, the rules, array writes).
 """

@@ -1,11 +1,16 @@
 """The shared store for several nodes: PostgreSQL through an asyncpg pool.
 
-``PostgresStore(url)`` takes ``postgresql://user:password@host:port/database``; an extra
-query parameter ``pool_size`` (default 10) sets the connections of this process's pool.
-Migrations in ``migrations/postgres`` run at :meth:`open` under an advisory lock, so nodes
-may start together. Every flag, cohort and group type change bumps the project's
-definitions version in the same transaction and sends ``NOTIFY flagstaff_definitions,
-'<project id>'``; :meth:`PostgresStore.listen_definitions` delivers those to a callback.
+``PostgresStore(url)`` takes ``postgresql://user:password@host:port/database``; the extra
+query parameters ``pool_size`` (default 10) and ``ingest_lanes`` (default 1) are read by
+:func:`~flagstaff.store.postgres.pool.split_url`. :meth:`PostgresStore.open` runs the
+migrations (:mod:`~flagstaff.store.postgres.schema`) under an advisory lock, so nodes may
+start together. Every flag, cohort and group type change bumps the project's definitions
+version in the same transaction and sends ``NOTIFY flagstaff_definitions, '<project id>'``;
+:meth:`PostgresStore.listen_definitions` delivers those to a callback.
+
+Ingestion is group-committed: at most ``ingest_lanes`` transactions run at once, and calls
+arriving meanwhile are applied together in the next one
+(:func:`~flagstaff.store.postgres.ingest.apply_ingest`).
 """
 
 from __future__ import annotations
@@ -17,9 +22,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import msgspec
@@ -48,6 +51,8 @@ from flagstaff.store.postgres.ingest import (
     pg_text,
     without_nul,
 )
+from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
+from flagstaff.store.postgres.schema import migrate
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
@@ -70,74 +75,12 @@ from flagstaff.store.rows import (
 _decode = msgspec.json.decode
 
 CHANNEL = "flagstaff_definitions"
-DEFAULT_POOL_SIZE = 10
-DEFAULT_INGEST_LANES = 1
-"""Ingest transactions in flight per store by default. One lane makes the largest groups: on
-the 2-core VM with PostgreSQL beside the server (bench.ingest_load --postgres), 1 lane gave
-1,195 single events/s and 20.9k batched events/s, 2 lanes 880 and 18.8k, 5 lanes 539 and
-16.7k; each transaction costs the worker its round trips, whatever its size."""
 _GROUP_EVENTS = 2000
-_MIGRATION_LOCK = 0x666C6167_6D696772  # "flagmigr"
 _INGEST_ATTEMPTS = 20
 _LISTEN_CHECK_SECONDS = 30.0
 
 DefinitionsCallback = Callable[[int | None], None]
 _Queued = tuple[Request, "asyncio.Future[IngestResult]"]
-
-
-_POOL_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
-"""Every statement here is written for a generic plan (point look-ups, unnest() joins on
-primary keys). Left to choose, PostgreSQL kept re-planning /flags' context statement on every
-call (0.29 ms of planning for 0.1 ms of execution): 335 -> 150 us of server CPU per call."""
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Replaces asyncpg's reset query on release (advisory unlocks, ``CLOSE ALL``, ``UNLISTEN``,
-    ``RESET ALL``): one round trip per pooled call. Pooled connections set no session state:
-    migrations and LISTEN have connections of their own, and locks are transaction-scoped.
-    asyncpg still rolls back a transaction left open."""
-
-
-def split_url(url: str) -> tuple[str, dict[str, int]]:
-    """(the DSN for asyncpg, our own options) of a ``postgresql://`` URL."""
-    parts = urlsplit(url)
-    options = {"pool_size": DEFAULT_POOL_SIZE, "ingest_lanes": 0}
-    rest: list[tuple[str, str]] = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in options:
-            options[name] = max(1, int(value))
-        else:
-            rest.append((name, value))
-    if not options["ingest_lanes"]:
-        options["ingest_lanes"] = DEFAULT_INGEST_LANES
-    return urlunsplit(parts._replace(query=urlencode(rest))), options
-
-
-async def migrate(conn: asyncpg.Connection) -> int:
-    """Apply every migration not yet applied; returns the schema version. Safe to rerun."""
-    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
-    try:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
-            "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        done = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-        folder = resources.files("flagstaff.store.postgres") / "migrations"
-        scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
-        version = max(done, default=0)
-        for name in scripts:
-            number = int(name.split("_", 1)[0])
-            if number in done:
-                continue
-            async with conn.transaction():
-                await conn.execute((folder / name).read_text())
-                await conn.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", number, name
-                )
-            version = max(version, number)
-        return version
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
 
 
 _EVENT_COLUMNS = (
@@ -205,8 +148,8 @@ class PostgresStore:
             self.dsn,
             min_size=min(2, self.pool_size),
             max_size=self.pool_size,
-            reset=_keep_session,
-            server_settings=_POOL_SETTINGS,
+            reset=keep_session,
+            server_settings=POOL_SETTINGS,
         )
 
     async def close(self) -> None:

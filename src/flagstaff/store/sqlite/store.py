@@ -1,9 +1,16 @@
 """The embedded default store: one SQLite file in WAL mode under the data directory.
 
-Reads run on a per-process connection in the event loop's thread (they are indexed point
-look-ups, cheaper than a hop to a thread pool); writes go to the group-committing
-:class:`~flagstaff.store.sqlite.writer.Writer`. Several worker processes may share the file:
-SQLite's own locking serialises their transactions.
+Reads run on this process's read-only connection in the event loop's thread (indexed point
+look-ups, cheaper than a hop to a thread pool). Writes go to this process's
+:class:`~flagstaff.store.sqlite.writer.Writer` thread, which group-commits them. Several worker
+processes may share the file: each writing connection takes the data dir's writer lock
+(``<db>.writer-lock``, an flock) around its ``BEGIN IMMEDIATE`` transaction, so writers take
+turns the moment the holder commits instead of polling SQLite's busy handler.
+
+Under ``flagstaff serve`` ingestion does not use this process's writer: batches go to the
+ingest writer process (:mod:`~flagstaff.store.sqlite.ingestd`) through
+:class:`~flagstaff.store.sqlite.client.IngestClient`. Used directly (tests, tools), a store
+applies them itself (:func:`~flagstaff.store.sqlite.ingest.apply_ingest`).
 """
 
 from __future__ import annotations
@@ -12,7 +19,6 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -54,62 +60,10 @@ from flagstaff.store.rows import (
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import Writer, connect
 
 _decode = msgspec.json.decode
-
-
-def migrate(path: Path) -> int:
-    """Apply every migration not yet applied; returns the schema version. Safe to rerun."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        _create(path)
-    conn = connect(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations "
-            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-        )
-        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-        folder = resources.files("flagstaff.store.sqlite") / "migrations"
-        scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
-        version = max(done, default=0)
-        for name in scripts:
-            number = int(name.split("_", 1)[0])
-            if number in done:
-                continue
-            for statement in _split_sql((folder / name).read_text()):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                (number, name, now_iso()),
-            )
-            version = max(version, number)
-        conn.execute("COMMIT")
-        return version
-    finally:
-        conn.close()
-
-
-PAGE_SIZE = 16384
-"""Bytes per page of a new database. Against SQLite's 4 KB default, inserting 600-byte events
-(two indexes, WAL, fsync per 2,000-row commit) went from 92k to 104k rows/s here."""
-
-
-def _create(path: Path) -> None:
-    """A new database file: the page size can only be chosen before the first table."""
-    conn = sqlite3.connect(str(path), isolation_level=None)
-    try:
-        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
-        conn.execute("PRAGMA journal_mode=WAL")
-    finally:
-        conn.close()
-
-
-def _split_sql(script: str) -> list[str]:
-    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
 def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
