@@ -8,15 +8,15 @@ start together. Every flag, cohort and group type change bumps the project's def
 version in the same transaction and sends ``NOTIFY flagstaff_definitions, '<project id>'``;
 :meth:`PostgresStore.listen_definitions` delivers those to a callback.
 
-Ingestion is group-committed: at most ``ingest_lanes`` transactions run at once, and calls
-arriving meanwhile are applied together in the next one
-(:func:`~flagstaff.store.postgres.ingest.apply_ingest`).
+Ingestion is group-committed (:mod:`~flagstaff.store.postgres.group_commit`): at most
+``ingest_lanes`` transactions run at once, and calls arriving meanwhile are applied together
+in the next one (:func:`~flagstaff.store.postgres.ingest.apply_ingest`), retried whole when
+it raced another node.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import random
 import time
@@ -43,6 +43,7 @@ from flagstaff.store.base import (
     Project,
     StoredEvent,
 )
+from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
     BUMP_DEFINITIONS,
     RETRYABLE,
@@ -75,12 +76,10 @@ from flagstaff.store.rows import (
 _decode = msgspec.json.decode
 
 CHANNEL = "flagstaff_definitions"
-_GROUP_EVENTS = 2000
 _INGEST_ATTEMPTS = 20
 _LISTEN_CHECK_SECONDS = 30.0
 
 DefinitionsCallback = Callable[[int | None], None]
-_Queued = tuple[Request, "asyncio.Future[IngestResult]"]
 
 
 _EVENT_COLUMNS = (
@@ -130,9 +129,7 @@ class PostgresStore:
         self.ingest_lanes = min(options["ingest_lanes"], self.pool_size)
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncio.Task[None] | None = None
-        self._queued: dict[int, collections.deque[_Queued]] = {}
-        self._lanes: set[asyncio.Task[None]] = set()
-        self._running = 0
+        self._lanes = IngestLanes(self.ingest_lanes, self._transact)
         self.ingest_retries = 0
         self.ingest_transactions = 0
 
@@ -153,8 +150,7 @@ class PostgresStore:
         )
 
     async def close(self) -> None:
-        while self._lanes:
-            await asyncio.gather(*self._lanes, return_exceptions=True)
+        await self._lanes.drain()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -601,54 +597,7 @@ class PostgresStore:
         (group commit). A group that raced another node is retried whole; a group that fails
         otherwise is retried call by call, so one bad call fails alone.
         """
-        future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-        waiting = self._queued.get(project_id)
-        if waiting is None:
-            waiting = self._queued[project_id] = collections.deque()
-        waiting.append(((without_nul(events), list(drops)), future))
-        if self._running < self.ingest_lanes:
-            self._running += 1
-            lane = asyncio.create_task(self._lane())
-            self._lanes.add(lane)
-            lane.add_done_callback(self._lanes.discard)
-        return await future
-
-    async def _lane(self) -> None:
-        try:
-            while self._queued:
-                project_id = next(iter(self._queued))
-                waiting = self._queued[project_id]
-                group = [waiting.popleft()]
-                size = len(group[0][0][0])
-                while waiting and size + len(waiting[0][0][0]) <= _GROUP_EVENTS:
-                    item = waiting.popleft()
-                    group.append(item)
-                    size += len(item[0][0])
-                if not waiting:
-                    del self._queued[project_id]
-                await self._commit_group(project_id, group)
-        finally:
-            # No await between the empty check above and this: a call queued later starts
-            # a lane of its own.
-            self._running -= 1
-
-    async def _commit_group(self, project_id: int, group: list[_Queued]) -> None:
-        try:
-            results = await self._transact(project_id, [request for request, _ in group])
-        except Exception as exc:
-            if len(group) == 1:
-                _settle(group[0][1], None, exc)
-                return
-            for request, future in group:
-                try:
-                    result = (await self._transact(project_id, [request]))[0]
-                except Exception as alone:
-                    _settle(future, None, alone)
-                else:
-                    _settle(future, result, None)
-            return
-        for (_, future), result in zip(group, results, strict=True):
-            _settle(future, result, None)
+        return await self._lanes.submit(project_id, (without_nul(events), list(drops)))
 
     async def _transact(self, project_id: int, requests: list[Request]) -> list[IngestResult]:
         for attempt in range(_INGEST_ATTEMPTS):
@@ -783,18 +732,6 @@ async def _add_members(
             cohort_id,
             members,
         )
-
-
-def _settle(
-    future: asyncio.Future[IngestResult], result: IngestResult | None, exc: Exception | None
-) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        assert result is not None
-        future.set_result(result)
 
 
 def _deliver(callback: DefinitionsCallback, project_id: int | None) -> None:
