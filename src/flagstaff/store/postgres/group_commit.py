@@ -65,11 +65,11 @@ class IngestLanes:
                 project_id = next(iter(self._queued))
                 waiting = self._queued[project_id]
                 group = [waiting.popleft()]
-                size = len(group[0].request[0])
-                while waiting and size + len(waiting[0].request[0]) <= GROUP_EVENTS:
+                size = len(group[0].request.events)
+                while waiting and size + len(waiting[0].request.events) <= GROUP_EVENTS:
                     item = waiting.popleft()
                     group.append(item)
-                    size += len(item.request[0])
+                    size += len(item.request.events)
                 if not waiting:
                     del self._queued[project_id]
                 await self._commit_group(project_id, group)

@@ -311,7 +311,13 @@ async def _write_groups(
         )
 
 
-Request = tuple[list[Event], list[Drop]]
+class Request(msgspec.Struct, frozen=True):
+    """One ingest call: its events and the drops normalization already made."""
+
+    events: list[Event]
+    drops: list[Drop]
+
+
 """One ``ingest`` call: its events (already :func:`without_nul`) and its drops."""
 
 
@@ -323,9 +329,12 @@ async def apply_ingest(
     The outcome is that of running them one after another: the rules see the events in
     arrival order, and an event uuid repeated across calls counts for the first one.
     """
-    events = [e for evs, _ in requests for e in evs] if len(requests) > 1 else requests[0][0]
-    owner = [n for n, (evs, _) in enumerate(requests) for _ in evs]
-    drops = [list(d) for _, d in requests]
+    if len(requests) > 1:
+        events = [e for request in requests for e in request.events]
+    else:
+        events = requests[0].events
+    owner = [n for n, request in enumerate(requests) for _ in request.events]
+    drops = [list(request.drops) for request in requests]
     distinct_ids = person_rules.ids_to_load(events)
     claims: list[str] = []
     grouped = needs_groups(events)

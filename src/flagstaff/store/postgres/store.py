@@ -597,7 +597,7 @@ class PostgresStore:
         (group commit). A group that raced another node is retried whole; a group that fails
         otherwise is retried call by call, so one bad call fails alone.
         """
-        return await self._lanes.submit(project_id, (without_nul(events), list(drops)))
+        return await self._lanes.submit(project_id, Request(without_nul(events), list(drops)))
 
     async def _transact(self, project_id: int, requests: list[Request]) -> list[IngestResult]:
         for attempt in range(_INGEST_ATTEMPTS):
