@@ -6,9 +6,9 @@ applies what is missing and the others then find it done.
 
 from __future__ import annotations
 
-from importlib import resources
-
 import asyncpg
+
+from flagstaff.store import schema_files
 
 MIGRATION_LOCK = 0x666C6167_6D696772  # "flagmigr"
 
@@ -22,19 +22,16 @@ async def migrate(conn: asyncpg.Connection) -> int:
             "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
         )
         done = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-        folder = resources.files("flagstaff.store.postgres") / "migrations"
-        scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
         version = max(done, default=0)
-        for name in scripts:
-            number = int(name.split("_", 1)[0])
-            if number in done:
-                continue
+        for migration in schema_files.pending("flagstaff.store.postgres", done):
             async with conn.transaction():
-                await conn.execute((folder / name).read_text())
+                await conn.execute(migration.sql)
                 await conn.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", number, name
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                    migration.number,
+                    migration.name,
                 )
-            version = max(version, number)
+            version = max(version, migration.number)
         return version
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)

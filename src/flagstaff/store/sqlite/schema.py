@@ -7,9 +7,9 @@ one ``BEGIN IMMEDIATE`` transaction, every migration not yet recorded in ``schem
 from __future__ import annotations
 
 import sqlite3
-from importlib import resources
 from pathlib import Path
 
+from flagstaff.store import schema_files
 from flagstaff.store.rows import now_iso
 from flagstaff.store.sqlite.writer import connect
 
@@ -27,20 +27,15 @@ def migrate(path: Path) -> int:
             "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
         )
         done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-        folder = resources.files("flagstaff.store.sqlite") / "migrations"
-        scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
         version = max(done, default=0)
-        for name in scripts:
-            number = int(name.split("_", 1)[0])
-            if number in done:
-                continue
-            for statement in _split_sql((folder / name).read_text()):
+        for migration in schema_files.pending("flagstaff.store.sqlite", done):
+            for statement in _split_sql(migration.sql):
                 conn.execute(statement)
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                (number, name, now_iso()),
+                (migration.number, migration.name, now_iso()),
             )
-            version = max(version, number)
+            version = max(version, migration.number)
         conn.execute("COMMIT")
         return version
     finally:
