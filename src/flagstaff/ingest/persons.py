@@ -179,20 +179,20 @@ class PersonState:
         self.merged_into: PersonState | None = None
 
 
-class CreatePerson(msgspec.Struct, frozen=True):
+class CreatePerson(msgspec.Struct, frozen=True, gc=False):
     """Insert ``state`` as a new person (the store gives it its id)."""
 
     state: PersonState
 
 
-class AssignDistinctId(msgspec.Struct, frozen=True):
+class AssignDistinctId(msgspec.Struct, frozen=True, gc=False):
     """Point ``distinct_id`` at ``state``'s person."""
 
     distinct_id: str
     state: PersonState
 
 
-class MergePersons(msgspec.Struct, frozen=True):
+class MergePersons(msgspec.Struct, frozen=True, gc=False):
     """Move ``source``'s distinct ids and overrides to ``target``, then delete ``source``."""
 
     source: PersonState
@@ -200,7 +200,9 @@ class MergePersons(msgspec.Struct, frozen=True):
 
 
 PersonOp = CreatePerson | AssignDistinctId | MergePersons
-"""What a :class:`PersonBook` asks its store to write, in order."""
+"""What a :class:`PersonBook` asks its store to write, in order. Made per new person on the
+ingest hot path: msgspec structs (about 70 ns more than a tuple) outside the cycle collector,
+safe as they only point at states and strings, never back at the book."""
 
 
 class RuleWarning(msgspec.Struct, frozen=True):
@@ -210,7 +212,7 @@ class RuleWarning(msgspec.Struct, frozen=True):
     details: dict[str, Any]
 
 
-class MergePair(msgspec.Struct, frozen=True):
+class MergePair(msgspec.Struct, frozen=True, gc=False):
     """The two distinct ids a merge event names: ``other_id``'s person folds into ``into_id``'s."""
 
     other_id: str
