@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from flagstaff.accounts.keys import check_personal_key, check_project_token
 from flagstaff.config import Settings
 from flagstaff.store.base import Store
-from flagstaff.store.keys import check_personal_key, check_project_token
 
 
 async def bootstrap(store: Store, settings: Settings) -> list[str]:

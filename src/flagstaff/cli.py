@@ -118,7 +118,7 @@ def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], s
         [
             sys.executable,
             "-m",
-            "flagstaff.store.sqlite_ingestd",
+            "flagstaff.store.sqlite.ingestd",
             str(settings.sqlite_path),
             socket_path,
         ],
