@@ -22,9 +22,8 @@ import msgspec
 from flagstaff import __version__
 from flagstaff.bootstrap import bootstrap
 from flagstaff.config import ConfigError, Settings
-from flagstaff.http.errors import ApiError
 from flagstaff.services import make_store
-from flagstaff.store.base import Conflict, Store
+from flagstaff.store.base import Store
 
 T = TypeVar("T")
 
@@ -184,87 +183,48 @@ def cmd_key_create(args: argparse.Namespace) -> int:
 # flags import / export -------------------------------------------------------------------------
 
 
-def _progress(done: int, total: int) -> None:
-    if not sys.stderr.isatty() and done not in (total,):
-        return
-    width = 30
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
-def _load_flags_file(path: str) -> list[Any]:
-    raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise SystemExit(f"flagstaff: {path} is not valid JSON: {exc}") from None
-    if isinstance(data, dict) and isinstance(data.get("results"), list):
-        return data["results"]
-    if isinstance(data, list):
-        return data
-    raise SystemExit(f"flagstaff: {path} must hold a list of flags or {{'results': [...]}}")
+def _show_progress(args: argparse.Namespace) -> bool:
+    return bool(args.progress) or sys.stderr.isatty()
 
 
 def cmd_flags_import(args: argparse.Namespace) -> int:
-    from flagstaff.http.admin_models import flag_from_input
+    from flagstaff import flag_transfer as transfer
 
+    raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    try:
+        source = transfer.load_import_file(raw, args.file)
+        group_types = transfer.merge_group_types(
+            source.group_types, transfer.parse_group_type_option(args.group_type)
+        )
+    except transfer.TransferError as exc:
+        raise SystemExit(f"flagstaff: {exc}") from None
     settings = _settings(args)
-    items = _load_flags_file(args.file)
+    progress = transfer.Progress("importing", len(source.flags), _show_progress(args))
 
-    async def run(store: Store) -> tuple[int, int, list[str]]:
+    async def run(store: Store) -> transfer.ImportReport:
         project_id = await _project_id(store, args.project)
-        created = updated = 0
-        rejected: list[str] = []
-        for i, item in enumerate(items, 1):
-            label = item.get("key", f"#{i}") if isinstance(item, dict) else f"#{i}"
-            try:
-                if isinstance(item, dict) and item.get("deleted"):
-                    raise ApiError(400, "skipped", "deleted in the export")
-                key = item.get("key") if isinstance(item, dict) else None
-                current = (
-                    await store.get_flag_by_key(project_id, key) if isinstance(key, str) else None
-                )
-                if current is None:
-                    await store.create_flag(project_id, flag_from_input(item))
-                    created += 1
-                else:
-                    await store.update_flag(
-                        project_id, current["id"], flag_from_input(item, current)
-                    )
-                    updated += 1
-            except ApiError as exc:
-                rejected.append(f"{label}: {exc.detail}")
-            except Conflict as exc:
-                rejected.append(f"{label}: {exc.message}")
-            _progress(i, len(items))
-        return created, updated, rejected
+        return await transfer.run_import(
+            store, project_id, source, group_types, dry_run=args.dry_run, progress=progress
+        )
 
-    created, updated, rejected = _with_store(settings, run)
-    print(f"{created} created, {updated} updated, {len(rejected)} rejected")
-    for line in rejected:
-        print(f"  rejected {line}")
-    return 1 if rejected and not (created or updated) else 0
+    report = _with_store(settings, run)
+    for line in report.lines(dry_run=args.dry_run, every_flag=args.dry_run):
+        print(line)
+    return 1 if report.rejected else 0
 
 
 def cmd_flags_export(args: argparse.Namespace) -> int:
+    from flagstaff import flag_transfer as transfer
+
     settings = _settings(args)
+    progress = transfer.Progress("exporting", 0, _show_progress(args))
 
-    async def run(store: Store) -> list[dict[str, Any]]:
+    async def run(store: Store) -> dict[str, Any]:
         project_id = await _project_id(store, args.project)
-        out: list[dict[str, Any]] = []
-        offset = 0
-        while True:
-            page = await store.list_flags(project_id, 500, offset)
-            out.extend(page.results)
-            offset += 500
-            if offset >= page.count:
-                return sorted(out, key=lambda f: f["id"])
+        return await transfer.run_export(store, project_id, progress)
 
-    flags = _with_store(settings, run)
-    data = msgspec.json.format(msgspec.json.encode({"results": flags}), indent=2)
+    exported = _with_store(settings, run)
+    data = msgspec.json.format(msgspec.json.encode(exported), indent=2)
     if args.output and args.output != "-":
         Path(args.output).write_bytes(data + b"\n")
     else:
@@ -367,11 +327,23 @@ def build_parser() -> argparse.ArgumentParser:
     fimport = flags.add_parser("import", help="import a PostHog flags export (JSON)")
     fimport.add_argument("file", help="a JSON file: a list of flags or {results: [...]}; - = stdin")
     fimport.add_argument("--project", type=int)
+    fimport.add_argument(
+        "--dry-run", action="store_true", help="print the plan per flag and write nothing"
+    )
+    fimport.add_argument(
+        "--group-type",
+        action="append",
+        default=[],
+        metavar="INDEX=NAME",
+        help="create this group type (e.g. 0=company) before the flags; repeatable",
+    )
+    fimport.add_argument("--progress", action="store_true", help="a progress bar even off a TTY")
     _store_options(fimport)
     fimport.set_defaults(fn=cmd_flags_import)
     fexport = flags.add_parser("export", help="write every flag as {results: [...]}")
     fexport.add_argument("-o", "--output", help="file to write (default stdout)")
     fexport.add_argument("--project", type=int)
+    fexport.add_argument("--progress", action="store_true", help="a progress bar even off a TTY")
     _store_options(fexport)
     fexport.set_defaults(fn=cmd_flags_export)
 

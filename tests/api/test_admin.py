@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.server import Api
+from tests.server import PROJECT_TOKEN, Api, Server
 
 FLAGS = "/api/projects/@current/feature_flags/"
 
@@ -264,3 +265,46 @@ def test_openapi_schema_matches_the_routes(api: Api, http: httpx.Client) -> None
                 method,
                 path,
             )
+
+
+def test_group_types_are_created_listed_and_used_by_group_flags(fresh_server: Server) -> None:
+    api = Api(fresh_server.url)
+    types_url = "/api/projects/@current/groups_types/"
+    assert api.get(types_url).json() == []
+
+    r = api.post(types_url, json={"group_type": "company"})
+    assert r.status_code == 201, r.text
+    assert r.json()["group_type"] == "company" and r.json()["group_type_index"] == 0
+    again = api.post(types_url, json={"group_type": "company"})
+    assert again.status_code == 200 and again.json()["group_type_index"] == 0
+    assert (
+        api.post(types_url, json={"group_type": "team", "group_type_index": 3}).status_code == 201
+    )
+    _assert_error(api.post(types_url, json={"group_type": "org", "group_type_index": 0}), 400)
+    _assert_error(api.post(types_url, json={"group_type": "company", "group_type_index": 1}), 400)
+    _assert_error(api.post(types_url, json={"group_type": "x", "group_type_index": 5}), 400)
+    _assert_error(api.post(types_url, json={"group_type_index": 1}), 400, "group_type")
+    listed = api.get(types_url).json()
+    assert [(t["group_type_index"], t["group_type"]) for t in listed] == [
+        (0, "company"),
+        (3, "team"),
+    ]
+    assert set(listed[0]) >= {"name_singular", "name_plural", "created_at"}
+
+    key = _key()
+    api.create_flag(
+        key=key,
+        filters={
+            "aggregation_group_type_index": 3,
+            "groups": [{"properties": [], "rollout_percentage": 100}],
+        },
+    )
+    body = {"api_key": PROJECT_TOKEN, "distinct_id": "u1", "groups": {"team": "blue"}}
+    deadline = time.monotonic() + 10
+    while True:
+        flag = httpx.post(f"{fresh_server.url}/flags?v=2", json=body).json()["flags"].get(key)
+        if flag is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert flag is not None and flag["enabled"] is True, flag
+    assert flag["reason"]["code"] == "condition_match"

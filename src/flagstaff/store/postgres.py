@@ -56,6 +56,7 @@ from flagstaff.store.records import (
     cohort_record,
     definition_body,
     flag_record,
+    group_type_change,
 )
 
 _encode = msgspec.json.encode
@@ -398,6 +399,7 @@ class PostgresStore:
         body = definition_body(data)
         key = data["key"]
         now = _now_iso()
+        created = data.get("created_at") or now  # an import keeps the exported one
         async with self.pool.acquire() as conn:
             try:
                 async with conn.transaction():
@@ -408,7 +410,7 @@ class PostgresStore:
                         project_id,
                         pg_text(key),
                         _json(body),
-                        now,
+                        created,
                         now,
                     )
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
@@ -776,6 +778,27 @@ class PostgresStore:
             project_id,
         )
         return {index: name for index, name in rows}
+
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
+        """Map group type ``index`` to ``name``; False when it is so already (see
+        :func:`~flagstaff.store.records.group_type_change`)."""
+        for _ in range(2):
+            if not group_type_change(await self.list_group_types(project_id), index, name):
+                return False
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    await conn.execute(
+                        "INSERT INTO group_types (project_id, group_type_index, group_type) "
+                        "VALUES ($1, $2, $3)",
+                        project_id,
+                        index,
+                        pg_text(name),
+                    )
+                    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                return True
+            except asyncpg.UniqueViolationError:
+                continue  # ingestion added a type meanwhile: judge again against it
+        raise Conflict("group_type", "group types changed meanwhile; retry")
 
     async def list_events(
         self,

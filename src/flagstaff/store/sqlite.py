@@ -43,6 +43,7 @@ from flagstaff.store.records import (
     cohort_record,
     definition_body,
     flag_record,
+    group_type_change,
 )
 from flagstaff.store.sqlite_ingest import apply_ingest
 from flagstaff.store.sqlite_writer import Writer, connect
@@ -269,13 +270,14 @@ class SQLiteStore:
         body = definition_body(data)
         key = data["key"]
         now = _now_iso()
+        created = data.get("created_at") or now  # an import keeps the exported one
 
         def write(conn: sqlite3.Connection) -> int:
             try:
                 cur = conn.execute(
                     "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
                     "created_at, updated_at) VALUES (?, ?, 1, 0, ?, ?, ?)",
-                    (project_id, key, _dumps(body), now, now),
+                    (project_id, key, _dumps(body), created, now),
                 )
             except sqlite3.IntegrityError:
                 raise Conflict("key", f"a feature flag with key {key!r} already exists") from None
@@ -608,6 +610,29 @@ class SQLiteStore:
                 (project_id,),
             ).fetchall()
         )
+
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
+        """Map group type ``index`` to ``name``; False when it is so already (see
+        :func:`~flagstaff.store.records.group_type_change`)."""
+
+        def write(conn: sqlite3.Connection) -> bool:
+            existing = dict(
+                conn.execute(
+                    "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
+                    (project_id,),
+                ).fetchall()
+            )
+            if not group_type_change(existing, index, name):
+                return False
+            conn.execute(
+                "INSERT INTO group_types (project_id, group_type_index, group_type) "
+                "VALUES (?, ?, ?)",
+                (project_id, index, name),
+            )
+            _bump_definitions(conn, project_id)
+            return True
+
+        return bool(await self._writer.submit(write))
 
     async def list_events(
         self,
