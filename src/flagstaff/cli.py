@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import shutil
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from flagstaff import __version__
+from flagstaff import __version__, logs
 from flagstaff.bootstrap import bootstrap
 from flagstaff.config import ConfigError, Settings
 from flagstaff.services import make_store
@@ -36,6 +37,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
         database_url=getattr(args, "database_url", None),
         log_level=getattr(args, "log_level", None),
+        access_log=True if getattr(args, "access_log", False) else None,
     )
 
 
@@ -72,21 +74,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from granian.constants import Interfaces, Loops
 
     settings = _settings(args)
+    logs.configure(settings.log_level, settings.access_log)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    for line in _with_store(settings, lambda store: bootstrap(store, settings)):
-        print(line, flush=True)
+    for notice in _with_store(settings, lambda store: bootstrap(store, settings)):
+        logs.always(logging.WARNING, notice.message, **notice.fields)
     shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
     ingestd = None
     if settings.database_url is None:
         ingestd, socket_path = _start_ingest_writer(settings)
         settings = dataclasses.replace(settings, ingest_socket=socket_path)
     os.environ.update(settings.to_env())
-    print(
-        f"flagstaff {__version__} listening on http://{settings.host}:{settings.port} "
-        f"({settings.workers} worker{'s' if settings.workers > 1 else ''}, "
-        f"{'PostgreSQL' if settings.database_url else f'SQLite at {settings.sqlite_path}'})",
-        file=sys.stderr,
-        flush=True,
+    logs.log(
+        logging.INFO,
+        f"flagstaff {__version__} listening on http://{settings.host}:{settings.port}",
+        version=__version__,
+        url=f"http://{settings.host}:{settings.port}",
+        workers=settings.workers,
+        store="postgresql" if settings.database_url else "sqlite",
+        sqlite_path=None if settings.database_url else str(settings.sqlite_path),
+        access_log=settings.access_log,
+        geoip=_geoip_status(settings),
     )
     server = Granian(
         "flagstaff.app:create_app",
@@ -106,6 +113,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if ingestd is not None:
             _stop_ingest_writer(ingestd)
     return 0
+
+
+def _geoip_status(settings: Settings) -> str:
+    """The GeoIP database the workers will open, or "off"; says once how to get one."""
+    from flagstaff.geoip import default_database_path
+
+    if settings.geoip_disable:
+        return "off"
+    path = settings.geoip_path or default_database_path()
+    if path is None or not os.path.exists(path):
+        logs.log(
+            logging.WARNING,
+            "no GeoIP database found, so events and /flags get no $geoip_* properties: "
+            "run scripts/fetch-geoip.sh in a source checkout, or set FLAGSTAFF_GEOIP_PATH to a "
+            "MaxMind-format .mmdb file or folder (FLAGSTAFF_GEOIP_DISABLE=true turns it off)",
+            geoip_path=path,
+        )
+        return "off"
+    return path
 
 
 def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
@@ -298,6 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port to listen on (default 8000)")
     serve.add_argument("--workers", type=int, help="worker processes (default 1)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log one JSON line per request (also FLAGSTAFF_ACCESS_LOG=true)",
+    )
     _store_options(serve)
     serve.set_defaults(fn=cmd_serve)
 
