@@ -18,7 +18,7 @@ from typing import Any
 from flagstaff import logs
 from flagstaff.config import Settings
 from flagstaff.http import capture, flags, ops
-from flagstaff.http.admin import build_admin
+from flagstaff.http.admin import ROUTES, build_admin
 from flagstaff.http.asgi import (
     Receive,
     Request,
@@ -30,7 +30,9 @@ from flagstaff.http.asgi import (
     send_response,
 )
 from flagstaff.http.auth import personal_key_auth
+from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
+from flagstaff.http.openapi import openapi_document, schema_route
 from flagstaff.services import Services
 
 Handler = Callable[[Services, Request], Awaitable[Response]]
@@ -74,6 +76,8 @@ _ARRAY = PublicRoute("/array/{token}/config", flags.array_config_endpoint, _GET,
 _REMOTE_CONFIG = PublicRoute(
     "/api/projects/{id}/feature_flags/{key}/remote_config", flags.remote_config_endpoint, _GET, True
 )
+PATTERN_ROUTES = (_ARRAY, _REMOTE_CONFIG)
+"""Public routes found by a path prefix rather than the dict look-up."""
 
 
 class FlagstaffApp:
@@ -81,7 +85,12 @@ class FlagstaffApp:
         self.settings = settings
         self.services = services or Services(settings)
         self.routes = public_routes()
-        self.admin = build_admin(self.services.store, personal_key_auth(self.services.store), [])
+        document = openapi_document(ROUTES, [*self.routes.values(), *PATTERN_ROUTES])
+        self.admin = build_admin(
+            self.services.store,
+            personal_key_auth(self.services.store),
+            [schema_route(document), *docs_routes()],
+        )
         self._body_limit = settings.body_limit
         # One boolean per request when off: the access log costs nothing unless asked for.
         self._access_log = settings.access_log or settings.log_level == "debug"

@@ -243,16 +243,36 @@ def test_create_project_returns_token_and_key(api: Api) -> None:
     _assert_error(api.post("/api/projects/", json={}), 400, "name")
 
 
-def test_openapi_schema_matches_the_routes(api: Api, http: httpx.Client) -> None:
+def test_openapi_schema_covers_every_route(api: Api, http: httpx.Client) -> None:
+    from flagstaff.app import PATTERN_ROUTES, public_routes
     from flagstaff.http.admin import ROUTES
+    from flagstaff.http.openapi import SELF_PATHS, documented_paths
 
     schema = http.get("/api/schema/").json()
     assert schema["openapi"].startswith("3.")
     documented = {(m.upper(), p) for p, ops in schema["paths"].items() for m in ops}
     declared = {(m, p) for m, p, _, _ in ROUTES}
-    assert documented == declared
-    # every documented operation is really served (none answers 404/405 for the route itself)
-    for method, path in sorted(documented):
+    public = {
+        (m, p)
+        for p, methods in documented_paths([*public_routes().values(), *PATTERN_ROUTES])
+        for m in methods
+    }
+    assert {"/flags", "/decide", "/i/v0/e", "/batch", "/array/{token}/config.js"} <= {
+        p for _, p in public
+    }
+    assert documented == declared | public | {("GET", p) for p in SELF_PATHS}
+    for method, path in documented:
+        op = schema["paths"][path][method.lower()]
+        assert op["summary"], (method, path)
+        success = [c for c in op["responses"] if c.startswith("2")]
+        assert success, (method, path)
+        if "204" not in success:  # every answer with a body says what the body is
+            content = op["responses"][success[0]]["content"]
+            assert next(iter(content.values()))["schema"], (method, path)
+        if method in ("POST", "PATCH", "PUT") and path not in ("/_health",):
+            assert op["requestBody"]["content"]["application/json"]["schema"], (method, path)
+    # every documented management operation is really served (none answers 404/405 itself)
+    for method, path in sorted(declared):
         url = (
             path.replace("{project_id}", "@current")
             .replace("{flag_id}", "999999")

@@ -1,7 +1,8 @@
 """The management API under /api/, in PostHog's REST shapes, authorised by personal API keys.
 
 Routes are declared once in :data:`ROUTES`; the starlette routes and the OpenAPI document at
-/api/schema/ are both built from that table, so they cannot drift apart.
+/api/schema/ (``http/openapi.py``, which the app adds as an extra route) are both built from
+that table, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -461,13 +462,6 @@ def build_routes(store: Store, authenticate: Authenticate) -> list[Route]:
 
 
 def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Route]) -> Starlette:
-    from flagstaff.http.openapi import openapi_document
-
-    schema = msgspec.json.encode(openapi_document(ROUTES))
-
-    async def serve_schema(request: Request) -> Response:
-        return Response(schema, media_type="application/json")
-
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return Response(exc.body(), exc.status, media_type="application/json")
@@ -484,7 +478,6 @@ def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Rou
 
     routes = [
         *build_routes(store, authenticate),
-        Route("/api/schema/", serve_schema),
         *extra_routes,
     ]
     return Starlette(
