@@ -136,9 +136,7 @@ def _geoip_status(settings: Settings) -> str:
 
 def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
     """Start the data dir's single ingest writer and wait until its socket answers."""
-    socket_path = os.path.join(
-        tempfile.gettempdir(), f"flagstaff-{os.getpid()}-{secrets.token_hex(4)}.sock"
-    )
+    socket_path = _ingest_socket_path(settings)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -156,6 +154,21 @@ def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], s
         proc.wait(10)
         raise SystemExit("flagstaff: the ingest writer did not start (see the messages above)")
     return proc, socket_path
+
+
+_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
+
+
+def _ingest_socket_path(settings: Settings) -> str:
+    """In the data dir, so a killed service leaves nothing in /tmp (the writer replaces a
+    stale socket once it holds the data dir's lock); a temporary name when that path is too
+    long for a Unix socket."""
+    path = os.path.abspath(settings.data_dir / "ingest.sock")
+    if len(path.encode()) <= _SOCKET_PATH_MAX:
+        return path
+    return os.path.join(
+        tempfile.gettempdir(), f"flagstaff-{os.getpid()}-{secrets.token_hex(4)}.sock"
+    )
 
 
 def _stop_ingest_writer(proc: subprocess.Popen[bytes]) -> None:

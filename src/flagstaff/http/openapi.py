@@ -228,6 +228,7 @@ def _operation(
         responses.setdefault(str(status), _ERROR)
     op: dict[str, Any] = {
         "operationId": op_id,
+        "tags": [_tag(path)],
         "summary": summary or doc.summary,
         "parameters": params,
         "responses": responses,
@@ -239,6 +240,17 @@ def _operation(
             "content": {"application/json": {"schema": refs[doc.request]}},
         }
     return op
+
+
+def _tag(path: str) -> str:
+    if path in SELF_PATHS or path in ("/_health", "/_ready", "/metrics"):
+        return "Operations"
+    flag_paths = ("/flags", "/decide", "/array", "/api/feature_flag/")
+    if path.endswith("/remote_config") or path.startswith(flag_paths):
+        return "Flags (SDKs)"
+    if path.startswith("/api/"):
+        return "Management API"
+    return "Capture (SDKs)"
 
 
 _ERROR = {
