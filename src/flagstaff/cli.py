@@ -22,7 +22,7 @@ import msgspec
 
 from flagstaff import __version__, logs
 from flagstaff.bootstrap import bootstrap
-from flagstaff.config import ConfigError, Settings
+from flagstaff.config import Settings
 from flagstaff.services import make_store
 from flagstaff.store.base import Store
 
@@ -406,13 +406,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    """A command's error on stderr; ``serve`` logs it as JSON like everything else it says."""
+    if args.command == "serve":
+        if not logs.logger.handlers:
+            logs.configure("info")
+        logs.always(logging.ERROR, message)
+    else:
+        print(f"flagstaff: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except ConfigError as exc:
-        print(f"flagstaff: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
-        print(f"flagstaff: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # ConfigError included
+        return _fail(args, str(exc), 2)
+    except SystemExit as exc:
+        if args.command != "serve" or not isinstance(exc.code, str):
+            raise
+        return _fail(args, exc.code.removeprefix("flagstaff: "), 1)
