@@ -45,7 +45,6 @@ def test_answers_match_their_documented_schemas(api: Api, http: httpx.Client) ->
     _conforms(body, schemas.FlagsRequest)
     v2 = http.post("/flags?v=2", json=body).json()
     _conforms(v2, schemas.FlagsResponse)
-    assert key in v2["flags"] or v2["flags"] == {}  # the definitions cache may lag
     _conforms(http.post("/flags", json=body).json(), schemas.LegacyFlagsResponse)
     _conforms(http.post("/decide?v=4", json=body).json(), schemas.FlagsResponse)
     _conforms(http.get(f"/array/{PROJECT_TOKEN}/config").json(), schemas.ClientConfig)
