@@ -13,8 +13,9 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ingest.model import Drop
-from flagstaff.store.base import Definitions, Group, StoredEvent, Warning
+from flagstaff.store.base import Conflict, Definitions, Group, StoredEvent, Warning
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -138,3 +139,23 @@ def warning_details(drop: Drop) -> dict[str, Any]:
         "event": drop.event,
         "distinct_id": drop.distinct_id,
     }
+
+
+def group_type_change(existing: dict[int, str], index: int, name: str) -> bool:
+    """Whether mapping ``index`` to ``name`` adds a group type: False when it exists already.
+
+    Raises :class:`Conflict` when the index or the name is taken by another mapping, since
+    flags and stored groups refer to a type by its index.
+    """
+    if not 0 <= index < MAX_GROUP_TYPES:
+        raise Conflict("group_type_index", f"group_type_index must be 0-{MAX_GROUP_TYPES - 1}")
+    if existing.get(index) == name:
+        return False
+    if index in existing:
+        raise Conflict(
+            "group_type_index", f"group type index {index} is already {existing[index]!r}"
+        )
+    for other, other_name in existing.items():
+        if other_name == name:
+            raise Conflict("group_type", f"group type {name!r} already has index {other}")
+    return True

@@ -68,6 +68,7 @@ from flagstaff.store.rows import (
     event_record,
     flag_record,
     group_record,
+    group_type_change,
     json_text,
     now_iso,
     warning_record,
@@ -331,6 +332,7 @@ class PostgresStore:
         body = definition_body(data)
         key = data["key"]
         now = now_iso()
+        created = data.get("created_at") or now  # an import keeps the exported one
         async with self.pool.acquire() as conn:
             try:
                 async with conn.transaction():
@@ -341,7 +343,7 @@ class PostgresStore:
                         project_id,
                         pg_text(key),
                         json_text(body),
-                        now,
+                        created,
                         now,
                     )
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
@@ -649,6 +651,27 @@ class PostgresStore:
             project_id,
         )
         return {index: name for index, name in rows}
+
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
+        """Map group type ``index`` to ``name``; False when it is so already (see
+        :func:`~flagstaff.store.rows.group_type_change`)."""
+        for _ in range(2):
+            if not group_type_change(await self.list_group_types(project_id), index, name):
+                return False
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    await conn.execute(
+                        "INSERT INTO group_types (project_id, group_type_index, group_type) "
+                        "VALUES ($1, $2, $3)",
+                        project_id,
+                        index,
+                        pg_text(name),
+                    )
+                    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                return True
+            except asyncpg.UniqueViolationError:
+                continue  # ingestion added a type meanwhile: judge again against it
+        raise Conflict("group_type", "group types changed meanwhile; retry")
 
     async def list_events(
         self,

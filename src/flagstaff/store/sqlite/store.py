@@ -53,6 +53,7 @@ from flagstaff.store.rows import (
     event_record,
     flag_record,
     group_record,
+    group_type_change,
     json_text,
     now_iso,
     warning_record,
@@ -220,13 +221,14 @@ class SQLiteStore:
         body = definition_body(data)
         key = data["key"]
         now = now_iso()
+        created = data.get("created_at") or now  # an import keeps the exported one
 
         def write(conn: sqlite3.Connection) -> int:
             try:
                 cur = conn.execute(
                     "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
                     "created_at, updated_at) VALUES (?, ?, 1, 0, ?, ?, ?)",
-                    (project_id, key, json_text(body), now, now),
+                    (project_id, key, json_text(body), created, now),
                 )
             except sqlite3.IntegrityError:
                 raise Conflict.flag_key_taken(key) from None
@@ -536,6 +538,29 @@ class SQLiteStore:
                 (project_id,),
             ).fetchall()
         )
+
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
+        """Map group type ``index`` to ``name``; False when it is so already (see
+        :func:`~flagstaff.store.rows.group_type_change`)."""
+
+        def write(conn: sqlite3.Connection) -> bool:
+            existing = dict(
+                conn.execute(
+                    "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
+                    (project_id,),
+                ).fetchall()
+            )
+            if not group_type_change(existing, index, name):
+                return False
+            conn.execute(
+                "INSERT INTO group_types (project_id, group_type_index, group_type) "
+                "VALUES (?, ?, ?)",
+                (project_id, index, name),
+            )
+            _bump_definitions(conn, project_id)
+            return True
+
+        return bool(await self._writer.submit(write))
 
     async def list_events(
         self,
