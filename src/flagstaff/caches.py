@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import math
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -18,7 +19,8 @@ import msgspec
 from flagstaff import logs
 from flagstaff.flags import CompiledFlags, compile_flags
 from flagstaff.flags.local_evaluation import local_evaluation_cohorts, local_evaluation_flags
-from flagstaff.store.base import Definitions, Project, Store
+from flagstaff.store.base import Definitions, Project, Store, SurveysSnapshot
+from flagstaff.surveys.public import has_active_survey
 
 _NEGATIVE_TTL = 1.0
 
@@ -168,3 +170,44 @@ class DefinitionsCache:
             entry = self._entries.get(pid)
             if entry is not None:
                 self._entries[pid] = (-math.inf, entry[1])
+
+
+class SurveysCache:
+    """What the public survey and early access lists serve, per project.
+
+    Follows the project's definitions version as :class:`DefinitionsCache` does (every survey
+    or feature save, and a survey reaching its ``responses_limit``, bumps it): re-read at most
+    every ``refresh_seconds``, at once after ``invalidate``.
+    """
+
+    def __init__(self, store: Store, refresh_seconds: float) -> None:
+        self._store = store
+        self._refresh = refresh_seconds
+        self._entries: dict[int, tuple[float, int, SurveysSnapshot]] = {}
+
+    async def get(self, project_id: int, *, reload: bool = False) -> SurveysSnapshot:
+        entry = self._entries.get(project_id)
+        now = time.monotonic()
+        if entry is not None and not reload and now - entry[0] < self._refresh:
+            return entry[2]
+        version = await self._store.definitions_version(project_id)
+        if entry is not None and not reload and entry[1] == version:
+            self._entries[project_id] = (now, version, entry[2])
+            return entry[2]
+        snapshot = await self._store.surveys_snapshot(project_id)
+        self._entries[project_id] = (now, version, snapshot)
+        return snapshot
+
+    async def any_active(self, project_id: int) -> bool:
+        """The remote config's ``surveys``: a survey is active now."""
+        snapshot = await self.get(project_id)
+        if not snapshot.surveys:
+            return False
+        return has_active_survey(snapshot.surveys, datetime.now(UTC), snapshot.responses)
+
+    def invalidate(self, project_id: int | None) -> None:
+        targets = list(self._entries) if project_id is None else [project_id]
+        for pid in targets:
+            entry = self._entries.get(pid)
+            if entry is not None:
+                self._entries[pid] = (-math.inf, entry[1], entry[2])

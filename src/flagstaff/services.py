@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from flagstaff.caches import DefinitionsCache, ProjectCache
+from flagstaff.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.config import Settings
 from flagstaff.geoip import GeoIP, open_geoip
 from flagstaff.metrics import Metrics, MetricsFiles
@@ -38,6 +38,7 @@ class Services:
         self.metrics_files = MetricsFiles(settings.data_dir / "metrics")
         self.projects = ProjectCache(self.store)
         self.definitions = DefinitionsCache(self.store, settings.definitions_refresh_seconds)
+        self.surveys = SurveysCache(self.store, settings.definitions_refresh_seconds)
         self.quotas = Quotas(
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
         )
@@ -51,10 +52,14 @@ class Services:
 
     async def start(self) -> None:
         await self.store.open()
-        await self.store.listen_definitions(self.definitions.invalidate)
+        await self.store.listen_definitions(self._definitions_changed)
         if not self.settings.geoip_disable:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())
+
+    def _definitions_changed(self, project_id: int | None) -> None:
+        self.definitions.invalidate(project_id)
+        self.surveys.invalidate(project_id)
 
     async def stop(self) -> None:
         if self._flusher is not None:

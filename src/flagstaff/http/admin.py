@@ -19,9 +19,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff.http import admin_models
+from flagstaff.http import surveys as survey_routes
 from flagstaff.http.errors import ApiError
+from flagstaff.http.rest import int_param as _int_param
+from flagstaff.http.rest import json_body as _body
+from flagstaff.http.rest import paginated as _paginated
+from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, NotFound, PersonalKey, Store, StoredEvent
-from flagstaff.store.records import MAX_GROUP_TYPES
 
 Handler = Callable[["AdminContext", Request], Awaitable[Any]]
 
@@ -36,48 +40,11 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(data), status, media_type="application/json")
 
 
-async def _body(request: Request) -> Any:
-    raw = await request.body()
-    if not raw:
-        return {}
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, "parse_error", f"the body is not valid JSON: {exc}") from None
-
-
-def _int_param(request: Request, name: str, default: int, maximum: int | None = None) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, "invalid_input", f"{name} must be an integer", name) from None
-    if value < 0:
-        raise ApiError(400, "invalid_input", f"{name} must not be negative", name)
-    return min(value, maximum) if maximum is not None else value
-
-
 def _path_int(request: Request, name: str) -> int:
     try:
         return int(request.path_params[name])
     except (KeyError, ValueError):
         raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}") from None
-
-
-def _paginated(request: Request, count: int, results: list[Any], limit: int, offset: int) -> Any:
-    def link(new_offset: int) -> str:
-        query = dict(request.query_params)
-        query.update(limit=str(limit), offset=str(new_offset))
-        return f"{request.url.replace(query=urlencode(query))}"
-
-    return {
-        "count": count,
-        "next": link(offset + limit) if offset + limit < count else None,
-        "previous": link(max(offset - limit, 0)) if offset > 0 else None,
-        "results": results,
-    }
 
 
 def _ms_to_iso(ms: int) -> str:
@@ -411,6 +378,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ),
     ("GET", P + "/events/", list_events, "List events, newest first, cursor paginated"),
     ("GET", P + "/ingestion_warnings/", list_warnings, "List ingestion warnings"),
+    *survey_routes.ROUTES,
 ]
 
 Authenticate = Callable[[Request], Awaitable[PersonalKey]]

@@ -23,17 +23,19 @@ Public (project token, CORS): ``GET /api/surveys/?token=`` and
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import msgspec
 from starlette.requests import Request as StarletteRequest
 
 from flagstaff.http import admin_models
-from flagstaff.http.admin import AdminContext, _body, _int_param, _paginated
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
 from flagstaff.http.products import project_from_query
+from flagstaff.http.rest import int_param as _int_param
+from flagstaff.http.rest import json_body as _body
+from flagstaff.http.rest import paginated as _paginated
 from flagstaff.services import Services
 from flagstaff.store.base import Conflict, FlagWrite, Store
 from flagstaff.surveys import early_access, public, stats
@@ -42,6 +44,9 @@ from flagstaff.surveys.early_access import EarlyAccessFeature, EarlyAccessInvali
 from flagstaff.surveys.management import survey_json
 from flagstaff.surveys.model import Survey, advance_iteration
 from flagstaff.surveys.validation import LinkedFlag, SurveyContext, SurveyInvalid, survey_from_input
+
+if TYPE_CHECKING:
+    from flagstaff.http.admin import AdminContext
 
 _encode = msgspec.json.encode
 _ROLE_FIELD = {
