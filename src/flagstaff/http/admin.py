@@ -20,8 +20,8 @@ from starlette.routing import Route
 
 from flagstaff.http import admin_models
 from flagstaff.http.errors import ApiError
+from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, NotFound, PersonalKey, Store, StoredEvent
-from flagstaff.store.records import MAX_GROUP_TYPES
 
 Handler = Callable[["AdminContext", Request], Awaitable[Any]]
 
