@@ -267,7 +267,7 @@ def _msgspec_error(error: msgspec.ValidationError) -> tuple[str, str]:
     match = _AT_PATH.match(str(error))
     assert match is not None
     path = (match.group("path") or "").lstrip(".")
-    return path, match.group("message")
+    return path, match.group("message").replace("Invalid enum value", "Invalid value")
 
 
 def _check_node(path: str, node: EventsNode, errors: Errors) -> None:
