@@ -166,6 +166,9 @@ def _copy(value: _T, kind: type[_T]) -> _T:
 
 
 Matcher = Callable[[dict[str, Any]], bool]
+Contribution = tuple[float, float | None, int]
+"""What a person adds to a metric's totals: value, denominator value (ratios), steps reached."""
+Change = tuple[Contribution, Contribution]
 
 
 def _matcher(filters: Iterable[PropertyFilter]) -> Matcher | None:
@@ -201,19 +204,18 @@ class _Source:
         self.matcher = _matcher(node.properties)
         self.width = 2 if node.math == "avg" else 1
 
-    def apply(self, slots: list[float], at: int, properties: dict[str, Any]) -> bool:
+    def increment(self, properties: dict[str, Any]) -> float | None:
+        """What one matching event adds (None: the event does not count)."""
         if self.matcher is not None and not self.matcher(properties):
-            return False
+            return None
         if self.math == "total":
-            slots[at] += 1.0
-            return True
-        number = to_number(properties.get(self.prop)) if self.prop is not None else None
-        if number is None:
-            return False
-        slots[at] += number
+            return 1.0
+        return to_number(properties.get(self.prop)) if self.prop is not None else None
+
+    def add(self, slots: list[float], at: int, increment: float) -> None:
+        slots[at] += increment
         if self.math == "avg":
             slots[at + 1] += 1.0
-        return True
 
     def value(self, slots: list[float], at: int) -> float:
         if self.math == "avg":
@@ -254,26 +256,34 @@ class _Rule:
             return {event for event, _ in self.steps}
         return {source.event for source in self.sources}
 
-    def apply(self, slots: list[float], event: str, properties: dict[str, Any]) -> bool:
-        """Update the person's slots for one event; True when something changed."""
+    def update(self, slots: list[float], event: str, properties: dict[str, Any]) -> Change | None:
+        """Apply one event to the person's slots: (contribution before, after), or None when
+        the event changes nothing (the common case, checked before any arithmetic)."""
         if self.steps:
             reached = int(slots[self.offset])
             if reached >= len(self.steps):
-                return False
+                return None
             name, matcher = self.steps[reached]
             if name != event or (matcher is not None and not matcher(properties)):
-                return False
+                return None
+            before = self.contribution(slots)
             slots[self.offset] = reached + 1
-            return True
-        changed = False
+            return before, self.contribution(slots)
+        before = None
         at = self.offset
         for source in self.sources:
-            if source.event == event and source.apply(slots, at, properties):
-                changed = True
+            if source.event == event:
+                increment = source.increment(properties)
+                if increment is not None:
+                    if before is None:
+                        before = self.contribution(slots)
+                    source.add(slots, at, increment)
             at += source.width
-        return changed
+        if before is None:
+            return None
+        return before, self.contribution(slots)
 
-    def contribution(self, slots: list[float]) -> tuple[float, float | None, int]:
+    def contribution(self, slots: list[float]) -> Contribution:
         if self.steps:
             reached = int(slots[self.offset])
             return (1.0 if reached == len(self.steps) else 0.0), None, reached
@@ -297,9 +307,7 @@ class _Rule:
         return MetricTotals(step_counts=[0] * len(self.steps))
 
 
-def _add_contribution(
-    totals: MetricTotals, contribution: tuple[float, float | None, int], sign: int
-) -> None:
+def _add_contribution(totals: MetricTotals, contribution: Contribution, sign: int) -> None:
     value, denominator, reached = contribution
     if value:
         totals.sum += sign * value
@@ -424,9 +432,8 @@ class _Running:
         persons = self.state.persons
         person = persons.get(person_id)
         if person is None:
-            person = PersonState(variant, timestamp_ms, False, [0.0] * self.spec.width)
-            persons[person_id] = person
-            self._insert(person)
+            persons[person_id] = PersonState(variant, timestamp_ms, False, [0.0] * self.spec.width)
+            self.variant_totals(variant).exposed += 1  # zero values add nothing else
         elif person.excluded:
             return
         elif person.variant != variant:
@@ -441,9 +448,9 @@ class _Running:
             return
         self.dirty.add(person_id)
 
-    def measure(self, rules: list[_Rule], event: ExperimentEvent) -> None:
-        person = self.state.persons.get(event.person_id)
-        if person is None or person.excluded:
+    def measure(self, person: PersonState, rules: list[_Rule], event: ExperimentEvent) -> None:
+        """Apply a metric event of an exposed person (the caller looked the person up)."""
+        if person.excluded:
             return
         timestamp = event.timestamp_ms
         if timestamp < person.exposed_ms:
@@ -455,11 +462,11 @@ class _Running:
         for rule in rules:
             if rule.window_ms is not None and timestamp > person.exposed_ms + rule.window_ms:
                 continue
-            before = rule.contribution(person.slots)
-            if rule.apply(person.slots, event.event, event.properties):
+            change = rule.update(person.slots, event.event, event.properties)
+            if change is not None:
                 metric = self.variant_totals(person.variant).metrics[rule.index]
-                _add_contribution(metric, before, -1)
-                _add_contribution(metric, rule.contribution(person.slots), 1)
+                _add_contribution(metric, change[0], -1)
+                _add_contribution(metric, change[1], 1)
                 changed = True
         if changed:
             self.dirty.add(event.person_id)
@@ -552,8 +559,11 @@ class ExperimentAccumulator:
                 self._expose(running, event)
         measured = self._metrics.get(name)
         if measured is not None:
+            person_id = event.person_id
             for running, rules in measured:
-                running.measure(rules, event)
+                person = running.state.persons.get(person_id)
+                if person is not None:
+                    running.measure(person, rules, event)
 
     def add_many(self, events: Iterable[ExperimentEvent]) -> None:
         for event in events:
