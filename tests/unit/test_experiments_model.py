@@ -13,7 +13,9 @@ from flagstaff.experiments.model import (
     FunnelMetric,
     MeanMetric,
     RatioMetric,
+    apply_patch,
     experiment_flag,
+    link_existing_flag,
     parse_experiment,
     parse_holdout,
 )
@@ -209,7 +211,7 @@ def test_defaults_are_posthogs() -> None:
         ),
         (
             {"start_date": "2024-02-01T00:00:00Z", "end_date": "2024-01-01T00:00:00Z"},
-            ("end_date", "after the start date"),
+            ("end_date", "End date must be after start date."),
         ),
         (
             {"exposure_criteria": {"multiple_variant_handling": "last_seen"}},
@@ -273,3 +275,62 @@ def test_holdout_validation() -> None:
     with pytest.raises(ExperimentInvalid) as caught:
         parse_holdout({"name": "h", "filters": []})
     assert caught.value.errors == [("filters", "A holdout needs one filter group.")]
+
+
+def test_patch_replaces_fields_but_not_the_flag() -> None:
+    stored = parse_experiment(POSTHOG_REQUEST)
+    patched = apply_patch(stored, {"name": "Renamed", "end_date": "2024-04-01T00:00:00Z"})
+    assert patched.name == "Renamed"
+    assert patched.end_date == datetime(2024, 4, 1, tzinfo=UTC)
+    assert patched.metrics == stored.metrics  # uuids kept
+    with pytest.raises(ExperimentInvalid) as caught:
+        apply_patch(stored, {"feature_flag_key": "other"})
+    assert caught.value.errors[0][0] == "feature_flag_key"
+    with pytest.raises(ExperimentInvalid) as caught:
+        apply_patch(stored, {"end_date": "2024-01-01T00:00:00Z"})
+    assert caught.value.errors == [("end_date", "End date must be after start date.")]
+
+
+def test_linking_an_existing_flag_takes_its_variants() -> None:
+    definition = parse_experiment({"name": "A", "feature_flag_key": "a"})
+    filters = {
+        "groups": [{"properties": [], "rollout_percentage": 100}],
+        "multivariate": {
+            "variants": [
+                {"key": "control", "rollout_percentage": 20},
+                {"key": "b", "rollout_percentage": 80},
+            ]
+        },
+    }
+    linked = link_existing_flag(definition, filters)
+    assert [(v.key, v.rollout_percentage) for v in linked.variants] == [("control", 20), ("b", 80)]
+    for bad, message in [
+        ({"groups": []}, "Feature flag is not eligible for experiments."),
+        (
+            {
+                "multivariate": {
+                    "variants": [
+                        {"key": "b", "rollout_percentage": 50},
+                        {"key": "control", "rollout_percentage": 50},
+                    ]
+                }
+            },
+            "Feature flag must have control as the first variant.",
+        ),
+    ]:
+        with pytest.raises(ExperimentInvalid) as caught:
+            link_existing_flag(definition, bad)
+        assert caught.value.errors == [("feature_flag_key", message)]
+
+
+def test_at_most_twenty_variants() -> None:
+    variants = [{"key": "control", "rollout_percentage": 5}] + [
+        {"key": f"v{i}", "rollout_percentage": 5} for i in range(20)
+    ]
+    errors = errors_of(
+        {"name": "A", "feature_flag_key": "a", "parameters": {"feature_flag_variants": variants}}
+    )
+    assert (
+        "parameters.feature_flag_variants",
+        "Feature flag variants must be less than 21.",
+    ) in errors

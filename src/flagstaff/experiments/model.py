@@ -42,9 +42,11 @@ __all__ = [
     "RatioMetric",
     "StatsConfig",
     "Variant",
+    "apply_patch",
     "experiment_flag",
     "holdout_flag_filters",
     "holdout_variant_key",
+    "link_existing_flag",
     "parse_experiment",
     "parse_holdout",
 ]
@@ -53,6 +55,7 @@ CONTROL_VARIANT_KEY = "control"
 DEFAULT_EXPOSURE_EVENT = "$feature_flag_called"
 HOLDOUT_VARIANT_PREFIX = "holdout-"
 MAX_NAME_LENGTH = 400
+MAX_VARIANTS = 20
 CONVERSION_WINDOW_SECONDS = {
     "second": 1,
     "minute": 60,
@@ -331,6 +334,8 @@ def _check_variants(variants: list[Variant], errors: Errors) -> None:
         errors.append((path, "An experiment needs at least one test variant besides control."))
     if abs(total - 100.0) > 1e-9:
         errors.append((path, "Variant rollout percentages must sum to 100."))
+    if len(variants) > MAX_VARIANTS:
+        errors.append((path, f"Feature flag variants must be less than {MAX_VARIANTS + 1}."))
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -381,7 +386,7 @@ def parse_experiment(data: Any) -> ExperimentDefinition:
         and definition.end_date is not None
         and definition.start_date >= definition.end_date
     ):
-        errors.append(("end_date", "The end date must be after the start date."))
+        errors.append(("end_date", "End date must be after start date."))
     config = definition.exposure_criteria.exposure_config
     if config is not None:
         if not config.event:
@@ -425,3 +430,46 @@ def parse_holdout(data: Any) -> Holdout:
     if errors:
         raise ExperimentInvalid(errors)
     return holdout
+
+
+def apply_patch(stored: ExperimentDefinition, patch: Any) -> ExperimentDefinition:
+    """The definition after a PATCH (top-level fields replace stored ones, as in PostHog).
+
+    The flag key cannot change once the experiment exists.
+    """
+    if not isinstance(patch, dict):
+        raise ExperimentInvalid([("", "Must be an object.")])
+    key = patch.get("feature_flag_key", stored.feature_flag_key)
+    if key != stored.feature_flag_key:
+        raise ExperimentInvalid(
+            [("feature_flag_key", "The flag of an existing experiment cannot change.")]
+        )
+    merged = msgspec.to_builtins(stored)
+    merged.update(patch)
+    return parse_experiment(merged)
+
+
+def link_existing_flag(
+    definition: ExperimentDefinition, flag_filters: dict[str, Any]
+) -> ExperimentDefinition:
+    """An experiment on a flag that exists already: PostHog's eligibility rule (multivariate,
+    ``control`` first, at least two variants), and the variants become the flag's."""
+    multivariate = flag_filters.get("multivariate") or {}
+    variants = multivariate.get("variants") if isinstance(multivariate, dict) else None
+    if not isinstance(variants, list) or len(variants) < 2:
+        raise ExperimentInvalid(
+            [("feature_flag_key", "Feature flag is not eligible for experiments.")]
+        )
+    if not isinstance(variants[0], dict) or variants[0].get("key") != CONTROL_VARIANT_KEY:
+        raise ExperimentInvalid(
+            [("feature_flag_key", "Feature flag must have control as the first variant.")]
+        )
+    try:
+        linked = msgspec.convert(variants, list[Variant])
+    except msgspec.ValidationError as error:
+        _, message = _msgspec_error(error)
+        raise ExperimentInvalid(
+            [("feature_flag_key", f"The flag's variants are not valid: {message}")]
+        ) from None
+    definition.parameters.feature_flag_variants = linked
+    return definition
