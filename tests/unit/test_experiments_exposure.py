@@ -357,6 +357,12 @@ def test_state_round_trips_and_resumes_where_it_stopped() -> None:
 
     changed = ExperimentAccumulator([spec_of(metrics_secondary=[])], {7: decode_state(stored)})
     assert changed.state(7).persons == {}  # another definition: the state is rebuilt
+    renamed = experiment()
+    renamed["metrics"][0] = {**renamed["metrics"][0], "name": "Revenue", "goal": "decrease"}
+    kept = ExperimentAccumulator(
+        [ExperimentSpec(7, parse_experiment(renamed))], {7: decode_state(stored)}
+    )
+    assert kept.state(7).persons == first.state(7).persons  # names do not change the numbers
 
 
 def test_drain_gives_person_rows_and_totals_increments_a_store_can_add() -> None:

@@ -320,6 +320,14 @@ def _add_contribution(totals: MetricTotals, contribution: Contribution, sign: in
         totals.step_counts[step] += sign
 
 
+def _counting_fields(metric: Metric) -> dict[str, Any]:
+    """What decides a metric's numbers (a new name or goal needs no recompute)."""
+    fields = msgspec.to_builtins(metric)
+    fields.pop("name", None)
+    fields.pop("goal", None)
+    return fields
+
+
 def _millis(moment: Any) -> int | None:
     return None if moment is None else int(moment.timestamp() * 1000)
 
@@ -381,8 +389,8 @@ class ExperimentSpec:
                     self.holdout_key,
                     criteria,
                     test_filters,
-                    definition.metrics,
-                    definition.metrics_secondary,
+                    [_counting_fields(m) for m in definition.metrics],
+                    [_counting_fields(m) for m in definition.metrics_secondary],
                 ]
             )
         ).hexdigest()[:32]
