@@ -228,7 +228,16 @@ class _Rule:
     """One compiled metric: where its slots are, how events update them, what a person
     contributes: ``(value, denominator value or None, funnel steps reached)``."""
 
-    __slots__ = ("index", "metric_type", "offset", "sources", "steps", "width", "window_ms")
+    __slots__ = (
+        "index",
+        "metric_type",
+        "offset",
+        "simple",
+        "sources",
+        "steps",
+        "width",
+        "window_ms",
+    )
 
     def __init__(self, index: int, offset: int, metric: Metric) -> None:
         self.index = index
@@ -250,6 +259,8 @@ class _Rule:
             )
             self.sources = [_Source(node) for node in nodes]
             self.width = sum(source.width for source in self.sources)
+        self.simple = self.sources[0] if self.width == 1 and not self.steps else None
+        """The one source of a count or sum metric: updated in place, without contributions."""
 
     def events(self) -> set[str]:
         if self.steps:
@@ -469,6 +480,18 @@ class _Running:
         changed = False
         for rule in rules:
             if rule.window_ms is not None and timestamp > person.exposed_ms + rule.window_ms:
+                continue
+            simple = rule.simple
+            if simple is not None:
+                increment = simple.increment(event.properties)
+                if increment is not None:
+                    slots = person.slots
+                    old = slots[rule.offset]
+                    new = slots[rule.offset] = old + increment
+                    metric = self.variant_totals(person.variant).metrics[rule.index]
+                    metric.sum += increment
+                    metric.sum_squares += new * new - old * old
+                    changed = True
                 continue
             change = rule.update(person.slots, event.event, event.properties)
             if change is not None:
