@@ -403,3 +403,28 @@ def test_events_of_no_experiment_are_not_routed() -> None:
     acc.add(called("p", "control", 0, flag="unrelated"))
     assert acc.drain() == []
     assert acc.relevant_persons([event("p", "$autocapture", 0)]) == {}
+
+
+def test_merging_excluded_persons_keeps_one_excluded_person() -> None:
+    acc = ExperimentAccumulator([spec_of()])
+    acc.add_many(
+        [
+            called("a", "control", 0),
+            called("a", "test", 1),  # a: excluded
+            called("b", "control", 0),
+            called("b", "test", 1),  # b: excluded
+            called("c", "test", 0),
+            event("c", "purchase", 1, amount=5),
+            called("d", "control", 0),
+        ]
+    )
+    assert acc.summary(7).multiple_variant_persons == 2
+    acc.merge_persons("a", "b")  # two excluded persons become one
+    assert acc.summary(7).multiple_variant_persons == 1
+    acc.merge_persons("c", "b")  # an exposed person joins an excluded one: excluded
+    summary = acc.summary(7)
+    assert summary.exposures == {"control": 1, "test": 0}
+    assert summary.multiple_variant_persons == 1
+    assert by_key(summary.metrics["revenue"])["test"].sum == 0.0
+    acc.merge_persons("nobody", "d")  # unknown source: nothing changes
+    assert acc.summary(7).exposures == {"control": 1, "test": 0}
