@@ -18,8 +18,9 @@ import msgspec
 
 from flagstaff.http.admin_models import flag_from_input
 from flagstaff.http.errors import ApiError
+from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, Store
-from flagstaff.store.records import MAX_GROUP_TYPES, group_type_change
+from flagstaff.store.rows import group_type_change
 
 Action = Literal["create", "update", "unchanged", "skipped", "rejected"]
 ACTIONS: tuple[Action, ...] = ("create", "update", "unchanged", "skipped", "rejected")

@@ -13,7 +13,7 @@ from flagstaff.accounts.records import ApiKeyInfo, LoginAttempt, Role, Session
 
 FAST = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 ACCOUNTS = Path(__file__).parents[2] / "src" / "flagstaff" / "accounts"
-MIGRATIONS = Path(__file__).parents[2] / "src" / "flagstaff" / "store" / "migrations"
+MIGRATIONS = Path(__file__).parents[2] / "src" / "flagstaff" / "store"
 
 
 # passwords ---------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def test_key_prefix_last_used_and_listing() -> None:
 
 def test_sqlite_schema_draft_applies_after_the_existing_migrations() -> None:
     db = sqlite3.connect(":memory:")
-    for path in sorted((MIGRATIONS / "sqlite").glob("*.sql")):
+    for path in sorted((MIGRATIONS / "sqlite" / "migrations").glob("*.sql")):
         db.executescript(path.read_text())
     db.executescript((ACCOUNTS / "schema_sqlite.sql").read_text())
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
