@@ -97,9 +97,7 @@ def test_create_makes_the_targeting_and_internal_flags(api: Api) -> None:
     assert all(q["id"] for q in survey["questions"])
     keys = {k["key"]: k["value"] for k in survey["feature_flag_keys"]}
     assert keys["targeting_flag_key"].startswith("survey-targeting-")
-    assert keys["internal_targeting_flag_key"] == None or keys[  # noqa: E711
-        "internal_targeting_flag_key"
-    ].endswith("-custom")
+    assert keys["internal_targeting_flag_key"].endswith("-custom")
     internal = survey["internal_targeting_flag"]
     assert internal["active"] is True
     props = internal["filters"]["groups"][0]["properties"]
@@ -164,7 +162,10 @@ def test_remove_targeting_flag_deletes_it(api: Api) -> None:
     [
         ({"type": "popover"}, "name"),
         ({"name": "x", "type": "nope"}, "type"),
-        ({"name": "x", "type": "popover", "questions": [{"type": "open"}]}, "questions[0].question"),
+        (
+            {"name": "x", "type": "popover", "questions": [{"type": "open"}]},
+            "questions[0].question",
+        ),
         (
             {
                 "name": "x",
@@ -196,7 +197,8 @@ def test_bad_requests(api: Api, http: httpx.Client) -> None:
         "question_id",
     )
     assert http.get("/api/surveys/").status_code == 401
-    assert http.get("/api/surveys/", params={"token": "phc_unknownunknownunknown"}).status_code == 401
+    unknown = {"token": "phc_unknownunknownunknown"}
+    assert http.get("/api/surveys/", params=unknown).status_code == 401
     _error(
         http.get("/api/early_access_features/", params={"token": PROJECT_TOKEN, "stage": "x"}),
         400,
@@ -213,11 +215,12 @@ def test_public_list_and_remote_config(api: Api, http: httpx.Client) -> None:
     assert served["internal_targeting_flag_key"] == keys["internal_targeting_flag_key"]
     assert served["questions"] == live["questions"]
     assert "description" not in served
-    r = http.get("/api/surveys/", params={"token": PROJECT_TOKEN}, headers={"Origin": "https://x.test"})
+    r = http.get(
+        "/api/surveys/", params={"token": PROJECT_TOKEN}, headers={"Origin": "https://x.test"}
+    )
     assert r.headers["access-control-allow-origin"] == "https://x.test"
     assert http.get(f"/array/{PROJECT_TOKEN}/config").json()["surveys"] is True
-    assert "surveys:true" in http.get(f"/array/{PROJECT_TOKEN}/config.js").text.replace(" ", "").replace('"', "")
-    assert _flags(http, "anyone", **{}) is not None
+    assert '"surveys":true' in http.get(f"/array/{PROJECT_TOKEN}/config.js").text
     r = http.post("/flags/?v=2&config=true", json={"token": PROJECT_TOKEN, "distinct_id": "x"})
     assert r.json()["surveys"] is True
 
@@ -384,10 +387,11 @@ def test_early_access_bad_input(api: Api) -> None:
     taken = api.create_flag(key=f"taken-{uuid.uuid4().hex[:8]}")
     _error(api.post(FEATURES, json={"name": taken["key"], "stage": "beta"}), 400, "name")
     linked = api.create_flag(key=f"linked-{uuid.uuid4().hex[:8]}")
-    r = api.post(FEATURES, json={"name": _name(), "stage": "alpha", "feature_flag_id": linked["id"]})
+    body = {"name": _name(), "stage": "alpha", "feature_flag_id": linked["id"]}
+    r = api.post(FEATURES, json=body)
     assert r.status_code == 201, r.text
     _error(
-        api.post(FEATURES, json={"name": _name(), "stage": "beta", "feature_flag_id": linked["id"]}),
+        api.post(FEATURES, json={**body, "name": _name()}),
         400,
         "feature_flag_id",
     )
