@@ -20,8 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.deps import TOOLING
+from tests.e2e.drivers import run_driver
 from tests.e2e.site import Site
+from tests.e2e.state import ProjectState
 from tests.server import PROJECT_TOKEN, Api, Server
 
 pytestmark = pytest.mark.usefixtures("chromium")
@@ -85,16 +86,7 @@ def _visit(server: Server, distinct_id: str, **options: Any) -> dict[str, Any]:
     page = PAGE.replace("__HOST__", server.url).replace("__SETTINGS__", json.dumps(settings))
     with Site() as site:
         url = site.add("/survey.html", page.encode())
-        run = subprocess.run(
-            ["node", "drive_surveys.mjs", url, json.dumps(options)],
-            cwd=TOOLING,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert run.returncode == 0, run.stderr + run.stdout
-    return json.loads(run.stdout.strip().splitlines()[-1])
+        return run_driver("drive_surveys.mjs", {"pageUrl": url, **options}).raw
 
 
 def _person(server: Server, distinct_id: str, **properties: Any) -> None:
@@ -240,3 +232,33 @@ def test_an_early_access_feature_is_listed_opted_into_and_out_of(
 
     _visit(flagstaff, "early-bird", feature=key, enroll=False)
     assert _until(lambda: _flags(flagstaff, "early-bird")[key] is False)
+
+
+def test_the_surveys_example_page(flagstaff: Server, mgmt: Api) -> None:
+    """examples/web/surveys.html, as a reader opens it: the survey pops up, the beta feature is
+    listed, and ticking it opts the visitor in."""
+    page = (ROOT / "examples" / "web" / "surveys.html").read_bytes()
+    assert len(page.decode().splitlines()) < 40
+    assert mgmt.post(FEATURES, json={"name": "Dark Mode", "stage": "beta"}).status_code == 201
+    survey = _popover(mgmt)
+    assert _config_says_surveys(flagstaff)
+    with Site() as site:
+        url = site.add("/surveys.html", page)
+        report = run_driver(
+            "e2e_browser_sdk.mjs",
+            {
+                "pageUrl": f"{url}?token={PROJECT_TOKEN}&host={flagstaff.url}",
+                "apiOrigin": flagstaff.url,
+                "readyWhen": "document.querySelector('#dark-mode') !== null && "
+                f"document.querySelector('.PostHogSurvey-{survey['id']}') !== null",
+                "click": "#dark-mode",
+                "collect": "document.getElementById('features').textContent",
+            },
+        )
+    assert report.raw["problems"] == []
+    assert "Dark Mode (dark-mode)" in report.raw["results"]
+    state = ProjectState.read(mgmt)
+    visitor = state.only("survey shown")["distinct_id"]
+    assert state.only("survey shown")["properties"]["$survey_id"] == survey["id"]
+    assert _until(lambda: _flags(flagstaff, visitor)["dark-mode"] is True)
+    assert _flags(flagstaff, "someone-else")["dark-mode"] is False

@@ -1,6 +1,6 @@
 // Opens a page running posthog-js in headless Debian Chromium and reports what the visitor saw.
-// Usage: node drive_surveys.mjs <page_url> <options json>
-// options: { surveyId, answer: "text" | null, reload: bool, watchMs }
+// Usage: node drive_surveys.mjs '<json spec>'
+//   spec: {"pageUrl": ..., "surveyId": ..., "answer": "<text>" | null, "reload": bool, "watchMs": 5000}
 // The page sets window.__fixtureDone (or __fixtureError) once posthog-js has decided which
 // surveys match, and window.__result with what it wants reported. Prints one JSON object:
 // { result, shown, resultAfterReload, shownAfterReload }, where shown says whether the
@@ -29,8 +29,7 @@ async function appears(page, selector, watchMs) {
 }
 
 async function main() {
-    const [pageUrl, raw] = process.argv.slice(2)
-    const options = JSON.parse(raw || '{}')
+    const options = JSON.parse(process.argv[2])
     const watchMs = options.watchMs ?? 5000
     const popover = `.PostHogSurvey-${options.surveyId}`
     const browser = await chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: CHROMIUM_ARGS })
@@ -38,7 +37,7 @@ async function main() {
     try {
         const page = await (await browser.newContext()).newPage()
         page.on('pageerror', (error) => console.error(`page error: ${error.message}`))
-        await page.goto(pageUrl)
+        await page.goto(options.pageUrl)
         report.result = await settled(page)
         report.shown = options.surveyId ? await appears(page, popover, watchMs) : false
         if (report.shown && options.answer) {
