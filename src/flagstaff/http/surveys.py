@@ -42,7 +42,7 @@ from flagstaff.surveys import early_access, public, stats
 from flagstaff.surveys import flags as survey_flags
 from flagstaff.surveys.early_access import EarlyAccessFeature, EarlyAccessInvalid, FlagFacts
 from flagstaff.surveys.management import survey_json
-from flagstaff.surveys.model import Survey, advance_iteration
+from flagstaff.surveys.model import Survey, advance_iteration, format_datetime
 from flagstaff.surveys.validation import LinkedFlag, SurveyContext, SurveyInvalid, survey_from_input
 
 if TYPE_CHECKING:
@@ -274,8 +274,8 @@ async def survey_stats(ctx: AdminContext, request: StarletteRequest) -> Any:
     return {
         **body,
         "survey_id": survey.id,
-        "start_date": _iso(survey.start_date),
-        "end_date": _iso(survey.end_date),
+        "start_date": format_datetime(survey.start_date),
+        "end_date": format_datetime(survey.end_date),
     }
 
 
@@ -302,12 +302,6 @@ async def survey_summary(ctx: AdminContext, request: StarletteRequest) -> Any:
     return {"survey_id": survey.id, **result}
 
 
-def _iso(value: datetime | None) -> str | None:
-    from flagstaff.surveys.model import format_datetime
-
-    return format_datetime(value)
-
-
 # early access features ----------------------------------------------------------------------
 
 
@@ -315,7 +309,7 @@ async def _feature_out(store: Store, project_id: int, feature: EarlyAccessFeatur
     flags = await _flags_of(store, project_id, [feature.feature_flag_id])
     flag = flags.get(feature.feature_flag_id) if feature.feature_flag_id is not None else None
     out = early_access.feature_json(feature, flag)
-    out["created_at"] = _iso(feature.created_at)
+    out["created_at"] = format_datetime(feature.created_at)
     return out
 
 
