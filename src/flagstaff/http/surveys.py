@@ -410,14 +410,9 @@ async def patch_feature(ctx: AdminContext, request: StarletteRequest) -> Any:
 async def delete_feature(ctx: AdminContext, request: StarletteRequest) -> Any:
     feature = await _existing_feature(ctx, request)
     flag = await _stored_flag(ctx.store, ctx.project_id, feature.feature_flag_id)
-    changes = early_access.plan_delete(flag)
     writes = [
-        FlagWrite(
-            data=admin_models.flag_from_input(c.flag, flag),
-            flag_id=c.flag_id,
-        )
-        for c in changes
-        if flag is not None
+        FlagWrite(data=admin_models.flag_from_input(c.flag, flag), flag_id=c.flag_id)
+        for c in early_access.plan_delete(flag)
     ]
     await ctx.store.delete_early_access_feature(ctx.project_id, feature.id, writes)
     return 204, None
