@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from flagstaff import __version__
 from flagstaff.http import schemas as s
+from flagstaff.http import survey_schemas as ss
 
 _REF = "#/components/schemas/{name}"
 
@@ -104,6 +105,29 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_warnings": Doc("", s.WarningPage, query=_PAGING),
+    "list_surveys": Doc("", ss.SurveyPage, query=_PAGING),
+    "create_survey": Doc("", ss.Survey, ss.SurveyInput, 201),
+    "get_survey": Doc("", ss.Survey),
+    "patch_survey": Doc("", ss.Survey, ss.SurveyInput),
+    "put_survey": Doc("", ss.Survey, ss.SurveyInput),
+    "delete_survey": Doc("", None, status=204),
+    "archive_survey": Doc("", ss.Survey, dict[str, Any]),
+    "survey_stats": Doc("", ss.SurveyStats),
+    "all_survey_stats": Doc("", ss.AllSurveyStats),
+    "survey_summary": Doc(
+        "",
+        ss.SurveySummary,
+        query=(
+            Param("question_id", "string", "only this question"),
+            Param("limit", "integer", "open answers per page (default 50, at most 500)"),
+            Param("offset", "integer", "open answers to skip"),
+        ),
+    ),
+    "list_features": Doc("", ss.EarlyAccessFeaturePage, query=_PAGING),
+    "create_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput, 201),
+    "get_feature": Doc("", ss.EarlyAccessFeature),
+    "patch_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput),
+    "delete_feature": Doc("", None, status=204),
 }
 
 # public routes, by route name -----------------------------------------------------------------
