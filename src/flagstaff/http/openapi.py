@@ -194,6 +194,21 @@ _PUBLIC: dict[str, Doc] = {
     "/s": Doc(
         "Session recording snapshots: accepted like events", s.CaptureResponse, s.CaptureRequest
     ),
+    "/api/surveys": Doc(
+        "The active surveys posthog-js shows (their flags decide for whom)",
+        ss.PublicSurveyList,
+        query=(Param("token", "string", "the project token"),),
+        errors=(401,),
+    ),
+    "/api/early_access_features": Doc(
+        "Early access features posthog-js lists",
+        ss.PublicEarlyAccessFeatureList,
+        query=(
+            Param("token", "string", "the project token"),
+            Param("stage", "string", "repeatable or comma-separated; beta when absent"),
+        ),
+        errors=(400, 401),
+    ),
     "/api/web_experiments": Doc(
         "Web experiments posthog-js loads (an empty list until the product exists)",
         s.WebExperimentList,
