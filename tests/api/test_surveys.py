@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from tests.server import PROJECT_TOKEN, Api
@@ -396,3 +397,24 @@ def test_early_access_bad_input(api: Api) -> None:
         "feature_flag_id",
     )
     assert api.get(f"{FEATURES}{uuid.uuid4()}/").status_code == 404
+
+
+def test_answers_match_their_documented_schemas(api: Api, http: httpx.Client) -> None:
+    from flagstaff.http import survey_schemas as ss
+
+    targeting = {"groups": [{"properties": [], "rollout_percentage": 10}]}
+    survey = _survey(api, start_date=PAST, targeting_flag_filters=targeting)
+    msgspec.convert(survey, ss.Survey)
+    msgspec.convert(api.get(SURVEYS).json(), ss.SurveyPage)
+    msgspec.convert(api.get(f"{SURVEYS}{survey['id']}/stats/").json(), ss.SurveyStats)
+    msgspec.convert(api.get(f"{SURVEYS}stats/").json(), ss.AllSurveyStats)
+    msgspec.convert(api.get(f"{SURVEYS}{survey['id']}/summary/").json(), ss.SurveySummary)
+    feature = api.post(FEATURES, json={"name": _name("Doc"), "stage": "beta"}).json()
+    msgspec.convert(feature, ss.EarlyAccessFeature)
+    msgspec.convert(api.get(FEATURES).json(), ss.EarlyAccessFeaturePage)
+    msgspec.convert(
+        _until(lambda: http.get("/api/surveys/", params={"token": PROJECT_TOKEN}).json()),
+        ss.PublicSurveyList,
+    )
+    listed = http.get("/api/early_access_features/", params={"token": PROJECT_TOKEN}).json()
+    msgspec.convert(listed, ss.PublicEarlyAccessFeatureList)
