@@ -10,6 +10,7 @@ import email.utils
 import functools
 import hashlib
 import ipaddress
+import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -120,6 +121,8 @@ def _events_token(events: list[Any]) -> Any:
                         token = properties.get("token")
                     if not isinstance(token, str):
                         continue
+        if not isinstance(token, str):  # compared below: never a (deep) structure
+            raise TokenError("invalid_token", "project token must be a string")
         if found is None:
             found = token
         elif token != found:
@@ -185,44 +188,64 @@ def resolve_timestamp_ms(
     sent_at_ms: int | None,
     now_ms: int,
 ) -> int:
-    """PostHog's event time: `now + (timestamp - sent_at)` corrects the client's clock skew.
+    """PostHog's event time (its capture service's rules, docs/compat-notes.md "Event time").
 
-    Without `sent_at` the timestamp is used as is; `offset` (ms before sending) gives
-    `now - offset` and, as in PostHog, wins over a skew-corrected timestamp but not over a bare
-    one. An unparseable timestamp, a time beyond year 9999 or more than 23 hours ahead -> now.
+    An `offset` (ms before sending, 0 included) gives `now - offset` and wins over everything.
+    Otherwise a timestamp with a `sent_at` gives `now + (timestamp - sent_at)` (the client's clock
+    skew corrected), a timestamp alone is used as is, and an unparseable or missing one is now.
+    A result more than 23 hours ahead becomes now; one outside years 1 to 9999 the Unix epoch.
     """
-    if timestamp_given:
-        if timestamp_ms is None:
-            return now_ms
-        if sent_at_ms is None:
-            result = timestamp_ms
-        elif offset_ms:
-            result = now_ms - offset_ms
-        else:
-            result = now_ms + timestamp_ms - sent_at_ms
-    elif offset_ms:
+    if offset_ms is not None:
         result = now_ms - offset_ms
+    elif not timestamp_given or timestamp_ms is None:
+        return now_ms
+    elif sent_at_ms is None:
+        result = timestamp_ms
     else:
+        result = now_ms + timestamp_ms - sent_at_ms
+    if result - now_ms > FUTURE_LIMIT_MS:
         return now_ms
-    if result - now_ms > FUTURE_LIMIT_MS or not _MIN_MS <= result <= _MAX_MS:
-        return now_ms
+    if not _MIN_MS <= result <= _MAX_MS:
+        return 0
     return result
 
 
 def _offset_ms(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, float) and value == value and abs(value) < 1e15:
+    if isinstance(value, float) and math.isfinite(value):
         return int(value)
     return None
+
+
+_DIGEST_NODES = 10_000
 
 
 def _digest(raw: Any) -> str:
     try:
         data = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        data = repr(raw).encode("utf-8", "backslashreplace")
+    except TypeError:  # too deep or not encodable: never recurse on it
+        data = _shape(raw)
     return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _shape(raw: Any) -> bytes:
+    """A bounded, non-recursive fingerprint of a value orjson cannot encode."""
+    out: list[str] = []
+    stack = [raw]
+    while stack and len(out) < _DIGEST_NODES:
+        value = stack.pop()
+        if isinstance(value, dict):
+            out.append(f"{{{len(value)}")
+            for key, item in value.items():
+                out.append(str(key)[:64])
+                stack.append(item)
+        elif isinstance(value, list):
+            out.append(f"[{len(value)}")
+            stack.extend(value)
+        else:
+            out.append(repr(value)[:64])
+    return "\x00".join(out).encode("utf-8", "backslashreplace")
 
 
 def _drop(
@@ -239,6 +262,16 @@ def _drop(
         _digest(raw),
         event,
         distinct_id,
+    )
+
+
+def _plain_name_and_id(raw: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The event name and distinct id for a drop, when they are plain strings."""
+    name = raw.get("event")
+    found_id = raw.get("distinct_id")
+    return (
+        name[:MAX_EVENT_NAME_LENGTH] if isinstance(name, str) and name else None,
+        _stringify_distinct_id(found_id) if isinstance(found_id, str) and found_id else None,
     )
 
 
@@ -289,6 +322,15 @@ def normalize_event(
     """
     if not isinstance(raw, dict):
         return _drop((INVALID_EVENT, f"batch item is a {type(raw).__name__}, not an object"), raw)
+    # Limits first: orjson refuses nesting over 254 levels without recursing, so nothing
+    # below ever walks a structure deeper than that.
+    try:
+        encoded_bytes = len(_dumps(raw))
+    except TypeError:  # orjson.JSONEncodeError: nested over 254 levels, or a lone surrogate
+        problem = (INVALID_EVENT, "event is nested too deeply or cannot be encoded")
+        return _drop(problem, raw, *_plain_name_and_id(raw))
+    if encoded_bytes > MAX_EVENT_BYTES:
+        return _drop(check_size(encoded_bytes) or ("", ""), raw, *_plain_name_and_id(raw))
     name = raw.get("event")
     if not isinstance(name, str) or not name:
         return _drop(check_event_name(name) or (INVALID_EVENT, ""), raw)
@@ -321,7 +363,7 @@ def normalize_event(
     timestamp_ms = resolve_timestamp_ms(
         parsed_ms,
         bool(timestamp),
-        _offset_ms(offset) if offset else None,
+        None if offset is None else _offset_ms(offset),
         None if properties.get("$ignore_sent_at") else env.sent_at_ms,
         now_ms,
     )
@@ -329,12 +371,6 @@ def normalize_event(
         problem = check_historical(None if parsed_ms is None else timestamp_ms, now_ms)
         if problem is not None:
             return _drop(problem, raw, name, distinct_id)
-    try:
-        encoded_bytes = len(_dumps(raw))
-    except TypeError:  # orjson.JSONEncodeError: nested over 254 levels, or a lone surrogate
-        return _drop((INVALID_EVENT, "event cannot be encoded as JSON"), raw, name, distinct_id)
-    if encoded_bytes > MAX_EVENT_BYTES:
-        return _drop(check_size(encoded_bytes) or ("", ""), raw, name, distinct_id)
 
     if ip and not properties.get("$ip"):
         properties["$ip"] = ip
