@@ -21,7 +21,7 @@ import msgspec
 
 from flagstaff import __version__
 from flagstaff.bootstrap import bootstrap
-from flagstaff.config import ConfigError, Settings
+from flagstaff.config import ConfigError, Settings, secure_data_dir
 from flagstaff.http.errors import ApiError
 from flagstaff.services import make_store
 from flagstaff.store.base import Conflict, Store
@@ -71,9 +71,10 @@ async def _project_id(store: Store, wanted: int | None) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from granian import Granian
     from granian.constants import Interfaces, Loops
+    from granian.http import HTTP1Settings
 
     settings = _settings(args)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings.data_dir)
     for line in _with_store(settings, lambda store: bootstrap(store, settings)):
         print(line, flush=True)
     shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
@@ -100,6 +101,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         websockets=False,
         log_enabled=settings.log_level == "debug",
         backlog=2048,
+        backpressure=settings.max_requests,
+        http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
     )
     try:
         server.serve()
