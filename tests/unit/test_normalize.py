@@ -203,7 +203,12 @@ TIMES = [
         NOW - 5000,
         NOW,
     ),
-    ("null offset ignored", {"timestamp": "2026-05-28T19:26:40Z", "offset": None}, None, NOW - HOUR),
+    (
+        "null offset ignored",
+        {"timestamp": "2026-05-28T19:26:40Z", "offset": None},
+        None,
+        NOW - HOUR,
+    ),
     ("float offset", {"offset": 10.9}, None, NOW - 10),
     ("zero offset", {"offset": 0}, None, NOW),
     ("bool offset ignored", {"offset": True}, None, NOW),

@@ -485,7 +485,7 @@ def test_json_labelled_text_is_reported_as_invalid_json(body: bytes) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage!", b"{\"a\": 1,,}", b"%%%%"],
+    [b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage!", b'{"a": 1,,}', b"%%%%"],
 )
 def test_errors_name_the_problem_without_internals(body: bytes) -> None:
     with pytest.raises(PayloadError) as info:
