@@ -12,6 +12,7 @@ import hashlib
 import ipaddress
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -306,6 +307,18 @@ def _unset_keys(*values: Any) -> list[str] | None:
     return keys
 
 
+@dataclass(frozen=True, slots=True)
+class _PersonUpdates:
+    """The `$set`, `$set_once` and `$unset` an event carries (top level merged in)."""
+
+    set: dict[str, Any] | None = None
+    set_once: dict[str, Any] | None = None
+    unset: list[str] | None = None
+
+
+_NO_UPDATES = _PersonUpdates()
+
+
 def normalize_event(
     raw: Any,
     env: Envelope,
@@ -318,12 +331,53 @@ def normalize_event(
 
     `raw["properties"]` is enriched in place (`$ip`, `$geoip_*`, merged `$set`/`$set_once`) and
     becomes `Event.properties`. `geoip(ip)` returns `$geoip_*` properties; they only fill gaps and
-    are skipped when the event sets `$geoip_disable`.
+    are skipped when the event sets `$geoip_disable`. Each step below returns a Drop to stop.
+    """
+    limits = _check_limits(raw)
+    if limits is not None:
+        return limits
+    name = _event_name(raw)
+    if type(name) is Drop:
+        return name
+    properties = _properties(raw, name)
+    if type(properties) is Drop:
+        return properties
+    distinct_id = _distinct_id(raw, properties, name)
+    if type(distinct_id) is Drop:
+        return distinct_id
+    process_person = properties.get("$process_person_profile") is not False
+    if name in RULED_EVENTS:
+        problem = check_event_rules(name, properties, process_person)
+        if problem is not None:
+            return _drop(problem, raw, name, distinct_id)
+    timestamp_ms = _event_time(raw, properties, env, now_ms, name, distinct_id)
+    if type(timestamp_ms) is Drop:
+        return timestamp_ms
+    _enrich(properties, ip, geoip)
+    updates = _person_updates(raw, properties, name)
+    return Event(
+        canonical_uuid(raw.get("uuid")) or new_uuid7(),
+        name,
+        distinct_id,
+        properties,
+        timestamp_ms,
+        now_ms,
+        updates.set,
+        updates.set_once,
+        updates.unset,
+        process_person,
+        env.historical,
+    )
+
+
+def _check_limits(raw: Any) -> Drop | None:
+    """Shape, nesting and size, before any step that could walk the event.
+
+    orjson refuses nesting over 254 levels without recursing, so nothing after this ever walks
+    a structure deeper than that.
     """
     if not isinstance(raw, dict):
         return _drop((INVALID_EVENT, f"batch item is a {type(raw).__name__}, not an object"), raw)
-    # Limits first: orjson refuses nesting over 254 levels without recursing, so nothing
-    # below ever walks a structure deeper than that.
     try:
         encoded_bytes = len(_dumps(raw))
     except TypeError:  # orjson.JSONEncodeError: nested over 254 levels, or a lone surrogate
@@ -331,17 +385,27 @@ def normalize_event(
         return _drop(problem, raw, *_plain_name_and_id(raw))
     if encoded_bytes > MAX_EVENT_BYTES:
         return _drop(check_size(encoded_bytes) or ("", ""), raw, *_plain_name_and_id(raw))
+    return None
+
+
+def _event_name(raw: dict[str, Any]) -> str | Drop:
     name = raw.get("event")
     if not isinstance(name, str) or not name:
         return _drop(check_event_name(name) or (INVALID_EVENT, ""), raw)
-    if len(name) > MAX_EVENT_NAME_LENGTH:
-        name = name[:MAX_EVENT_NAME_LENGTH]
+    return name[:MAX_EVENT_NAME_LENGTH] if len(name) > MAX_EVENT_NAME_LENGTH else name
+
+
+def _properties(raw: dict[str, Any], name: str) -> dict[str, Any] | Drop:
     properties = raw.get("properties")
     if properties is None:
-        properties = {}
-    elif not isinstance(properties, dict):
+        return {}
+    if not isinstance(properties, dict):
         return _drop((INVALID_EVENT, "event properties must be an object"), raw, name)
+    return properties
 
+
+def _distinct_id(raw: dict[str, Any], properties: dict[str, Any], name: str) -> str | Drop:
+    """`distinct_id`, else `$distinct_id`, else `properties.distinct_id`, as text."""
     found_id = raw.get("distinct_id")
     if found_id is None:
         found_id = raw.get("$distinct_id")
@@ -349,14 +413,18 @@ def normalize_event(
             found_id = properties.get("distinct_id")
     if found_id is None or found_id == "":
         return _drop(check_distinct_id(found_id) or ("", ""), raw, name)
-    distinct_id = _stringify_distinct_id(found_id)
+    return _stringify_distinct_id(found_id)
 
-    process_person = properties.get("$process_person_profile") is not False
-    if name in RULED_EVENTS:
-        problem = check_event_rules(name, properties, process_person)
-        if problem is not None:
-            return _drop(problem, raw, name, distinct_id)
 
+def _event_time(
+    raw: dict[str, Any],
+    properties: dict[str, Any],
+    env: Envelope,
+    now_ms: int,
+    name: str,
+    distinct_id: str,
+) -> int | Drop:
+    """The event's time (see :func:`resolve_timestamp_ms`); historical batches' age rule."""
     timestamp = raw.get("timestamp")
     parsed_ms = parse_iso_ms(timestamp) if timestamp and isinstance(timestamp, str) else None
     offset = raw.get("offset")
@@ -371,7 +439,13 @@ def normalize_event(
         problem = check_historical(None if parsed_ms is None else timestamp_ms, now_ms)
         if problem is not None:
             return _drop(problem, raw, name, distinct_id)
+    return timestamp_ms
 
+
+def _enrich(
+    properties: dict[str, Any], ip: str | None, geoip: Callable[[str], dict[str, Any]] | None
+) -> None:
+    """`$ip` from the request when the event has none; `$geoip_*` gaps filled from `$ip`."""
     if ip and not properties.get("$ip"):
         properties["$ip"] = ip
     if geoip is not None and not properties.get("$geoip_disable"):
@@ -381,29 +455,21 @@ def normalize_event(
                 if key not in properties:
                     properties[key] = value
 
-    # Kept for anonymous events too: the person rules still apply them when the distinct id
-    # already belongs to an identified person.
-    set_ = set_once = unset = None
-    if name not in GROUP_IDENTIFY_EVENTS:
-        if "$set" in properties or "$set" in raw:
-            set_ = _merge_top_level(properties, "$set", raw.get("$set"))
-        if "$set_once" in properties or "$set_once" in raw:
-            set_once = _merge_top_level(properties, "$set_once", raw.get("$set_once"))
-        if "$unset" in properties or "$unset" in raw:
-            unset = _unset_keys(properties.get("$unset"), raw.get("$unset"))
 
-    return Event(
-        canonical_uuid(raw.get("uuid")) or new_uuid7(),
-        name,
-        distinct_id,
-        properties,
-        timestamp_ms,
-        now_ms,
-        set_,
-        set_once,
-        unset,
-        process_person,
-        env.historical,
+def _person_updates(raw: dict[str, Any], properties: dict[str, Any], name: str) -> _PersonUpdates:
+    """Kept for anonymous events too: the person rules still apply them when the distinct id
+    already belongs to an identified person. Group identify events carry none."""
+    if name in GROUP_IDENTIFY_EVENTS:
+        return _NO_UPDATES
+    has_set = "$set" in properties or "$set" in raw
+    has_set_once = "$set_once" in properties or "$set_once" in raw
+    has_unset = "$unset" in properties or "$unset" in raw
+    if not (has_set or has_set_once or has_unset):
+        return _NO_UPDATES
+    return _PersonUpdates(
+        _merge_top_level(properties, "$set", raw.get("$set")) if has_set else None,
+        _merge_top_level(properties, "$set_once", raw.get("$set_once")) if has_set_once else None,
+        _unset_keys(properties.get("$unset"), raw.get("$unset")) if has_unset else None,
     )
 
 
