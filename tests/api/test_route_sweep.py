@@ -46,6 +46,8 @@ BAD_QUERIES: list[dict[str, str]] = [
     {"data": "QUJD", "compression": "lz64"},
     {"v": "abc", "config": "maybe", "group_type_index": "zz", "group_key": "\x00"},
     {"token": "phx_" + "k" * 100, "ip": "not-an-ip", "_": "-1"},
+    {"cursor": "9" * 30 + "_" + "9" * 30, "event": "\x00" * 10},
+    {"cursor": "nonsense", "distinct_id": "\xff\ufffe"},
 ]
 
 BAD_BODIES: list[tuple[bytes, dict[str, str]]] = [

@@ -322,6 +322,8 @@ async def list_events(ctx: AdminContext, request: Request) -> Any:
         try:
             ts, seq = raw_cursor.split("_", 1)
             cursor = (int(ts), int(seq))
+            if not all(abs(part) <= MAX_ID for part in cursor):
+                raise ValueError(raw_cursor)
         except ValueError:
             raise ApiError(
                 400, "invalid_input", "cursor is not one this API gave", "cursor"
