@@ -210,6 +210,8 @@ def _is_zlib_header(data: bytes) -> bool:
 
 
 _FEED_START = 32
+MAX_GZIP_MEMBERS = 1000
+"""SDKs send one gzip member; concatenated members are legal, but not by the thousand."""
 _FEED_MAX = 64 * 1024
 
 
@@ -225,6 +227,7 @@ def _inflate(data: bytes, wbits: int, limit: int, code: str) -> bytes:
     parts: list[bytes] = []
     produced = 0
     pos = 0
+    members = 0
     while True:
         inflater = zlib.decompressobj(wbits)
         feed = _FEED_START
@@ -249,6 +252,9 @@ def _inflate(data: bytes, wbits: int, limit: int, code: str) -> bytes:
             feed = min(feed * 2, _FEED_MAX)
         if wbits != 31 or data[pos : pos + 2] != _GZIP_MAGIC:
             break
+        members += 1
+        if members >= MAX_GZIP_MEMBERS:
+            raise PayloadError(400, code, f"gzip body has over {MAX_GZIP_MEMBERS} members")
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
