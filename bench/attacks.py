@@ -3,7 +3,8 @@
     python -m bench.attacks [--workers N] [--connections N] [--hold SECONDS] [--only NAME]
 
 Starts a server (SQLite, fresh data dir, default limits), then runs each attack in turn while a
-"real client" thread sends ``POST /flags`` and a one-event ``POST /batch/`` every 50 ms. Per
+"real client" thread sends ``POST /flags`` and a one-event ``POST /batch/`` on a new connection
+every 50 ms. Per
 attack it prints the client's latencies (p50, p99, max) and errors, and the server's peak and
 settled memory (RSS of the server, its workers and the ingest writer, sampled every 100 ms;
 "settled" is three seconds after the attack ends). At the end every event the client had
@@ -62,7 +63,8 @@ class Observed:
 
 
 class RealClient(threading.Thread):
-    """A well-behaved SDK: flags and one-event batches, every 50 ms, with a 10 s timeout."""
+    """A well-behaved SDK: flags and one-event batches on a new connection every 50 ms, with a
+    10 s timeout."""
 
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
@@ -73,10 +75,11 @@ class RealClient(threading.Thread):
         self.distinct_id = f"real-{uuid.uuid4().hex[:8]}"
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=10.0) as client:
-            while not self.stop_event.is_set():
+        while not self.stop_event.is_set():
+            # A new connection each time, as a new visitor's browser would open.
+            with httpx.Client(base_url=self.url, timeout=10.0) as client:
                 self._once(client)
-                time.sleep(0.05)
+            time.sleep(0.05)
 
     def _once(self, client: httpx.Client) -> None:
         window = self.window
