@@ -135,7 +135,14 @@ class FlagstaffApp:
             try:
                 body = b""
                 if method == "POST":
-                    cost = self.budget.admit(_content_length(scope))
+                    declared = _content_length(scope)
+                    if declared > self._body_limit:
+                        raise ApiError(
+                            413,
+                            "payload_too_large",
+                            f"the request body is larger than {self._body_limit} bytes",
+                        )
+                    cost = self.budget.admit(declared)
                     body = await read_body(receive, self._body_limit, self.readers)
                     if not cost:
                         cost = self.budget.admit(len(body))
