@@ -35,7 +35,7 @@ def _all_routes() -> list[tuple[str, str]]:
 ROUTES_SWEPT = _all_routes()
 
 BAD_PARAMS = ["99999999999999999999999", "abc", "-1", "0", "x" * 3000, "%00", "%FF%FE", "1.5"]
-GOOD_PARAMS = {"project_id": "@current", "token": PROJECT_TOKEN}
+GOOD_PARAMS = {"project_id": "@current", "token": PROJECT_TOKEN, "name": "array.js"}
 
 BAD_QUERIES: list[dict[str, str]] = [
     {"limit": "abc", "offset": "-5"},
