@@ -78,8 +78,8 @@ def public_routes() -> dict[str, PublicRoute]:
 
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-"""Methods that change nothing; any other request to the management API bumps the node's
-change counter (a failed write included: a needless re-check costs one version read)."""
+"""Methods that change nothing; any other request to the management API that is not refused
+with a 4xx bumps the node's change counter."""
 
 _ARRAY = PublicRoute("/array/{token}/config", flags.array_config_endpoint, _GET, True)
 _STATIC = PublicRoute("/static/{name}", static.static_endpoint, _GET, True)
@@ -172,9 +172,10 @@ class FlagstaffApp:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                if writes:
+                if writes and not 400 <= status < 500:
                     # Before the answer leaves: whoever sees it, then asks any worker, is
-                    # answered from the changed data.
+                    # answered from the changed data. A refused request (401, 404, invalid
+                    # input) wrote nothing; after a 500 nobody knows, so it bumps too.
                     changes.bump()
             await send(message)
 

@@ -231,6 +231,22 @@ def test_a_cli_write_to_the_data_dir_is_served_on_the_next_request(two_workers: 
         assert seen.flags() is True
 
 
+def test_only_writes_that_were_not_refused_bump_the_change_counter(two_workers: Server) -> None:
+    counter = two_workers.data_dir / "changes.counter"
+
+    def value() -> int:
+        return int.from_bytes(counter.read_bytes()[:8], "little")
+
+    api = Api(two_workers.url)
+    before = value()
+    assert httpx.post(f"{two_workers.url}{P}/feature_flags/", json={}).status_code == 401
+    assert api.post(f"{P}/feature_flags/", json={"key": ""}).status_code == 400
+    assert api.get(f"{P}/feature_flags/").status_code == 200
+    assert value() == before
+    api.create_flag(key="counted", filters=_filters(0))
+    assert value() > before
+
+
 def _server_env(srv: Server) -> dict[str, str]:
     import os
 
