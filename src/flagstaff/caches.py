@@ -31,13 +31,13 @@ class ProjectCache:
 
     def __init__(self, store: Store, changes: ChangeCounter) -> None:
         self._store = store
-        self._changes = changes
+        self._changes = changes.cell
         self._stamp = -1
         self._by_token: dict[str, Project] = {}
         self._unknown: dict[str, float] = {}
 
     async def by_token(self, token: str) -> Project | None:
-        stamp = self._changes.value()
+        stamp = self._changes.value
         if stamp != self._stamp:
             self._by_token.clear()
             self._unknown.clear()
@@ -50,7 +50,7 @@ class ProjectCache:
         if missed is not None and now - missed < _NEGATIVE_TTL:
             return None
         project = await self._store.get_project_by_token(token)
-        if self._changes.value() != stamp:
+        if self._changes.value != stamp:
             return project  # read while a change landed: answer it, but do not keep it
         if project is None:
             if len(self._unknown) > 10_000:
@@ -163,7 +163,7 @@ class DefinitionsCache:
     def __init__(self, store: Store, refresh_seconds: float, changes: ChangeCounter) -> None:
         self._store = store
         self._refresh = refresh_seconds
-        self._changes = changes
+        self._changes = changes.cell
         self._entries: dict[int, _Entry] = {}
         self._refreshing: dict[int, _Refresh] = {}
 
@@ -171,14 +171,14 @@ class DefinitionsCache:
         entry = self._entries.get(project_id)
         if (
             entry is not None
-            and entry.stamp == self._changes.value()
+            and entry.stamp == self._changes.value
             and time.monotonic() < entry.due
         ):
             return entry.flags
         return await self._checked(project_id)
 
     async def _checked(self, project_id: int) -> ProjectFlags:
-        stamp = self._changes.value()
+        stamp = self._changes.value
         now = time.monotonic()
         while True:
             refresh = self._refreshing.get(project_id)
@@ -192,7 +192,7 @@ class DefinitionsCache:
                 return flags
 
     def _start(self, project_id: int) -> _Refresh:
-        refresh = _Refresh(self._changes.value(), time.monotonic())
+        refresh = _Refresh(self._changes.value, time.monotonic())
         refresh.task = asyncio.create_task(self._run(project_id, refresh))
         self._refreshing[project_id] = refresh
         refresh.task.add_done_callback(lambda _: self._finished(project_id, refresh))

@@ -27,17 +27,13 @@ _SIZE = 8
 
 
 class ChangeCounter:
-    """The counter of one data dir. ``value()`` is 0 until :meth:`open`."""
+    """The counter of one data dir, opened (and created if needed) on construction.
+
+    Hot paths keep :attr:`cell` and read ``cell.value``: one attribute and one 8-byte load.
+    """
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / FILE_NAME
-        self._fd: int | None = None
-        self._map: mmap.mmap | None = None
-        self._cell = ctypes.c_uint64(0)
-
-    def open(self) -> None:
-        if self._fd is not None:
-            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -47,32 +43,32 @@ class ChangeCounter:
                     os.ftruncate(fd, _SIZE)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
-            self._map = mmap.mmap(fd, _SIZE)
+            self._map: mmap.mmap | None = mmap.mmap(fd, _SIZE)
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd
-        self._cell = ctypes.c_uint64.from_buffer(self._map)
+        self._fd: int | None = fd
+        self.cell = ctypes.c_uint64.from_buffer(self._map)
+        """The counter in shared memory; ``cell.value`` reads it."""
 
     def value(self) -> int:
-        return self._cell.value
+        return self.cell.value
 
     def bump(self) -> int:
-        """Increment the counter (opening it first if needed); returns the new value."""
+        """Increment the counter; returns the new value."""
         if self._fd is None:
-            self.open()
-        assert self._fd is not None
+            raise RuntimeError("the change counter is closed")
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            self._cell.value += 1
-            return self._cell.value
+            self.cell.value += 1
+            return self.cell.value
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
+        """Release the file. The mapping stays until the last reader's ``cell`` is gone."""
         if self._fd is None:
             return
-        self._cell = ctypes.c_uint64(0)
         if self._map is not None:
             with contextlib.suppress(BufferError):
                 self._map.close()

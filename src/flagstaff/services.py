@@ -55,7 +55,6 @@ class Services:
         return self.geoip.lookup(ip)
 
     async def start(self) -> None:
-        self.changes.open()
         await self.store.open()
         await self.store.listen_definitions(self._changed_elsewhere)
         if not self.settings.geoip_disable:

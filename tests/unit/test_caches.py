@@ -60,22 +60,19 @@ class _Store:
 
 @pytest.fixture
 def counter(tmp_path: Path) -> ChangeCounter:
-    c = ChangeCounter(tmp_path)
-    c.open()
-    return c
+    return ChangeCounter(tmp_path)
 
 
 def test_the_counter_is_shared_through_its_file(tmp_path: Path) -> None:
     a, b = ChangeCounter(tmp_path), ChangeCounter(tmp_path)
-    assert a.value() == 0  # not open yet
-    a.open()
-    b.open()
     assert a.value() == b.value() == 0
-    assert a.bump() == 1 and b.value() == 1
+    assert a.bump() == 1 and b.value() == 1 and b.cell.value == 1
     assert b.bump() == 2 and a.value() == 2
     a.close()
+    with pytest.raises(RuntimeError):
+        a.bump()
     c = ChangeCounter(tmp_path)
-    assert c.bump() == 3  # bump opens it
+    assert c.value() == 2 and c.bump() == 3
     assert b.value() == 3
     b.close()
     c.close()
