@@ -18,9 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from flagstaff import logs
 from flagstaff.http import admin_models
 from flagstaff.http import surveys as survey_routes
 from flagstaff.http.errors import ApiError
+from flagstaff.http.rest import MAX_ID
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
@@ -41,10 +43,10 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def _path_int(request: Request, name: str) -> int:
-    try:
-        return int(request.path_params[name])
-    except (KeyError, ValueError):
-        raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}") from None
+    raw = request.path_params.get(name, "")
+    if not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
+        raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}")
+    return int(raw)
 
 
 def _ms_to_iso(ms: int) -> str:
@@ -133,6 +135,14 @@ async def get_flag(ctx: AdminContext, request: Request) -> Any:
 async def update_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     flag = admin_models.flag_from_input(await _body(request), current)
+    return await ctx.store.update_flag(ctx.project_id, current["id"], flag)
+
+
+async def replace_flag(ctx: AdminContext, request: Request) -> Any:
+    """PUT, a full update as in PostHog's API: fields left out take their defaults."""
+    current = await _existing_flag(ctx, request)
+    flag = admin_models.flag_from_input(await _body(request))
+    flag = {**current, **flag, "version": current.get("version")}
     return await ctx.store.update_flag(ctx.project_id, current["id"], flag)
 
 
@@ -297,6 +307,8 @@ async def list_events(ctx: AdminContext, request: Request) -> Any:
         try:
             ts, seq = raw_cursor.split("_", 1)
             cursor = (int(ts), int(seq))
+            if not all(abs(part) <= MAX_ID for part in cursor):
+                raise ValueError(raw_cursor)
         except ValueError:
             raise ApiError(
                 400, "invalid_input", "cursor is not one this API gave", "cursor"
@@ -348,6 +360,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("POST", P + "/feature_flags/", create_flag, "Create a feature flag"),
     ("GET", P + "/feature_flags/{flag_id}/", get_flag, "Get a feature flag"),
     ("PATCH", P + "/feature_flags/{flag_id}/", update_flag, "Update a feature flag"),
+    ("PUT", P + "/feature_flags/{flag_id}/", replace_flag, "Replace a feature flag (full update)"),
     ("DELETE", P + "/feature_flags/{flag_id}/", delete_flag, "Soft-delete a feature flag"),
     ("GET", P + "/cohorts/", list_cohorts, "List cohorts"),
     ("POST", P + "/cohorts/", create_cohort, "Create a dynamic or static cohort"),
@@ -442,6 +455,11 @@ def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Rou
             ApiError(status, code, str(detail)).body(), status, media_type="application/json"
         )
 
+    async def on_unhandled(request: Request, exc: Exception) -> Response:
+        logs.logger.exception("unhandled error on %s", request.url.path, exc_info=exc)
+        body = ApiError(500, "server_error", "the server failed to answer").body()
+        return Response(body, 500, media_type="application/json")
+
     from starlette.exceptions import HTTPException
 
     routes = [
@@ -450,5 +468,9 @@ def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Rou
     ]
     return Starlette(
         routes=routes,
-        exception_handlers={ApiError: on_api_error, HTTPException: on_http_error},
+        exception_handlers={
+            ApiError: on_api_error,
+            HTTPException: on_http_error,
+            Exception: on_unhandled,
+        },
     )

@@ -10,15 +10,28 @@ from starlette.requests import Request
 
 from flagstaff.http.errors import ApiError
 
+MAX_BODY_BYTES = 2 * 1024 * 1024
+"""Management bodies (a flag, a cohort, a list of distinct ids) are far smaller than this."""
+MAX_ID = 2**63 - 1
+
 
 async def json_body(request: Request) -> Any:
-    raw = await request.body()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(
+                413, "payload_too_large", f"the request body is larger than {MAX_BODY_BYTES} bytes"
+            )
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw:
         return {}
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, "parse_error", f"the body is not valid JSON: {exc}") from None
+    except (msgspec.DecodeError, RecursionError):
+        raise ApiError(400, "parse_error", "the body is not valid JSON") from None
 
 
 def int_param(request: Request, name: str, default: int, maximum: int | None = None) -> int:
@@ -29,8 +42,8 @@ def int_param(request: Request, name: str, default: int, maximum: int | None = N
         value = int(raw)
     except ValueError:
         raise ApiError(400, "invalid_input", f"{name} must be an integer", name) from None
-    if value < 0:
-        raise ApiError(400, "invalid_input", f"{name} must not be negative", name)
+    if not 0 <= value <= MAX_ID:
+        raise ApiError(400, "invalid_input", f"{name} must be between 0 and {MAX_ID}", name)
     return min(value, maximum) if maximum is not None else value
 
 
