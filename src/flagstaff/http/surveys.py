@@ -22,6 +22,7 @@ Public (project token, CORS): ``GET /api/surveys/?token=`` and
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
@@ -207,8 +208,19 @@ async def create_survey(ctx: AdminContext, request: StarletteRequest) -> Any:
     return 201, await _survey_out(ctx.store, ctx.project_id, saved)
 
 
+def _path_uuid(request: StarletteRequest, name: str, what: str) -> str:
+    """A survey or feature id from the path: a uuid, as they are made (anything else, such as
+    text PostgreSQL cannot hold, names nothing)."""
+    raw = request.path_params.get(name, "")
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        raise ApiError(404, "not_found", f"no such {what}") from None
+
+
 async def _existing_survey(ctx: AdminContext, request: StarletteRequest) -> Survey:
-    survey = await ctx.store.get_survey(ctx.project_id, request.path_params["survey_id"])
+    survey_id = _path_uuid(request, "survey_id", "survey")
+    survey = await ctx.store.get_survey(ctx.project_id, survey_id)
     if survey is None:
         raise ApiError(404, "not_found", "no such survey")
     return survey
@@ -382,9 +394,8 @@ async def create_feature(ctx: AdminContext, request: StarletteRequest) -> Any:
 
 
 async def _existing_feature(ctx: AdminContext, request: StarletteRequest) -> EarlyAccessFeature:
-    feature = await ctx.store.get_early_access_feature(
-        ctx.project_id, request.path_params["feature_id"]
-    )
+    feature_id = _path_uuid(request, "feature_id", "early access feature")
+    feature = await ctx.store.get_early_access_feature(ctx.project_id, feature_id)
     if feature is None:
         raise ApiError(404, "not_found", "no such early access feature")
     return feature
