@@ -17,7 +17,7 @@ from typing import Any
 
 from flagstaff import logs
 from flagstaff.config import Settings
-from flagstaff.http import capture, flags, ops, products, static
+from flagstaff.http import capture, flags, ops, products, static, surveys
 from flagstaff.http.admin import ROUTES, build_admin
 from flagstaff.http.asgi import (
     Receive,
@@ -71,6 +71,8 @@ def public_routes() -> dict[str, PublicRoute]:
     for path, handler in (
         ("/api/web_experiments", products.web_experiments_endpoint),
         ("/api/product_tours", products.product_tours_endpoint),
+        ("/api/surveys", surveys.surveys_endpoint),
+        ("/api/early_access_features", surveys.early_access_endpoint),
     ):
         routes[path] = PublicRoute(path, handler, _GET, True)
     for path in ("/e", "/i/v0/e", "/capture", "/batch", "/track", "/engage", "/s"):

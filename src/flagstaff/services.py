@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from flagstaff.caches import DefinitionsCache, ProjectCache
+from flagstaff.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.changes import ChangeCounter
 from flagstaff.config import Settings
 from flagstaff.geoip import GeoIP, open_geoip
@@ -43,6 +43,7 @@ class Services:
         self.definitions = DefinitionsCache(
             self.store, settings.definitions_refresh_seconds, self.changes
         )
+        self.surveys = SurveysCache(self.store, settings.definitions_refresh_seconds, self.changes)
         self.quotas = Quotas(
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
         )

@@ -341,8 +341,9 @@ def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes)
     return b"".join([b'{"flags":{', memoryview(parts[0])[1:], *parts[1:], b"}", rest])
 
 
-def config_fields(has_flags: bool) -> dict[str, Any]:
-    """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config)."""
+def config_fields(has_flags: bool, surveys: bool = False) -> dict[str, Any]:
+    """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config);
+    ``surveys``: a survey is active, so posthog-js loads its survey code and the list."""
     return {
         "config": {"enable_collect_everything": True},
         "toolbarParams": {},
@@ -355,7 +356,7 @@ def config_fields(has_flags: bool) -> dict[str, Any]:
         "captureDeadClicks": False,
         "capturePerformance": False,
         "heatmaps": False,
-        "surveys": False,
+        "surveys": surveys,
         "siteApps": [],
         "elementsChainAsString": True,
         "defaultIdentifiedOnly": True,
@@ -387,7 +388,9 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     if limited:
         extra["quotaLimited"] = ["feature_flags"]
     if want_config:
-        extra.update(config_fields(bool(pf.definitions.flags)))
+        extra.update(
+            config_fields(bool(pf.definitions.flags), await svc.surveys.any_active(project.id))
+        )
     if legacy:
         body = {
             "featureFlags": {r.key: (r.variant or True) if r.enabled else False for r in results},
@@ -470,7 +473,8 @@ async def array_config_endpoint(svc: Services, request: Request) -> Response:
         raise ApiError(404, "not_found", "no such route")
     project = await _project_for(svc, parts[1])
     pf = await svc.definitions.get(project.id)
-    config = {"token": project.api_token, **config_fields(bool(pf.definitions.flags))}
+    surveys = await svc.surveys.any_active(project.id)
+    config = {"token": project.api_token, **config_fields(bool(pf.definitions.flags), surveys)}
     if parts[2] == "config":
         return Response(_encode(config))
     script = (
