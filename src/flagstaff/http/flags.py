@@ -23,14 +23,13 @@ from flagstaff.http.asgi import Request, Response
 from flagstaff.http.auth import check_personal_key
 from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body
-from flagstaff.ingest.normalize import client_ip
+from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH, client_ip
 from flagstaff.services import Services
 from flagstaff.store.base import FlagContext, Project
 
 _encode = msgspec.json.encode
 _CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-site"))
 SUPPORTED_COMPRESSION = ["gzip", "gzip-js", "lz64"]
-_MAX_DISTINCT_ID = 200
 
 
 def _decode_request(svc: Services, request: Request) -> dict[str, Any]:
@@ -78,7 +77,7 @@ def _distinct_id(payload: Mapping[str, Any]) -> str:
         raw = str(raw)
     if not isinstance(raw, str):
         raise ApiError(400, "invalid_distinct_id", "distinct_id must be a string", "distinct_id")
-    return raw[:_MAX_DISTINCT_ID]
+    return raw[:MAX_DISTINCT_ID_LENGTH]
 
 
 def _dict_of(payload: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -195,7 +194,7 @@ async def _overrides_for(
     if continuity and isinstance(anon, str) and anon:
         try:
             overrides = await _continuity_overrides(
-                svc, project, ctx, distinct_id, anon[:_MAX_DISTINCT_ID], continuity
+                svc, project, ctx, distinct_id, anon[:MAX_DISTINCT_ID_LENGTH], continuity
             )
         except Exception:
             logs.logger.exception("storing hash key overrides failed")

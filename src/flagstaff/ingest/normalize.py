@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from flagstaff.accounts.keys import PERSONAL_KEY_PREFIX
 from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Envelope, Event
 from flagstaff.ingest.uuids import canonical_uuid, new_uuid7
@@ -144,7 +145,7 @@ def _valid_token(token: Any) -> str:
         raise TokenError("token_too_long", f"project token is over {MAX_TOKEN_BYTES} bytes")
     else:
         raise TokenError("token_not_ascii", "project token contains non-ASCII characters")
-    if token.startswith("phx_"):
+    if token.startswith(PERSONAL_KEY_PREFIX):
         raise TokenError(
             "personal_api_key",
             "a personal API key (phx_) cannot capture events: send the project token (phc_)",
