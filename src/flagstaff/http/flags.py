@@ -51,7 +51,8 @@ def _decode_request(svc: Services, request: Request) -> dict[str, Any]:
     return payload
 
 
-async def _project_for(svc: Services, token: Any) -> Project:
+async def project_for_token(svc: Services, token: Any) -> Project:
+    """The project whose token this is, or 401 as PostHog answers."""
     if not isinstance(token, str):
         raise ApiError(
             401,
@@ -364,7 +365,7 @@ def config_fields(has_flags: bool) -> dict[str, Any]:
 async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     payload = _decode_request(svc, request)
     token = payload.get("api_key") or payload.get("token") or payload.get("$token")
-    project = await _project_for(svc, token)
+    project = await project_for_token(svc, token)
     svc.metrics.flag_requests += 1
     request_id = str(uuid_utils.uuid4())
     want_config = request.query.get("config") in ("true", "1", "True")
@@ -430,7 +431,7 @@ async def definitions_endpoint(svc: Services, request: Request) -> Response:
     key = await check_personal_key(svc.store, request.headers)
     token = request.query.get("token")
     if token:
-        project = await _project_for(svc, token)
+        project = await project_for_token(svc, token)
         if project.id != key.project_id:
             raise ApiError(401, "invalid_api_key", "the key does not belong to this project")
     if svc.quotas.flags_exceeded(key.project_id):
@@ -467,7 +468,7 @@ async def array_config_endpoint(svc: Services, request: Request) -> Response:
     parts = request.path.strip("/").split("/")
     if len(parts) != 3 or parts[2] not in ("config", "config.js"):
         raise ApiError(404, "not_found", "no such route")
-    project = await _project_for(svc, parts[1])
+    project = await project_for_token(svc, parts[1])
     pf = await svc.definitions.get(project.id)
     config = {"token": project.api_token, **config_fields(bool(pf.definitions.flags))}
     if parts[2] == "config":
