@@ -68,6 +68,12 @@ class Request:
         client = self.scope.get("client")
         return client[0] if client else None
 
+    @property
+    def forwarded_for(self) -> str | None:
+        """``X-Forwarded-For``, or the ``http_x_forwarded_for`` header some proxies send."""
+        headers = self.headers
+        return headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
+
 
 _CACHED_QUERY_BYTES = 256
 """Longer query strings are parsed each time: the cache holds at most 1,024 x 256 bytes."""

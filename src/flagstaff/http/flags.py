@@ -116,9 +116,9 @@ def _geoip_properties(
 ) -> dict[str, Any]:
     if svc.geoip is None or payload.get("geoip_disable") is True:
         return {}
-    headers = request.headers
-    forwarded = headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
-    ip = client_ip(forwarded, request.peer, trust_forwarded=svc.settings.trust_forwarded_for)
+    ip = client_ip(
+        request.forwarded_for, request.peer, trust_forwarded=svc.settings.trust_forwarded_for
+    )
     return svc.geoip.lookup(ip) if ip else {}
 
 
