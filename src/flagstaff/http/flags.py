@@ -3,6 +3,9 @@
 The data flow of one /flags request: decode the body, resolve the project from its token,
 fetch the compiled definitions (cached per version) and the stored person/groups (one indexed
 look-up each), overlay the request's properties, evaluate, encode.
+
+:func:`project_for_token` (the project of a public request's token, or 401) serves the product
+lists of ``products.py`` too.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """From a decoded capture body to events ready to store: token, distinct_id, uuid, time, ip.
 
-Pure functions, no I/O. They follow the PostHog capture service and ingestion pipeline (compat.md
-sections 8 to 11); where those leave a choice, the docstrings say what Flagstaff does.
+Pure functions, no I/O. They follow the PostHog capture service and ingestion pipeline; where
+those leave a choice, the docstrings (and docs/compat-notes.md) say what Flagstaff does.
 """
 
 from __future__ import annotations
