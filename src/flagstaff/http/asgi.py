@@ -71,7 +71,9 @@ class Request:
     @property
     def forwarded_for(self) -> str | None:
         """``X-Forwarded-For``, or the ``http_x_forwarded_for`` header some proxies send."""
-        headers = self.headers
+        headers = self._headers
+        if headers is None:  # parsed already on the hot routes: skip a second property call
+            headers = self.headers
         return headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
 
 
