@@ -1,7 +1,9 @@
 """Builds the ASGI application: hot public routes on a thin dispatcher, /api/ on starlette.
 
-Public routes (flags, capture, operations) are found by one dict look-up on the path without
-its trailing slash; everything else goes to the starlette management app.
+Public routes (flags, SDK definitions, capture, product lists, operations) are found by one
+dict look-up on the path without its trailing slash, and :data:`PATTERN_ROUTES` (posthog-js
+config, static bundles, remote config) by their prefix; everything else goes to the starlette
+management app.
 """
 
 from __future__ import annotations

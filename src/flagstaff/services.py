@@ -1,4 +1,5 @@
-"""What one worker's handlers share: settings, the store, caches, metrics and GeoIP."""
+"""What one worker's handlers share: settings, the store (chosen by :func:`make_store`), the
+change counter, caches, quotas, metrics and GeoIP."""
 
 from __future__ import annotations
 

@@ -10,10 +10,10 @@ guarded by unique constraints: if another batch created the same row first, ours
 :data:`RETRYABLE` tells the caller to run it again, which then reads the committed row.
 
 To make such retries rare, a batch first takes transaction-scoped advisory locks, in sorted
-order, on the distinct ids it does not find (at most :data:`MAX_CLAIMS`), on the groups it
-identifies and on group type names new to the project: concurrent creators of the same rows
-then wait for each other instead of failing. These locks come before any row lock, so they
-add no deadlock.
+order, on the distinct ids it does not find, on the groups it identifies and on group type
+names new to the project (at most :data:`MAX_CLAIMS` in all): concurrent creators of the same
+rows then wait for each other instead of failing. These locks come before any row lock, so
+they add no deadlock.
 """
 
 from __future__ import annotations
