@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import secrets
 import signal
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any
 from flagstaff import logs
 from flagstaff.config import Settings
 from flagstaff.http import capture, flags, ops, products, static
-from flagstaff.http.admin import build_admin
+from flagstaff.http.admin import ROUTES, build_admin
 from flagstaff.http.asgi import (
     Receive,
     Request,
@@ -29,7 +30,9 @@ from flagstaff.http.asgi import (
     send_response,
 )
 from flagstaff.http.auth import personal_key_auth
+from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
+from flagstaff.http.openapi import openapi_document, schema_route
 from flagstaff.services import Services
 
 Handler = Callable[[Services, Request], Awaitable[Response]]
@@ -79,6 +82,8 @@ _STATIC = PublicRoute("/static/{name}", static.static_endpoint, _GET, True)
 _REMOTE_CONFIG = PublicRoute(
     "/api/projects/{id}/feature_flags/{key}/remote_config", flags.remote_config_endpoint, _GET, True
 )
+PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG)
+"""Public routes found by a path prefix rather than the dict look-up."""
 
 
 class FlagstaffApp:
@@ -86,8 +91,15 @@ class FlagstaffApp:
         self.settings = settings
         self.services = services or Services(settings)
         self.routes = public_routes()
-        self.admin = build_admin(self.services.store, personal_key_auth(self.services.store), [])
+        document = openapi_document(ROUTES, [*self.routes.values(), *PATTERN_ROUTES])
+        self.admin = build_admin(
+            self.services.store,
+            personal_key_auth(self.services.store),
+            [schema_route(document), *docs_routes()],
+        )
         self._body_limit = settings.body_limit
+        # One boolean per request when off: the access log costs nothing unless asked for.
+        self._access_log = settings.access_log or settings.log_level == "debug"
 
     def _route_for(self, path: str) -> PublicRoute | None:
         key = path.rstrip("/") or "/"
@@ -115,7 +127,10 @@ class FlagstaffApp:
         svc = self.services
         if route is None:
             status = await self._admin(scope, receive, send)
-            svc.metrics.observe_request("/api", status, time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            svc.metrics.observe_request("/api", status, elapsed)
+            if self._access_log:
+                _log_access(scope, status, elapsed)
             return
         method = scope["method"]
         extra = cors_headers(scope) if route.cors else []
@@ -141,15 +156,8 @@ class FlagstaffApp:
         svc.metrics.observe_request(route.name, response.status, elapsed)
         if response.status >= 500:
             logs.log(logging.ERROR, "request failed", path=scope["path"], status=response.status)
-        elif logs.logger.isEnabledFor(logging.DEBUG):
-            logs.log(
-                logging.DEBUG,
-                "request",
-                method=method,
-                path=scope["path"],
-                status=response.status,
-                ms=round(elapsed * 1000, 3),
-            )
+        if self._access_log:
+            _log_access(scope, response.status, elapsed)
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
         status = 500
@@ -180,6 +188,20 @@ class FlagstaffApp:
                 return
 
 
+def _request_id(scope: Scope) -> str:
+    """The client's ``X-Request-Id`` (up to 200 characters), else a new random one."""
+    for name, value in scope["headers"]:
+        if name == b"x-request-id" and 0 < len(value) <= 200:
+            return value.decode("latin-1")
+    return secrets.token_hex(8)
+
+
+def _log_access(scope: Scope, status: int, elapsed: float) -> None:
+    logs.access(
+        scope["method"], scope["path"], status, round(elapsed * 1000, 3), _request_id(scope)
+    )
+
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGTERM this worker if the serving process dies, so no orphan keeps the port."""
     if sys.platform != "linux":
@@ -195,5 +217,5 @@ def create_app() -> FlagstaffApp:
     """The factory the HTTP server calls in each worker: settings come from the environment."""
     _die_with_parent()
     settings = Settings.from_env()
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.access_log)
     return FlagstaffApp(settings)

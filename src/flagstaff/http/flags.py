@@ -15,6 +15,7 @@ import msgspec
 import uuid_utils
 
 from flagstaff import logs
+from flagstaff.accounts.keys import check_project_token
 from flagstaff.caches import Fragments, ProjectFlags
 from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate_checked
 from flagstaff.flags.values import json_text
@@ -25,7 +26,6 @@ from flagstaff.http.payload import PayloadError, decode_body
 from flagstaff.ingest.normalize import client_ip
 from flagstaff.services import Services
 from flagstaff.store.base import FlagContext, Project
-from flagstaff.store.keys import check_project_token
 
 _encode = msgspec.json.encode
 _CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-site"))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import msgspec
 
+from flagstaff.accounts.keys import check_project_token
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
 from flagstaff.services import Services
 from flagstaff.store.base import Project
-from flagstaff.store.keys import check_project_token
 
 _EMPTY_WEB_EXPERIMENTS = msgspec.json.encode({"experiments": []})
 _EMPTY_PRODUCT_TOURS = msgspec.json.encode({"product_tours": []})

@@ -4,22 +4,22 @@
 and normalise events in parallel and send them here over a Unix socket; this process runs the
 person and group rules and the transactions, and answers each request after its commit. Being
 the only process that writes persons, it keeps them in memory
-(:class:`~flagstaff.store.person_cache.PersonCache`) instead of reading them back per batch.
+(:class:`~flagstaff.store.sqlite.person_cache.PersonCache`) instead of reading them back per batch.
 
 One ``select`` loop reads every frame that has arrived on any connection, runs the rules over
-them and plans their writes (:func:`~flagstaff.store.sqlite_ingest.plan_ingest`), while a
+them and plans their writes (:func:`~flagstaff.store.sqlite.ingest.plan_ingest`), while a
 second thread executes the previous batch's plan in one transaction and commits it (fsync);
 SQLite releases the GIL while it works, so the two overlap. Each batch is answered after its
 commit. Requests that arrive meanwhile wait in the socket buffers and form the next batch:
 group commit with no timer. When no request is waiting, it indexes stored events by distinct
-id (:mod:`~flagstaff.store.sqlite_event_index`).
+id (:mod:`~flagstaff.store.sqlite.event_index`).
 
 It ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group, and the workers must
 finish their in-flight requests first) and exits once its standard input is closed and every
 worker has disconnected: the serving process closes it after the workers stopped, or the
 kernel does when that process died.
 
-Run: ``python -m flagstaff.store.sqlite_ingestd DB_PATH SOCKET_PATH``
+Run: ``python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH``
 """
 
 from __future__ import annotations
@@ -39,11 +39,9 @@ from typing import NamedTuple
 
 import msgspec
 
-from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import IngestResult
-from flagstaff.store.ingest_protocol import HEADER, request_decoder, request_encoder, take_frames
-from flagstaff.store.person_cache import PersonCache
-from flagstaff.store.sqlite_ingest import (
+from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.ingest import (
     EMPTY_RESULT,
     IngestRequest,
     PersonIds,
@@ -53,7 +51,9 @@ from flagstaff.store.sqlite_ingest import (
     execute_plan,
     plan_ingest,
 )
-from flagstaff.store.sqlite_writer import connect, write_transaction
+from flagstaff.store.sqlite.person_cache import PersonCache
+from flagstaff.store.sqlite.protocol import HEADER, request_decoder, request_encoder, take_frames
+from flagstaff.store.sqlite.writer import connect, write_transaction
 
 READY = b"ready\n"
 # The automatic checkpoint runs inside the commit that crosses it; every 64 MB of WAL instead
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print(
-            "usage: python -m flagstaff.store.sqlite_ingestd DB_PATH SOCKET_PATH", file=sys.stderr
+            "usage: python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH", file=sys.stderr
         )
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)

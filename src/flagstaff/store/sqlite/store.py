@@ -1,9 +1,16 @@
 """The embedded default store: one SQLite file in WAL mode under the data directory.
 
-Reads run on a per-process connection in the event loop's thread (they are indexed point
-look-ups, cheaper than a hop to a thread pool); writes go to the group-committing
-:class:`~flagstaff.store.sqlite_writer.Writer`. Several worker processes may share the file:
-SQLite's own locking serialises their transactions.
+Reads run on this process's read-only connection in the event loop's thread (indexed point
+look-ups, cheaper than a hop to a thread pool). Writes go to this process's
+:class:`~flagstaff.store.sqlite.writer.Writer` thread, which group-commits them. Several worker
+processes may share the file: each writing connection takes the data dir's writer lock
+(``<db>.writer-lock``, an flock) around its ``BEGIN IMMEDIATE`` transaction, so writers take
+turns the moment the holder commits instead of polling SQLite's busy handler.
+
+Under ``flagstaff serve`` ingestion does not use this process's writer: batches go to the
+ingest writer process (:mod:`~flagstaff.store.sqlite.ingestd`) through
+:class:`~flagstaff.store.sqlite.client.IngestClient`. Used directly (tests, tools), a store
+applies them itself (:func:`~flagstaff.store.sqlite.ingest.apply_ingest`).
 """
 
 from __future__ import annotations
@@ -12,16 +19,13 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from flagstaff.accounts import keys
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.store import keys
-from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import (
     Conflict,
     Definitions,
@@ -34,82 +38,33 @@ from flagstaff.store.base import (
     PersonalKey,
     Project,
     StoredEvent,
-    Warning,
 )
-from flagstaff.store.ingest_client import IngestClient
-from flagstaff.store.records import (
+from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
+    GROUP_COLUMNS,
+    PERSONAL_KEY_COLUMNS,
+    PROJECT_COLUMNS,
+    WARNING_COLUMNS,
+    cohort_body,
     cohort_record,
     definition_body,
+    definitions_record,
+    event_record,
     flag_record,
+    group_record,
+    group_type_change,
+    json_text,
+    now_iso,
+    warning_record,
 )
-from flagstaff.store.sqlite_ingest import apply_ingest
-from flagstaff.store.sqlite_writer import Writer, connect
+from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.client import IngestClient
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.schema import migrate
+from flagstaff.store.sqlite.writer import Writer, connect
 
-_encode = msgspec.json.encode
 _decode = msgspec.json.decode
-
-
-def _dumps(value: Any) -> str:
-    return _encode(value).decode()
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def migrate(path: Path) -> int:
-    """Apply every migration not yet applied; returns the schema version. Safe to rerun."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        _create(path)
-    conn = connect(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations "
-            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-        )
-        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-        folder = resources.files("flagstaff.store") / "migrations" / "sqlite"
-        scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
-        version = max(done, default=0)
-        for name in scripts:
-            number = int(name.split("_", 1)[0])
-            if number in done:
-                continue
-            for statement in _split_sql((folder / name).read_text()):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                (number, name, _now_iso()),
-            )
-            version = max(version, number)
-        conn.execute("COMMIT")
-        return version
-    finally:
-        conn.close()
-
-
-PAGE_SIZE = 16384
-"""Bytes per page of a new database. Against SQLite's 4 KB default, inserting 600-byte events
-(two indexes, WAL, fsync per 2,000-row commit) went from 92k to 104k rows/s here."""
-
-
-def _create(path: Path) -> None:
-    """A new database file: the page size can only be chosen before the first table."""
-    conn = sqlite3.connect(str(path), isolation_level=None)
-    try:
-        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
-        conn.execute("PRAGMA journal_mode=WAL")
-    finally:
-        conn.close()
-
-
-def _split_sql(script: str) -> list[str]:
-    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
 def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
@@ -168,7 +123,7 @@ class SQLiteStore:
     async def create_project(self, name: str, api_token: str | None = None) -> Project:
         token = api_token or keys.new_project_token()
         project_uuid = str(uuid.uuid4())
-        created = _now_iso()
+        created = now_iso()
 
         def write(conn: sqlite3.Connection) -> int:
             try:
@@ -177,7 +132,7 @@ class SQLiteStore:
                     (project_uuid, name, token, created),
                 )
             except sqlite3.IntegrityError:
-                raise Conflict("api_token", "a project with this token already exists") from None
+                raise Conflict.project_token_taken() from None
             project_id = int(cur.lastrowid or 0)
             _bump_definitions(conn, project_id)
             return project_id
@@ -186,21 +141,19 @@ class SQLiteStore:
         return Project(project_id, project_uuid, name, token, created)
 
     async def list_projects(self) -> list[Project]:
-        rows = self.db.execute(
-            "SELECT id, uuid, name, api_token, created_at FROM projects ORDER BY id"
-        ).fetchall()
+        rows = self.db.execute(f"SELECT {PROJECT_COLUMNS} FROM projects ORDER BY id").fetchall()
         return [Project(*row) for row in rows]
 
     async def get_project(self, project_id: int) -> Project | None:
         row = self.db.execute(
-            "SELECT id, uuid, name, api_token, created_at FROM projects WHERE id = ?",
+            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE id = ?",
             (project_id,),
         ).fetchone()
         return Project(*row) if row else None
 
     async def get_project_by_token(self, api_token: str) -> Project | None:
         row = self.db.execute(
-            "SELECT id, uuid, name, api_token, created_at FROM projects WHERE api_token = ?",
+            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE api_token = ?",
             (api_token,),
         ).fetchone()
         return Project(*row) if row else None
@@ -209,7 +162,7 @@ class SQLiteStore:
         self, project_id: int, label: str, value: str | None = None
     ) -> tuple[PersonalKey, str]:
         secret = value or keys.new_personal_key()
-        created = _now_iso()
+        created = now_iso()
         mask = keys.mask_key(secret)
 
         def write(conn: sqlite3.Connection) -> int:
@@ -220,7 +173,7 @@ class SQLiteStore:
                     (project_id, label, keys.hash_key(secret), mask, created),
                 )
             except sqlite3.IntegrityError:
-                raise Conflict("value", "this personal API key already exists") from None
+                raise Conflict.personal_key_taken() from None
             return int(cur.lastrowid or 0)
 
         key_id = await self._writer.submit(write)
@@ -228,8 +181,7 @@ class SQLiteStore:
 
     async def find_personal_key(self, value: str) -> PersonalKey | None:
         row = self.db.execute(
-            "SELECT id, project_id, label, mask, created_at FROM personal_api_keys "
-            "WHERE secure_value = ?",
+            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = ?",
             (keys.hash_key(value),),
         ).fetchone()
         return PersonalKey(*row) if row else None
@@ -268,17 +220,18 @@ class SQLiteStore:
     async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
         body = definition_body(data)
         key = data["key"]
-        now = _now_iso()
+        now = now_iso()
+        created = data.get("created_at") or now  # an import keeps the exported one
 
         def write(conn: sqlite3.Connection) -> int:
             try:
                 cur = conn.execute(
                     "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
                     "created_at, updated_at) VALUES (?, ?, 1, 0, ?, ?, ?)",
-                    (project_id, key, _dumps(body), now, now),
+                    (project_id, key, json_text(body), created, now),
                 )
             except sqlite3.IntegrityError:
-                raise Conflict("key", f"a feature flag with key {key!r} already exists") from None
+                raise Conflict.flag_key_taken(key) from None
             _bump_definitions(conn, project_id)
             return int(cur.lastrowid or 0)
 
@@ -294,7 +247,7 @@ class SQLiteStore:
         body = definition_body(data)
         expected = data.get("version")
         deleted = 1 if data.get("deleted") else 0
-        now = _now_iso()
+        now = now_iso()
 
         def write(conn: sqlite3.Connection) -> None:
             row = conn.execute(
@@ -304,17 +257,15 @@ class SQLiteStore:
             if row is None:
                 raise NotFound(f"feature flag {flag_id}")
             if expected is not None and row[0] != expected:
-                raise Conflict("version", "the flag changed meanwhile; read it again and retry")
+                raise Conflict.flag_version_stale()
             try:
                 conn.execute(
                     "UPDATE feature_flags SET key = ?, data = ?, deleted = ?, "
                     "version = version + 1, updated_at = ? WHERE id = ?",
-                    (data["key"], _dumps(body), deleted, now, flag_id),
+                    (data["key"], json_text(body), deleted, now, flag_id),
                 )
             except sqlite3.IntegrityError:
-                raise Conflict(
-                    "key", f"a feature flag with key {data['key']!r} already exists"
-                ) from None
+                raise Conflict.flag_key_taken(data["key"]) from None
             _bump_definitions(conn, project_id)
 
         await self._writer.submit(write)
@@ -343,44 +294,40 @@ class SQLiteStore:
         return cohort_record(row) if row else None
 
     async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = definition_body(data)
-        is_static = 1 if data.get("is_static") else 0
-        members = [str(d) for d in data.get("distinct_ids") or []]
-        body.pop("distinct_ids", None)
-        now = _now_iso()
+        cohort = cohort_body(data)
+        now = now_iso()
 
         def write(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "INSERT INTO cohorts (project_id, is_static, deleted, version, data, created_at, "
                 "updated_at) VALUES (?, ?, 0, 1, ?, ?, ?)",
-                (project_id, is_static, _dumps(body), now, now),
+                (project_id, cohort.is_static, json_text(cohort.body), now, now),
             )
             cohort_id = int(cur.lastrowid or 0)
             conn.executemany(
                 "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
-                [(cohort_id, d) for d in members],
+                [(cohort_id, d) for d in cohort.members],
             )
             _bump_definitions(conn, project_id)
             return cohort_id
 
         cohort_id = await self._writer.submit(write)
-        cohort = await self.get_cohort(project_id, cohort_id)
-        assert cohort is not None
-        return cohort
+        created = await self.get_cohort(project_id, cohort_id)
+        assert created is not None
+        return created
 
     async def update_cohort(
         self, project_id: int, cohort_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
-        body = definition_body(data)
-        body.pop("distinct_ids", None)
+        body = cohort_body(data).body
         deleted = 1 if data.get("deleted") else 0
-        now = _now_iso()
+        now = now_iso()
 
         def write(conn: sqlite3.Connection) -> None:
             cur = conn.execute(
                 "UPDATE cohorts SET data = ?, deleted = ?, version = version + 1, updated_at = ? "
                 "WHERE project_id = ? AND id = ?",
-                (_dumps(body), deleted, now, project_id, cohort_id),
+                (json_text(body), deleted, now, project_id, cohort_id),
             )
             if cur.rowcount == 0:
                 raise NotFound(f"cohort {cohort_id}")
@@ -402,7 +349,7 @@ class SQLiteStore:
             if row is None:
                 raise NotFound(f"cohort {cohort_id}")
             if not row[0]:
-                raise Conflict("is_static", "only static cohorts have members to add or remove")
+                raise Conflict.cohort_not_static()
             conn.executemany(
                 "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
                 [(cohort_id, d) for d in add],
@@ -413,7 +360,7 @@ class SQLiteStore:
             )
             conn.execute(
                 "UPDATE cohorts SET version = version + 1, updated_at = ? WHERE id = ?",
-                (_now_iso(), cohort_id),
+                (now_iso(), cohort_id),
             )
 
         await self._writer.submit(write)
@@ -442,35 +389,22 @@ class SQLiteStore:
         db.execute("BEGIN")
         try:
             version = await self.definitions_version(project_id)
-            flags = [
-                flag_record(r)
-                for r in db.execute(
-                    f"SELECT {FLAG_COLUMNS} FROM feature_flags "
-                    "WHERE project_id = ? AND deleted = 0 ORDER BY key",
-                    (project_id,),
-                )
-            ]
-            cohorts = {
-                str(c["id"]): c
-                for c in (
-                    cohort_record(r)
-                    for r in db.execute(
-                        f"SELECT {COHORT_COLUMNS} FROM cohorts "
-                        "WHERE project_id = ? AND deleted = 0",
-                        (project_id,),
-                    )
-                )
-            }
-            mapping = {
-                str(idx): name
-                for idx, name in db.execute(
-                    "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
-                    (project_id,),
-                )
-            }
+            flag_rows = db.execute(
+                f"SELECT {FLAG_COLUMNS} FROM feature_flags "
+                "WHERE project_id = ? AND deleted = 0 ORDER BY key",
+                (project_id,),
+            ).fetchall()
+            cohort_rows = db.execute(
+                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND deleted = 0",
+                (project_id,),
+            ).fetchall()
+            type_rows = db.execute(
+                "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
+                (project_id,),
+            ).fetchall()
         finally:
             db.execute("COMMIT")
-        return Definitions(version, flags, cohorts, mapping)
+        return definitions_record(version, flag_rows, cohort_rows, type_rows)
 
     async def flag_context(
         self,
@@ -590,15 +524,11 @@ class SQLiteStore:
         self, project_id: int, group_type_index: int, group_key: str
     ) -> Group | None:
         row = self.db.execute(
-            "SELECT g.group_type_index, t.group_type, g.group_key, g.properties, "
-            "g.created_at_ms FROM groups g JOIN group_types t ON t.project_id = g.project_id "
-            "AND t.group_type_index = g.group_type_index "
+            f"SELECT {GROUP_COLUMNS} "
             "WHERE g.project_id = ? AND g.group_type_index = ? AND g.group_key = ?",
             (project_id, group_type_index, group_key),
         ).fetchone()
-        if row is None:
-            return None
-        return Group(row[0], row[1], row[2], _decode(row[3]), row[4])
+        return group_record(row) if row is not None else None
 
     async def list_group_types(self, project_id: int) -> dict[int, str]:
         return dict(
@@ -608,6 +538,29 @@ class SQLiteStore:
                 (project_id,),
             ).fetchall()
         )
+
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
+        """Map group type ``index`` to ``name``; False when it is so already (see
+        :func:`~flagstaff.store.rows.group_type_change`)."""
+
+        def write(conn: sqlite3.Connection) -> bool:
+            existing = dict(
+                conn.execute(
+                    "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
+                    (project_id,),
+                ).fetchall()
+            )
+            if not group_type_change(existing, index, name):
+                return False
+            conn.execute(
+                "INSERT INTO group_types (project_id, group_type_index, group_type) "
+                "VALUES (?, ?, ?)",
+                (project_id, index, name),
+            )
+            _bump_definitions(conn, project_id)
+            return True
+
+        return bool(await self._writer.submit(write))
 
     async def list_events(
         self,
@@ -664,10 +617,7 @@ class SQLiteStore:
                 db.execute("COMMIT")
             rows.sort(key=lambda r: (r[5], r[0]), reverse=True)
             del rows[limit:]
-        return [
-            StoredEvent(r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], bool(r[7]), r[8], r[9])
-            for r in rows
-        ]
+        return [event_record(r) for r in rows]
 
     def _event_rows(
         self,
@@ -705,20 +655,15 @@ class SQLiteStore:
             if not rows:
                 return
             last_seq = rows[-1][0]
-            yield [
-                StoredEvent(
-                    r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], bool(r[7]), r[8], r[9]
-                )
-                for r in rows
-            ]
+            yield [event_record(r) for r in rows]
 
     async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
         count = self.db.execute(
             "SELECT COUNT(*) FROM ingestion_warnings WHERE project_id = ?", (project_id,)
         ).fetchone()[0]
         rows = self.db.execute(
-            "SELECT id, type, details, created_at_ms FROM ingestion_warnings "
+            f"SELECT {WARNING_COLUMNS} FROM ingestion_warnings "
             "WHERE project_id = ? ORDER BY id DESC LIMIT ? OFFSET ?",
             (project_id, limit, offset),
         ).fetchall()
-        return Page(count, [Warning(r[0], r[1], _decode(r[2]), r[3]) for r in rows])
+        return Page(count, [warning_record(r) for r in rows])

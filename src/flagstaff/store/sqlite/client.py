@@ -1,4 +1,4 @@
-"""A worker's connection to the SQLite ingest writer process (see ``sqlite_ingestd``).
+"""A worker's connection to the SQLite ingest writer process (see ``ingestd``).
 
 One Unix socket per worker, requests pipelined: each gets a request id, and the connection's
 protocol resolves the matching future when the writer answers (after its commit). Frames
@@ -13,7 +13,7 @@ import itertools
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
-from flagstaff.store.ingest_protocol import (
+from flagstaff.store.sqlite.protocol import (
     HEADER,
     answer_decoder,
     for_writer,

@@ -27,7 +27,13 @@ from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
-from flagstaff.store.records import warning_details
+from flagstaff.store.ingest_batch import (
+    apply_rules,
+    count_reasons,
+    needs_groups,
+    person_state,
+    warnings_of,
+)
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -165,18 +171,6 @@ def without_nul(events: list[Event]) -> list[Event]:
     return events if out is None else out
 
 
-def warning_values(
-    drops: list[Drop], extra: list[tuple[str, dict[str, Any]]]
-) -> tuple[list[str], list[str]]:
-    """(types, details) of the ingestion warnings for ``drops`` and the rules' ``extra``."""
-    types = [d.reason for d in drops]
-    details = [_json(warning_details(d)) for d in drops]
-    for kind, detail in extra:
-        types.append(kind)
-        details.append(_json(detail))
-    return types, details
-
-
 async def lock_persons(
     conn: asyncpg.Connection, project_id: int, distinct_ids: set[str]
 ) -> dict[str, person_rules.PersonState]:
@@ -195,11 +189,7 @@ async def lock_persons(
         states: dict[int, person_rules.PersonState] = {}
         out: dict[str, person_rules.PersonState] = {}
         for did, pid, puuid, props, identified, created, _expected in rows:
-            state = states.get(pid)
-            if state is None:
-                state = person_rules.PersonState(pid, puuid, _decode(props), identified, created)
-                states[pid] = state
-            out[did] = state
+            out[did] = person_state(states, pid, puuid, props, identified, created)
         return out
     raise StoreError("the persons of this batch kept changing under concurrent merges")
 
@@ -217,9 +207,9 @@ def group_claims(events: list[Event], types: dict[str, int]) -> list[str]:
     for event in events:
         target = group_rules.identify_target(event)
         if target is not None:
-            claims.add(f"\x1fg\x1f{target[0]}\x1f{target[1]}")
-            if target[0] not in types:
-                claims.add(f"\x1ft\x1f{target[0]}")
+            claims.add(f"\x1fg\x1f{target.group_type}\x1f{target.key}")
+            if target.group_type not in types:
+                claims.add(f"\x1ft\x1f{target.group_type}")
     return sorted(claims)
 
 
@@ -230,8 +220,8 @@ async def lock_groups(
     wanted: set[tuple[int, str]] = set()
     for event in events:
         target = group_rules.identify_target(event)
-        if target is not None and target[0] in types:
-            wanted.add((types[target[0]], target[1]))
+        if target is not None and target.group_type in types:
+            wanted.add((types[target.group_type], target.key))
     loaded: dict[tuple[int, str], group_rules.GroupState] = {}
     if wanted:
         indexes, keys = zip(*sorted(wanted), strict=True)
@@ -245,7 +235,17 @@ async def lock_groups(
 async def _write_persons(
     conn: asyncpg.Connection, project_id: int, book: person_rules.PersonBook
 ) -> None:
-    created = [op[1] for op in book.ops if op[0] == "create"]
+    created: list[person_rules.PersonState] = []
+    assigned: list[person_rules.AssignDistinctId] = []
+    merged: list[person_rules.MergePersons] = []
+    for op in book.ops:
+        match op:
+            case person_rules.CreatePerson(state=state):
+                created.append(state)
+            case person_rules.AssignDistinctId():
+                assigned.append(op)
+            case person_rules.MergePersons():
+                merged.append(op)
     if created:
         rows = await conn.fetch(
             _INSERT_PERSONS,
@@ -258,17 +258,15 @@ async def _write_persons(
         ids = dict((puuid, pid) for pid, puuid in rows)
         for state in created:
             state.id = ids[state.uuid]
-    assigned = [(op[1], op[2].id) for op in book.ops if op[0] == "assign"]
     if assigned:
         await conn.execute(
             _INSERT_DISTINCT_IDS,
             project_id,
-            [pg_text(did) for did, _ in assigned],
-            [pid for _, pid in assigned],
+            [pg_text(a.distinct_id) for a in assigned],
+            [a.state.id for a in assigned],
         )
-    for op in book.ops:
-        if op[0] == "merge":
-            await conn.execute(_MERGE, project_id, op[1].id, op[2].id)
+    for merge in merged:
+        await conn.execute(_MERGE, project_id, merge.source.id, merge.target.id)
     changed = book.changed()
     if changed:
         await conn.execute(
@@ -287,8 +285,8 @@ async def _write_groups(
         await conn.execute(
             _INSERT_GROUP_TYPES,
             project_id,
-            [index for index, _ in book.new_types],
-            [name for _, name in book.new_types],
+            [t.index for t in book.new_types],
+            [t.name for t in book.new_types],
         )
         await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
     changed = book.changed()
@@ -313,7 +311,13 @@ async def _write_groups(
         )
 
 
-Request = tuple[list[Event], list[Drop]]
+class Request(msgspec.Struct, frozen=True):
+    """One ingest call: its events and the drops normalization already made."""
+
+    events: list[Event]
+    drops: list[Drop]
+
+
 """One ``ingest`` call: its events (already :func:`without_nul`) and its drops."""
 
 
@@ -325,31 +329,26 @@ async def apply_ingest(
     The outcome is that of running them one after another: the rules see the events in
     arrival order, and an event uuid repeated across calls counts for the first one.
     """
-    events = [e for evs, _ in requests for e in evs] if len(requests) > 1 else requests[0][0]
-    owner = [n for n, (evs, _) in enumerate(requests) for _ in evs]
-    drops = [list(d) for _, d in requests]
+    if len(requests) > 1:
+        events = [e for request in requests for e in request.events]
+    else:
+        events = requests[0].events
+    owner = [n for n, request in enumerate(requests) for _ in request.events]
+    drops = [list(request.drops) for request in requests]
     distinct_ids = person_rules.ids_to_load(events)
     claims: list[str] = []
-    if any(e.event in group_rules.GROUP_IDENTIFY_EVENTS for e in events):
+    grouped = needs_groups(events)
+    if grouped:
         claims = group_claims(events, await group_types(conn, project_id))
     if distinct_ids or claims:
         await conn.execute(_CLAIM, project_id, list(distinct_ids), claims, MAX_CLAIMS)
     book = person_rules.PersonBook(project_id, await lock_persons(conn, project_id, distinct_ids))
-    group_book: group_rules.GroupBook | None = None
-    kept: list[Event] = []
-    kept_owner: list[int] = []
-    for event, n in zip(events, owner, strict=True):
-        if event.event in group_rules.GROUP_IDENTIFY_EVENTS:
-            if group_book is None:
-                group_book = await lock_groups(conn, project_id, events)
-            reason = group_rules.apply_group_identify(group_book, event)
-            if reason is not None:
-                drops[n].append(Drop.of(event, reason, group_rules.DROP_DETAILS[reason]))
-                continue
-        else:
-            person_rules.apply_event(book, event)
-        kept.append(event)
-        kept_owner.append(n)
+    group_book = await lock_groups(conn, project_id, events) if grouped else None
+    outcome = apply_rules(book, group_book, events)
+    for i, drop in zip(outcome.dropped, outcome.drops, strict=True):
+        drops[owner[i]].append(drop)
+    kept = [events[i] for i in outcome.kept] if outcome.drops else events
+    kept_owner = [owner[i] for i in outcome.kept]
 
     await _write_persons(conn, project_id, book)
     if group_book is not None:
@@ -359,13 +358,17 @@ async def apply_ingest(
         stored = await _insert_events(conn, project_id, kept, kept_owner, len(requests))
     all_drops = [d for ds in drops for d in ds]
     if all_drops or book.warnings:
-        types, details = warning_values(all_drops, book.warnings)
-        await conn.execute(INSERT_WARNINGS, project_id, types, details, now_ms)
+        warnings = warnings_of(all_drops, book.warnings)
+        await conn.execute(
+            INSERT_WARNINGS,
+            project_id,
+            [w.kind for w in warnings],
+            [_json(w.details) for w in warnings],
+            now_ms,
+        )
     results: list[IngestResult] = []
     for n in range(len(requests)):
-        dropped: dict[str, int] = {}
-        for d in drops[n]:
-            dropped[d.reason] = dropped.get(d.reason, 0) + 1
+        dropped = count_reasons(drops[n])
         kept_here = kept_owner.count(n) if len(requests) > 1 else len(kept)
         results.append(IngestResult(stored[n], kept_here - stored[n], dropped))
     return results

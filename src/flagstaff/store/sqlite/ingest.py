@@ -19,8 +19,14 @@ from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult
-from flagstaff.store.person_cache import PersonCache
-from flagstaff.store.records import warning_details
+from flagstaff.store.ingest_batch import (
+    apply_rules,
+    count_reasons,
+    needs_groups,
+    person_state,
+    warnings_of,
+)
+from flagstaff.store.sqlite.person_cache import PersonCache
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -50,13 +56,7 @@ def load_persons(
             (project_id, *chunk),
         )
         for did, pid, puuid, props, identified, created in rows:
-            state = states.get(pid)
-            if state is None:
-                state = person_rules.PersonState(
-                    pid, puuid, _decode(props), bool(identified), created
-                )
-                states[pid] = state
-            out[did] = state
+            out[did] = person_state(states, pid, puuid, props, identified, created)
     return out
 
 
@@ -73,35 +73,21 @@ def load_groups(
     loaded: dict[tuple[int, str], group_rules.GroupState] = {}
     for event in events:
         target = group_rules.identify_target(event)
-        if target is None or target[0] not in types:
+        if target is None or target.group_type not in types:
             continue
-        index = types[target[0]]
-        if (index, target[1]) in loaded:
+        index = types[target.group_type]
+        if (index, target.key) in loaded:
             continue
         row = conn.execute(
             "SELECT properties, created_at_ms FROM groups WHERE project_id = ? "
             "AND group_type_index = ? AND group_key = ?",
-            (project_id, index, target[1]),
+            (project_id, index, target.key),
         ).fetchone()
         if row is not None:
-            loaded[(index, target[1])] = group_rules.GroupState(
-                index, target[1], _decode(row[0]), row[1]
+            loaded[(index, target.key)] = group_rules.GroupState(
+                index, target.key, _decode(row[0]), row[1]
             )
     return group_rules.GroupBook(types, loaded)
-
-
-def warning_rows(
-    project_id: int, drops: list[Drop], now_ms: int
-) -> list[tuple[int, str, bytes, int]]:
-    return [
-        (
-            project_id,
-            d.reason,
-            _encode(warning_details(d)),
-            now_ms,
-        )
-        for d in drops
-    ]
 
 
 Reader = Callable[[], sqlite3.Connection]
@@ -209,34 +195,34 @@ def _plan_persons(
     cache: PersonCache | None,
 ) -> None:
     for op in book.ops:
-        kind = op[0]
-        if kind == "create":
-            op[1].id = ids.take(reader)
-        elif kind == "merge" and cache is not None and op[1].id is not None:
-            cache.forget(op[1].id)
+        match op:
+            case person_rules.CreatePerson(state=state):
+                state.id = ids.take(reader)
+            case person_rules.MergePersons(source=source) if (
+                cache is not None and source.id is not None
+            ):
+                cache.forget(source.id)
     for op in book.ops:
-        kind = op[0]
-        if kind == "create":
-            state = op[1]
-            plan.add(
-                _INSERT_PERSON,
-                (
-                    state.id,
-                    project_id,
-                    state.uuid,
-                    _encode(state.properties),
-                    int(state.is_identified),
-                    state.created_at_ms,
-                ),
-            )
-        elif kind == "assign":
-            plan.add(_ASSIGN, (project_id, op[1], op[2].id))
-        else:
-            source, target = op[1], op[2]
-            plan.add(_MOVE_IDS, (target.id, source.id))
-            plan.add(_COPY_OVERRIDES, (target.id, project_id, source.id))
-            plan.add(_DROP_OVERRIDES, (project_id, source.id))
-            plan.add(_DELETE_PERSON, (source.id,))
+        match op:
+            case person_rules.CreatePerson(state=state):
+                plan.add(
+                    _INSERT_PERSON,
+                    (
+                        state.id,
+                        project_id,
+                        state.uuid,
+                        _encode(state.properties),
+                        int(state.is_identified),
+                        state.created_at_ms,
+                    ),
+                )
+            case person_rules.AssignDistinctId(distinct_id=distinct_id, state=state):
+                plan.add(_ASSIGN, (project_id, distinct_id, state.id))
+            case person_rules.MergePersons(source=source, target=target):
+                plan.add(_MOVE_IDS, (target.id, source.id))
+                plan.add(_COPY_OVERRIDES, (target.id, project_id, source.id))
+                plan.add(_DROP_OVERRIDES, (project_id, source.id))
+                plan.add(_DELETE_PERSON, (source.id,))
     for s in book.changed():
         plan.add(
             _UPDATE_PERSON, (_encode(s.properties), int(s.is_identified), s.created_at_ms, s.id)
@@ -247,8 +233,8 @@ def _plan_persons(
 
 
 def _plan_groups(plan: WritePlan, project_id: int, book: group_rules.GroupBook) -> None:
-    for index, name in book.new_types:
-        plan.add(_INSERT_GROUP_TYPE, (project_id, index, name))
+    for new_type in book.new_types:
+        plan.add(_INSERT_GROUP_TYPE, (project_id, new_type.index, new_type.name))
     for g in book.changed():
         plan.add(
             _UPSERT_GROUP, (project_id, g.type_index, g.key, _encode(g.properties), g.created_at_ms)
@@ -291,21 +277,14 @@ def plan_ingest(
     the planned changes, so a plan that is not committed must be followed by ``cache.clear()``
     and ``ids.reset()``.
     """
-    drops = list(drops)
     book = _book_for(reader, project_id, events, cache)
-    group_book: group_rules.GroupBook | None = None
-    kept: list[Event] = []
-    for event in events:
-        if event.event in group_rules.GROUP_IDENTIFY_EVENTS:
-            if group_book is None:
-                group_book = load_groups(reader(), project_id, events)
-            reason = group_rules.apply_group_identify(group_book, event)
-            if reason is not None:
-                drops.append(Drop.of(event, reason, group_rules.DROP_DETAILS[reason]))
-                continue
-        else:
-            person_rules.apply_event(book, event)
-        kept.append(event)
+    group_book = load_groups(reader(), project_id, events) if needs_groups(events) else None
+    outcome = apply_rules(book, group_book, events)
+    if outcome.drops:
+        drops = [*drops, *outcome.drops]
+        kept = [events[i] for i in outcome.kept]
+    else:
+        kept = events
 
     plan = WritePlan()
     _plan_persons(plan, project_id, book, ids, reader, cache)
@@ -326,12 +305,10 @@ def plan_ingest(
         )
         for e in kept
     ]
-    plan.warning_rows = warning_rows(project_id, drops, now_ms)
-    plan.warning_rows.extend(
-        (project_id, kind, _encode(details), now_ms) for kind, details in book.warnings
-    )
-    for d in drops:
-        plan.dropped[d.reason] = plan.dropped.get(d.reason, 0) + 1
+    plan.warning_rows = [
+        (project_id, w.kind, _encode(w.details), now_ms) for w in warnings_of(drops, book.warnings)
+    ]
+    plan.dropped = count_reasons(drops)
     return plan
 
 

@@ -1,33 +1,35 @@
 """The shared store for several nodes: PostgreSQL through an asyncpg pool.
 
-``PostgresStore(url)`` takes ``postgresql://user:password@host:port/database``; an extra
-query parameter ``pool_size`` (default 10) sets the connections of this process's pool.
-Migrations in ``migrations/postgres`` run at :meth:`open` under an advisory lock, so nodes
-may start together. Every flag, cohort and group type change bumps the project's
-definitions version in the same transaction and sends ``NOTIFY flagstaff_definitions,
-'<project id>'``; :meth:`PostgresStore.listen_definitions` delivers those to a callback.
+``PostgresStore(url)`` takes ``postgresql://user:password@host:port/database``; the extra
+query parameters ``pool_size`` (default 10) and ``ingest_lanes`` (default 1) are read by
+:func:`~flagstaff.store.postgres.pool.split_url`. :meth:`PostgresStore.open` runs the
+migrations (:mod:`~flagstaff.store.postgres.schema`) under an advisory lock, so nodes may
+start together. Every flag, cohort and group type change bumps the project's definitions
+version in the same transaction and sends ``NOTIFY flagstaff_definitions, '<project id>'``;
+:meth:`PostgresStore.listen_definitions` delivers those to a callback.
+
+Ingestion is group-committed (:mod:`~flagstaff.store.postgres.group_commit`): at most
+``ingest_lanes`` transactions run at once, and calls arriving meanwhile are applied together
+in the next one (:func:`~flagstaff.store.postgres.ingest.apply_ingest`), retried whole when
+it raced another node.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
-from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import msgspec
 
 from flagstaff import logs
+from flagstaff.accounts import keys
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.store import keys
 from flagstaff.store.base import (
     Conflict,
     Definitions,
@@ -40,9 +42,9 @@ from flagstaff.store.base import (
     PersonalKey,
     Project,
     StoredEvent,
-    Warning,
 )
-from flagstaff.store.postgres_ingest import (
+from flagstaff.store.postgres.group_commit import IngestLanes
+from flagstaff.store.postgres.ingest import (
     BUMP_DEFINITIONS,
     RETRYABLE,
     Request,
@@ -50,101 +52,37 @@ from flagstaff.store.postgres_ingest import (
     pg_text,
     without_nul,
 )
-from flagstaff.store.records import (
+from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
+from flagstaff.store.postgres.schema import migrate
+from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
+    GROUP_COLUMNS,
+    PERSONAL_KEY_COLUMNS,
+    PROJECT_COLUMNS,
+    WARNING_COLUMNS,
+    cohort_body,
     cohort_record,
     definition_body,
+    definitions_record,
+    event_record,
     flag_record,
+    group_record,
+    group_type_change,
+    json_text,
+    now_iso,
+    warning_record,
 )
 
-_encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 CHANNEL = "flagstaff_definitions"
-DEFAULT_POOL_SIZE = 10
-DEFAULT_INGEST_LANES = 1
-"""Ingest transactions in flight per store by default. One lane makes the largest groups: on
-the 2-core VM with PostgreSQL beside the server (bench.ingest_load --postgres), 1 lane gave
-1,195 single events/s and 20.9k batched events/s, 2 lanes 880 and 18.8k, 5 lanes 539 and
-16.7k; each transaction costs the worker its round trips, whatever its size."""
-_GROUP_EVENTS = 2000
-_MIGRATION_LOCK = 0x666C6167_6D696772  # "flagmigr"
 _INGEST_ATTEMPTS = 20
 _LISTEN_CHECK_SECONDS = 30.0
 
 DefinitionsCallback = Callable[[int | None], None]
-_Queued = tuple[Request, "asyncio.Future[IngestResult]"]
 
 
-_POOL_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
-"""Every statement here is written for a generic plan (point look-ups, unnest() joins on
-primary keys). Left to choose, PostgreSQL kept re-planning /flags' context statement on every
-call (0.29 ms of planning for 0.1 ms of execution): 335 -> 150 us of server CPU per call."""
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Replaces asyncpg's reset query on release (advisory unlocks, ``CLOSE ALL``, ``UNLISTEN``,
-    ``RESET ALL``): one round trip per pooled call. Pooled connections set no session state:
-    migrations and LISTEN have connections of their own, and locks are transaction-scoped.
-    asyncpg still rolls back a transaction left open."""
-
-
-def _json(value: Any) -> str:
-    return _encode(value).decode()
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def split_url(url: str) -> tuple[str, dict[str, int]]:
-    """(the DSN for asyncpg, our own options) of a ``postgresql://`` URL."""
-    parts = urlsplit(url)
-    options = {"pool_size": DEFAULT_POOL_SIZE, "ingest_lanes": 0}
-    rest: list[tuple[str, str]] = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in options:
-            options[name] = max(1, int(value))
-        else:
-            rest.append((name, value))
-    if not options["ingest_lanes"]:
-        options["ingest_lanes"] = DEFAULT_INGEST_LANES
-    return urlunsplit(parts._replace(query=urlencode(rest))), options
-
-
-async def migrate(conn: asyncpg.Connection) -> int:
-    """Apply every migration not yet applied; returns the schema version. Safe to rerun."""
-    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
-    try:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
-            "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        done = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-        folder = resources.files("flagstaff.store") / "migrations" / "postgres"
-        scripts = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
-        version = max(done, default=0)
-        for name in scripts:
-            number = int(name.split("_", 1)[0])
-            if number in done:
-                continue
-            async with conn.transaction():
-                await conn.execute((folder / name).read_text())
-                await conn.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", number, name
-                )
-            version = max(version, number)
-        return version
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
-
-
-def _event_row(r: asyncpg.Record) -> StoredEvent:
-    return StoredEvent(r[0], r[1], r[2], r[3], _decode(r[4]), r[5], r[6], r[7], r[8], r[9])
-
-
-_PROJECT_COLUMNS = "id, uuid, name, api_token, created_at"
 _EVENT_COLUMNS = (
     "e.seq, e.uuid::text, e.event, e.distinct_id, e.properties, e.timestamp_ms, e.received_ms, "
     "e.historical, p.id, p.uuid::text FROM events e "
@@ -192,9 +130,7 @@ class PostgresStore:
         self.ingest_lanes = min(options["ingest_lanes"], self.pool_size)
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncio.Task[None] | None = None
-        self._queued: dict[int, collections.deque[_Queued]] = {}
-        self._lanes: set[asyncio.Task[None]] = set()
-        self._running = 0
+        self._lanes = IngestLanes(self.ingest_lanes, self._transact)
         self.ingest_retries = 0
         self.ingest_transactions = 0
 
@@ -210,13 +146,12 @@ class PostgresStore:
             self.dsn,
             min_size=min(2, self.pool_size),
             max_size=self.pool_size,
-            reset=_keep_session,
-            server_settings=_POOL_SETTINGS,
+            reset=keep_session,
+            server_settings=POOL_SETTINGS,
         )
 
     async def close(self) -> None:
-        while self._lanes:
-            await asyncio.gather(*self._lanes, return_exceptions=True)
+        await self._lanes.drain()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -298,7 +233,7 @@ class PostgresStore:
     async def create_project(self, name: str, api_token: str | None = None) -> Project:
         token = api_token or keys.new_project_token()
         project_uuid = str(uuid.uuid4())
-        created = _now_iso()
+        created = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
             try:
                 project_id = await conn.fetchval(
@@ -310,23 +245,23 @@ class PostgresStore:
                     created,
                 )
             except asyncpg.UniqueViolationError:
-                raise Conflict("api_token", "a project with this token already exists") from None
+                raise Conflict.project_token_taken() from None
             await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
         return Project(project_id, project_uuid, name, token, created)
 
     async def list_projects(self) -> list[Project]:
-        rows = await self.pool.fetch(f"SELECT {_PROJECT_COLUMNS} FROM projects ORDER BY id")
+        rows = await self.pool.fetch(f"SELECT {PROJECT_COLUMNS} FROM projects ORDER BY id")
         return [Project(*row) for row in rows]
 
     async def get_project(self, project_id: int) -> Project | None:
         row = await self.pool.fetchrow(
-            f"SELECT {_PROJECT_COLUMNS} FROM projects WHERE id = $1", project_id
+            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE id = $1", project_id
         )
         return Project(*row) if row else None
 
     async def get_project_by_token(self, api_token: str) -> Project | None:
         row = await self.pool.fetchrow(
-            f"SELECT {_PROJECT_COLUMNS} FROM projects WHERE api_token = $1", pg_text(api_token)
+            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE api_token = $1", pg_text(api_token)
         )
         return Project(*row) if row else None
 
@@ -334,7 +269,7 @@ class PostgresStore:
         self, project_id: int, label: str, value: str | None = None
     ) -> tuple[PersonalKey, str]:
         secret = value or keys.new_personal_key()
-        created = _now_iso()
+        created = now_iso()
         mask = keys.mask_key(secret)
         try:
             key_id = await self.pool.fetchval(
@@ -347,13 +282,12 @@ class PostgresStore:
                 created,
             )
         except asyncpg.UniqueViolationError:
-            raise Conflict("value", "this personal API key already exists") from None
+            raise Conflict.personal_key_taken() from None
         return PersonalKey(key_id, project_id, label, mask, created), secret
 
     async def find_personal_key(self, value: str) -> PersonalKey | None:
         row = await self.pool.fetchrow(
-            "SELECT id, project_id, label, mask, created_at FROM personal_api_keys "
-            "WHERE secure_value = $1",
+            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = $1",
             keys.hash_key(value),
         )
         return PersonalKey(*row) if row else None
@@ -397,7 +331,8 @@ class PostgresStore:
     async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
         body = definition_body(data)
         key = data["key"]
-        now = _now_iso()
+        now = now_iso()
+        created = data.get("created_at") or now  # an import keeps the exported one
         async with self.pool.acquire() as conn:
             try:
                 async with conn.transaction():
@@ -407,13 +342,13 @@ class PostgresStore:
                         f"RETURNING {FLAG_COLUMNS}",
                         project_id,
                         pg_text(key),
-                        _json(body),
-                        now,
+                        json_text(body),
+                        created,
                         now,
                     )
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
             except asyncpg.UniqueViolationError:
-                raise Conflict("key", f"a feature flag with key {key!r} already exists") from None
+                raise Conflict.flag_key_taken(key) from None
         return flag_record(row)
 
     async def update_flag(
@@ -423,7 +358,7 @@ class PostgresStore:
         body = definition_body(data)
         expected = data.get("version")
         deleted = bool(data.get("deleted"))
-        now = _now_iso()
+        now = now_iso()
         async with self.pool.acquire() as conn:
             try:
                 async with conn.transaction():
@@ -436,24 +371,20 @@ class PostgresStore:
                     if current is None:
                         raise NotFound(f"feature flag {flag_id}")
                     if expected is not None and current != expected:
-                        raise Conflict(
-                            "version", "the flag changed meanwhile; read it again and retry"
-                        )
+                        raise Conflict.flag_version_stale()
                     row = await conn.fetchrow(
                         "UPDATE feature_flags SET key = $1, data = $2, deleted = $3, "
                         f"version = version + 1, updated_at = $4 WHERE id = $5 "
                         f"RETURNING {FLAG_COLUMNS}",
                         pg_text(data["key"]),
-                        _json(body),
+                        json_text(body),
                         deleted,
                         now,
                         flag_id,
                     )
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
             except asyncpg.UniqueViolationError:
-                raise Conflict(
-                    "key", f"a feature flag with key {data['key']!r} already exists"
-                ) from None
+                raise Conflict.flag_key_taken(data["key"]) from None
         return flag_record(row)
 
     # cohorts ---------------------------------------------------------------------------
@@ -481,19 +412,17 @@ class PostgresStore:
         return cohort_record(row) if row else None
 
     async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = definition_body(data)
-        is_static = bool(data.get("is_static"))
-        members = [pg_text(str(d)) for d in data.get("distinct_ids") or []]
-        body.pop("distinct_ids", None)
-        now = _now_iso()
+        cohort = cohort_body(data)
+        members = [pg_text(d) for d in cohort.members]
+        now = now_iso()
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 cohort_id = await conn.fetchval(
                     "INSERT INTO cohorts (project_id, is_static, deleted, version, data, "
                     "created_at, updated_at) VALUES ($1, $2, false, 1, $3, $4, $5) RETURNING id",
                     project_id,
-                    is_static,
-                    _json(body),
+                    cohort.is_static,
+                    json_text(cohort.body),
                     now,
                     now,
                 )
@@ -507,17 +436,16 @@ class PostgresStore:
     async def update_cohort(
         self, project_id: int, cohort_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
-        body = definition_body(data)
-        body.pop("distinct_ids", None)
+        body = cohort_body(data).body
         deleted = bool(data.get("deleted"))
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 status = await conn.execute(
                     "UPDATE cohorts SET data = $1, deleted = $2, version = version + 1, "
                     "updated_at = $3 WHERE project_id = $4 AND id = $5",
-                    _json(body),
+                    json_text(body),
                     deleted,
-                    _now_iso(),
+                    now_iso(),
                     project_id,
                     cohort_id,
                 )
@@ -543,7 +471,7 @@ class PostgresStore:
                 if is_static is None:
                     raise NotFound(f"cohort {cohort_id}")
                 if not is_static:
-                    raise Conflict("is_static", "only static cohorts have members to add or remove")
+                    raise Conflict.cohort_not_static()
                 await _add_members(conn, project_id, cohort_id, [pg_text(d) for d in add])
                 if remove:
                     await conn.execute(
@@ -554,7 +482,7 @@ class PostgresStore:
                     )
                 await conn.execute(
                     "UPDATE cohorts SET version = version + 1, updated_at = $1 WHERE id = $2",
-                    _now_iso(),
+                    now_iso(),
                     cohort_id,
                 )
             row = await conn.fetchrow(
@@ -600,9 +528,7 @@ class PostgresStore:
                 "SELECT group_type_index, group_type FROM group_types WHERE project_id = $1",
                 project_id,
             )
-        cohorts = {str(c["id"]): c for c in (cohort_record(r) for r in cohort_rows)}
-        mapping = {str(index): name for index, name in type_rows}
-        return Definitions(int(version or 0), [flag_record(r) for r in flag_rows], cohorts, mapping)
+        return definitions_record(version, flag_rows, cohort_rows, type_rows)
 
     async def flag_context(
         self,
@@ -673,54 +599,7 @@ class PostgresStore:
         (group commit). A group that raced another node is retried whole; a group that fails
         otherwise is retried call by call, so one bad call fails alone.
         """
-        future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-        waiting = self._queued.get(project_id)
-        if waiting is None:
-            waiting = self._queued[project_id] = collections.deque()
-        waiting.append(((without_nul(events), list(drops)), future))
-        if self._running < self.ingest_lanes:
-            self._running += 1
-            lane = asyncio.create_task(self._lane())
-            self._lanes.add(lane)
-            lane.add_done_callback(self._lanes.discard)
-        return await future
-
-    async def _lane(self) -> None:
-        try:
-            while self._queued:
-                project_id = next(iter(self._queued))
-                waiting = self._queued[project_id]
-                group = [waiting.popleft()]
-                size = len(group[0][0][0])
-                while waiting and size + len(waiting[0][0][0]) <= _GROUP_EVENTS:
-                    item = waiting.popleft()
-                    group.append(item)
-                    size += len(item[0][0])
-                if not waiting:
-                    del self._queued[project_id]
-                await self._commit_group(project_id, group)
-        finally:
-            # No await between the empty check above and this: a call queued later starts
-            # a lane of its own.
-            self._running -= 1
-
-    async def _commit_group(self, project_id: int, group: list[_Queued]) -> None:
-        try:
-            results = await self._transact(project_id, [request for request, _ in group])
-        except Exception as exc:
-            if len(group) == 1:
-                _settle(group[0][1], None, exc)
-                return
-            for request, future in group:
-                try:
-                    result = (await self._transact(project_id, [request]))[0]
-                except Exception as alone:
-                    _settle(future, None, alone)
-                else:
-                    _settle(future, result, None)
-            return
-        for (_, future), result in zip(group, results, strict=True):
-            _settle(future, result, None)
+        return await self._lanes.submit(project_id, Request(without_nul(events), list(drops)))
 
     async def _transact(self, project_id: int, requests: list[Request]) -> list[IngestResult]:
         for attempt in range(_INGEST_ATTEMPTS):
@@ -757,17 +636,13 @@ class PostgresStore:
         self, project_id: int, group_type_index: int, group_key: str
     ) -> Group | None:
         row = await self.pool.fetchrow(
-            "SELECT g.group_type_index, t.group_type, g.group_key, g.properties, "
-            "g.created_at_ms FROM groups g JOIN group_types t ON t.project_id = g.project_id "
-            "AND t.group_type_index = g.group_type_index "
+            f"SELECT {GROUP_COLUMNS} "
             "WHERE g.project_id = $1 AND g.group_type_index = $2 AND g.group_key = $3",
             project_id,
             group_type_index,
             pg_text(group_key),
         )
-        if row is None:
-            return None
-        return Group(row[0], row[1], row[2], _decode(row[3]), row[4])
+        return group_record(row) if row is not None else None
 
     async def list_group_types(self, project_id: int) -> dict[int, str]:
         rows = await self.pool.fetch(
@@ -776,6 +651,27 @@ class PostgresStore:
             project_id,
         )
         return {index: name for index, name in rows}
+
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
+        """Map group type ``index`` to ``name``; False when it is so already (see
+        :func:`~flagstaff.store.rows.group_type_change`)."""
+        for _ in range(2):
+            if not group_type_change(await self.list_group_types(project_id), index, name):
+                return False
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    await conn.execute(
+                        "INSERT INTO group_types (project_id, group_type_index, group_type) "
+                        "VALUES ($1, $2, $3)",
+                        project_id,
+                        index,
+                        pg_text(name),
+                    )
+                    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                return True
+            except asyncpg.UniqueViolationError:
+                continue  # ingestion added a type meanwhile: judge again against it
+        raise Conflict("group_type", "group types changed meanwhile; retry")
 
     async def list_events(
         self,
@@ -811,7 +707,7 @@ class PostgresStore:
             f"ORDER BY e.timestamp_ms DESC, e.seq DESC LIMIT {arg(limit)}",
             *args,
         )
-        return [_event_row(r) for r in rows]
+        return [event_record(r) for r in rows]
 
     async def iter_events(
         self, project_id: int, since_ms: int | None, batch: int = 1000
@@ -831,7 +727,7 @@ class PostgresStore:
             if not rows:
                 return
             last_seq = rows[-1][0]
-            yield [_event_row(r) for r in rows]
+            yield [event_record(r) for r in rows]
 
     async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
         async with self.pool.acquire() as conn:
@@ -839,13 +735,13 @@ class PostgresStore:
                 "SELECT count(*) FROM ingestion_warnings WHERE project_id = $1", project_id
             )
             rows = await conn.fetch(
-                "SELECT id, type, details, created_at_ms FROM ingestion_warnings "
+                f"SELECT {WARNING_COLUMNS} FROM ingestion_warnings "
                 "WHERE project_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3",
                 project_id,
                 limit,
                 offset,
             )
-        return Page(int(count), [Warning(r[0], r[1], _decode(r[2]), r[3]) for r in rows])
+        return Page(int(count), [warning_record(r) for r in rows])
 
 
 async def _add_members(
@@ -859,18 +755,6 @@ async def _add_members(
             cohort_id,
             members,
         )
-
-
-def _settle(
-    future: asyncio.Future[IngestResult], result: IngestResult | None, exc: Exception | None
-) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        assert result is not None
-        future.set_result(result)
 
 
 def _deliver(callback: DefinitionsCallback, project_id: int | None) -> None:

@@ -1,7 +1,7 @@
 -- Events by distinct id, maintained in bulk behind the events table instead of as an index of
 -- it: a per-event index on a random key dirties about one page per event, which halved the
 -- insert rate. The ingest writer appends the entries of events past `watermark` in key order
--- (store/sqlite_event_index.py); readers scan the few events past the watermark directly.
+-- (store/sqlite/event_index.py); readers scan the few events past the watermark directly.
 DROP INDEX events_distinct_id;
 
 CREATE TABLE events_by_distinct_id (
