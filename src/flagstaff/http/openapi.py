@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.http import account_schemas as a
 from flagstaff.http import schemas as s
 
 _REF = "#/components/schemas/{name}"
@@ -104,6 +105,28 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_warnings": Doc("", s.WarningPage, query=_PAGING),
+    "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput),
+    "flag_activity": Doc(
+        "",
+        a.FlagActivityPage,
+        query=(
+            Param("limit", "integer", "page size (default 10)"),
+            Param("page", "integer", "page number, from 1"),
+        ),
+    ),
+    "activity_log": Doc(
+        "",
+        a.ActivityPage,
+        query=(
+            Param("scope", "string", "only this kind of item (FeatureFlag, Cohort, ...)"),
+            Param("item_id", "string", "only this item"),
+            Param("user", "integer", "only changes by this user id"),
+            Param("cursor", "string", "opaque cursor from the previous page's next link"),
+        ),
+    ),
+    "list_keys": Doc("", list[a.PersonalApiKey]),
+    "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
+    "revoke_key": Doc("", None, status=204),
 }
 
 # public routes, by route name -----------------------------------------------------------------

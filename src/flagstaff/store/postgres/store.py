@@ -29,6 +29,8 @@ import msgspec
 
 from flagstaff import logs
 from flagstaff.accounts import keys
+from flagstaff.accounts.api_keys import key_prefix
+from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import (
     Conflict,
@@ -43,6 +45,7 @@ from flagstaff.store.base import (
     Project,
     StoredEvent,
 )
+from flagstaff.store.postgres.accounts import PostgresAccounts, write_change, write_flag_version
 from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
     BUMP_DEFINITIONS,
@@ -121,7 +124,67 @@ SELECT
 """
 
 
-class PostgresStore:
+async def _flag_in(conn: asyncpg.Connection, flag_id: int) -> dict[str, Any]:
+    return flag_record(
+        await conn.fetchrow(f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE id = $1", flag_id)
+    )
+
+
+async def _cohort_in(conn: asyncpg.Connection, cohort_id: int) -> dict[str, Any]:
+    return cohort_record(
+        await conn.fetchrow(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id)
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def _log_flag(
+    conn: asyncpg.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    """The activity record and the version row of a flag write, in its transaction."""
+    now_ms = _now_ms()
+    if before is not None:  # a flag older than the history: keep the version it replaces
+        await write_flag_version(conn, project_id, before, None, None, now_ms)
+    activity_id = await write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.FEATURE_FLAG,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=now_ms,
+    )
+    user_id = source.actor.user_id if source else None
+    await write_flag_version(conn, project_id, after, activity_id, user_id, now_ms)
+
+
+async def _log_cohort(
+    conn: asyncpg.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    await write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.COHORT,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=_now_ms(),
+    )
+
+
+class PostgresStore(PostgresAccounts):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:
@@ -274,12 +337,15 @@ class PostgresStore:
         try:
             key_id = await self.pool.fetchval(
                 "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
-                "created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                "created_at, prefix, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                "RETURNING id",
                 project_id,
                 pg_text(label),
                 keys.hash_key(secret),
                 pg_text(mask),
                 created,
+                pg_text(key_prefix(secret)),
+                _now_ms(),
             )
         except asyncpg.UniqueViolationError:
             raise Conflict.personal_key_taken() from None
@@ -287,7 +353,8 @@ class PostgresStore:
 
     async def find_personal_key(self, value: str) -> PersonalKey | None:
         row = await self.pool.fetchrow(
-            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = $1",
+            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = $1 "
+            "AND revoked_at_ms IS NULL",
             keys.hash_key(value),
         )
         return PersonalKey(*row) if row else None
@@ -328,7 +395,9 @@ class PostgresStore:
         )
         return flag_record(row) if row else None
 
-    async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    async def create_flag(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]:
         body = definition_body(data)
         key = data["key"]
         now = now_iso()
@@ -347,12 +416,17 @@ class PostgresStore:
                         now,
                     )
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                    await _log_flag(conn, project_id, None, flag_record(row), source)
             except asyncpg.UniqueViolationError:
                 raise Conflict.flag_key_taken(key) from None
         return flag_record(row)
 
     async def update_flag(
-        self, project_id: int, flag_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        flag_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
         body = definition_body(data)
@@ -372,6 +446,7 @@ class PostgresStore:
                         raise NotFound(f"feature flag {flag_id}")
                     if expected is not None and current != expected:
                         raise Conflict.flag_version_stale()
+                    before = await _flag_in(conn, flag_id)
                     row = await conn.fetchrow(
                         "UPDATE feature_flags SET key = $1, data = $2, deleted = $3, "
                         f"version = version + 1, updated_at = $4 WHERE id = $5 "
@@ -383,6 +458,7 @@ class PostgresStore:
                         flag_id,
                     )
                     await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                    await _log_flag(conn, project_id, before, flag_record(row), source)
             except asyncpg.UniqueViolationError:
                 raise Conflict.flag_key_taken(data["key"]) from None
         return flag_record(row)
@@ -411,7 +487,9 @@ class PostgresStore:
         )
         return cohort_record(row) if row else None
 
-    async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    async def create_cohort(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]:
         cohort = cohort_body(data)
         members = [pg_text(d) for d in cohort.members]
         now = now_iso()
@@ -428,18 +506,29 @@ class PostgresStore:
                 )
                 await _add_members(conn, project_id, cohort_id, members)
                 await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                await _log_cohort(conn, project_id, None, await _cohort_in(conn, cohort_id), source)
             row = await conn.fetchrow(
                 f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
             )
         return cohort_record(row)
 
     async def update_cohort(
-        self, project_id: int, cohort_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        cohort_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         body = cohort_body(data).body
         deleted = bool(data.get("deleted"))
         async with self.pool.acquire() as conn:
             async with conn.transaction():
+                exists = await conn.fetchval(
+                    "SELECT 1 FROM cohorts WHERE project_id = $1 AND id = $2 FOR UPDATE",
+                    project_id,
+                    cohort_id,
+                )
+                before = await _cohort_in(conn, cohort_id) if exists else None
                 status = await conn.execute(
                     "UPDATE cohorts SET data = $1, deleted = $2, version = version + 1, "
                     "updated_at = $3 WHERE project_id = $4 AND id = $5",
@@ -452,13 +541,21 @@ class PostgresStore:
                 if status == "UPDATE 0":
                     raise NotFound(f"cohort {cohort_id}")
                 await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                await _log_cohort(
+                    conn, project_id, before, await _cohort_in(conn, cohort_id), source
+                )
             row = await conn.fetchrow(
                 f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
             )
         return cohort_record(row)
 
     async def change_static_members(
-        self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
+        self,
+        project_id: int,
+        cohort_id: int,
+        add: list[str],
+        remove: list[str],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         async with self.pool.acquire() as conn:
             async with conn.transaction():
@@ -472,6 +569,7 @@ class PostgresStore:
                     raise NotFound(f"cohort {cohort_id}")
                 if not is_static:
                     raise Conflict.cohort_not_static()
+                before = await _cohort_in(conn, cohort_id)
                 await _add_members(conn, project_id, cohort_id, [pg_text(d) for d in add])
                 if remove:
                     await conn.execute(
@@ -484,6 +582,9 @@ class PostgresStore:
                     "UPDATE cohorts SET version = version + 1, updated_at = $1 WHERE id = $2",
                     now_iso(),
                     cohort_id,
+                )
+                await _log_cohort(
+                    conn, project_id, before, await _cohort_in(conn, cohort_id), source
                 )
             row = await conn.fetchrow(
                 f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id

@@ -25,6 +25,8 @@ from typing import Any
 import msgspec
 
 from flagstaff.accounts import keys
+from flagstaff.accounts.api_keys import key_prefix
+from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import (
     Conflict,
@@ -59,12 +61,71 @@ from flagstaff.store.rows import (
     warning_record,
 )
 from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.accounts import SQLiteAccounts, write_change, write_flag_version
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import Writer, connect
 
 _decode = msgspec.json.decode
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _flag_in(conn: sqlite3.Connection, flag_id: int) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE id = ?", (flag_id,))
+    return flag_record(row.fetchone())
+
+
+def _cohort_in(conn: sqlite3.Connection, cohort_id: int) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = ?", (cohort_id,))
+    return cohort_record(row.fetchone())
+
+
+def _log_flag(
+    conn: sqlite3.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    """The activity record and the version row of a flag write, in its transaction."""
+    now_ms = _now_ms()
+    if before is not None:  # a flag older than the history: keep the version it replaces
+        write_flag_version(conn, project_id, before, None, None, now_ms)
+    activity_id = write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.FEATURE_FLAG,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=now_ms,
+    )
+    user_id = source.actor.user_id if source else None
+    write_flag_version(conn, project_id, after, activity_id, user_id, now_ms)
+
+
+def _log_cohort(
+    conn: sqlite3.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.COHORT,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=_now_ms(),
+    )
 
 
 def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
@@ -75,8 +136,8 @@ def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
     )
 
 
-class SQLiteStore:
-    """The :class:`~flagstaff.store.base.Store` on an SQLite file."""
+class SQLiteStore(SQLiteAccounts):
+    """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(self, path: Path, ingest_socket: str | None = None) -> None:
         self.path = path
@@ -169,9 +230,12 @@ class SQLiteStore:
             try:
                 cur = conn.execute(
                     "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
-                    "created_at) VALUES (?, ?, ?, ?, ?)",
-                    (project_id, label, keys.hash_key(secret), mask, created),
-                )
+                    "created_at, prefix, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        project_id, label, keys.hash_key(secret), mask, created,
+                        key_prefix(secret), _now_ms(),
+                    ),
+                )  # fmt: skip
             except sqlite3.IntegrityError:
                 raise Conflict.personal_key_taken() from None
             return int(cur.lastrowid or 0)
@@ -181,7 +245,8 @@ class SQLiteStore:
 
     async def find_personal_key(self, value: str) -> PersonalKey | None:
         row = self.db.execute(
-            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = ?",
+            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = ? "
+            "AND revoked_at_ms IS NULL",
             (keys.hash_key(value),),
         ).fetchone()
         return PersonalKey(*row) if row else None
@@ -217,7 +282,9 @@ class SQLiteStore:
         ).fetchone()
         return flag_record(row) if row else None
 
-    async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    async def create_flag(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]:
         body = definition_body(data)
         key = data["key"]
         now = now_iso()
@@ -233,7 +300,9 @@ class SQLiteStore:
             except sqlite3.IntegrityError:
                 raise Conflict.flag_key_taken(key) from None
             _bump_definitions(conn, project_id)
-            return int(cur.lastrowid or 0)
+            flag_id = int(cur.lastrowid or 0)
+            _log_flag(conn, project_id, None, _flag_in(conn, flag_id), source)
+            return flag_id
 
         flag_id = await self._writer.submit(write)
         flag = await self.get_flag(project_id, flag_id)
@@ -241,7 +310,11 @@ class SQLiteStore:
         return flag
 
     async def update_flag(
-        self, project_id: int, flag_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        flag_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
         body = definition_body(data)
@@ -258,6 +331,7 @@ class SQLiteStore:
                 raise NotFound(f"feature flag {flag_id}")
             if expected is not None and row[0] != expected:
                 raise Conflict.flag_version_stale()
+            before = _flag_in(conn, flag_id)
             try:
                 conn.execute(
                     "UPDATE feature_flags SET key = ?, data = ?, deleted = ?, "
@@ -267,6 +341,7 @@ class SQLiteStore:
             except sqlite3.IntegrityError:
                 raise Conflict.flag_key_taken(data["key"]) from None
             _bump_definitions(conn, project_id)
+            _log_flag(conn, project_id, before, _flag_in(conn, flag_id), source)
 
         await self._writer.submit(write)
         flag = await self.get_flag(project_id, flag_id)
@@ -293,7 +368,9 @@ class SQLiteStore:
         ).fetchone()
         return cohort_record(row) if row else None
 
-    async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    async def create_cohort(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]:
         cohort = cohort_body(data)
         now = now_iso()
 
@@ -309,6 +386,7 @@ class SQLiteStore:
                 [(cohort_id, d) for d in cohort.members],
             )
             _bump_definitions(conn, project_id)
+            _log_cohort(conn, project_id, None, _cohort_in(conn, cohort_id), source)
             return cohort_id
 
         cohort_id = await self._writer.submit(write)
@@ -317,13 +395,21 @@ class SQLiteStore:
         return created
 
     async def update_cohort(
-        self, project_id: int, cohort_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        cohort_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         body = cohort_body(data).body
         deleted = 1 if data.get("deleted") else 0
         now = now_iso()
 
         def write(conn: sqlite3.Connection) -> None:
+            exists = conn.execute(
+                "SELECT 1 FROM cohorts WHERE project_id = ? AND id = ?", (project_id, cohort_id)
+            ).fetchone()
+            before = _cohort_in(conn, cohort_id) if exists else None
             cur = conn.execute(
                 "UPDATE cohorts SET data = ?, deleted = ?, version = version + 1, updated_at = ? "
                 "WHERE project_id = ? AND id = ?",
@@ -332,6 +418,7 @@ class SQLiteStore:
             if cur.rowcount == 0:
                 raise NotFound(f"cohort {cohort_id}")
             _bump_definitions(conn, project_id)
+            _log_cohort(conn, project_id, before, _cohort_in(conn, cohort_id), source)
 
         await self._writer.submit(write)
         cohort = await self.get_cohort(project_id, cohort_id)
@@ -339,7 +426,12 @@ class SQLiteStore:
         return cohort
 
     async def change_static_members(
-        self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
+        self,
+        project_id: int,
+        cohort_id: int,
+        add: list[str],
+        remove: list[str],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         def write(conn: sqlite3.Connection) -> None:
             row = conn.execute(
@@ -350,6 +442,7 @@ class SQLiteStore:
                 raise NotFound(f"cohort {cohort_id}")
             if not row[0]:
                 raise Conflict.cohort_not_static()
+            before = _cohort_in(conn, cohort_id)
             conn.executemany(
                 "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
                 [(cohort_id, d) for d in add],
@@ -362,6 +455,7 @@ class SQLiteStore:
                 "UPDATE cohorts SET version = version + 1, updated_at = ? WHERE id = ?",
                 (now_iso(), cohort_id),
             )
+            _log_cohort(conn, project_id, before, _cohort_in(conn, cohort_id), source)
 
         await self._writer.submit(write)
         cohort = await self.get_cohort(project_id, cohort_id)
