@@ -15,9 +15,9 @@ import asyncpg
 import pytest
 
 from flagstaff.ingest.model import Drop, Event
+from flagstaff.store import schema_files
 from flagstaff.store.base import Conflict, IngestResult, NotFound, Store
 from flagstaff.store.postgres.pool import split_url
-from flagstaff.store import schema_files
 from flagstaff.store.postgres.store import PostgresStore
 from flagstaff.store.sqlite.store import SQLiteStore
 from tests import pg
