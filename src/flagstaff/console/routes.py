@@ -75,6 +75,12 @@ class ConsoleData(Protocol):
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
 
+    async def recent_events(
+        self, project_id: int, event: str | None, distinct_id: str | None, limit: int
+    ) -> list[views.EventRow]:
+        """The newest events, newest first (the live events page)."""
+        ...
+
 
 class ConsoleSettings(msgspec.Struct, frozen=True):
     trust_forwarded: bool = False
@@ -415,6 +421,27 @@ class ConsolePages:
         note = f" {ended} other session(s) were logged out." if ended else ""
         return await self._account_page(context, "Your password was changed." + note)
 
+    async def events(self, request: Request) -> Response:
+        """Live events: the newest events now; the page's script then polls the events API."""
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        event = request.query_params.get("event", "")[:200]
+        distinct_id = request.query_params.get("distinct_id", "")[:200]
+        rows = await self.data.recent_events(
+            project.id, event or None, distinct_id or None, views.LIVE_EVENT_ROWS
+        )
+        body = templates.render(
+            "events.html",
+            **self._base(auth, principal, project),
+            nav="events",
+            events=rows,
+            event_filter=event,
+            distinct_id_filter=distinct_id,
+        )
+        return _html(body)
+
     async def flag_history(self, request: Request) -> Response:
         context = await self._page_context(request)
         if isinstance(context, Response):
@@ -455,5 +482,6 @@ def console_routes(
         Route("/feature_flags/new", pages.new_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}", pages.edit_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}/history", pages.flag_history, methods=["GET"]),
+        Route("/events", pages.events, methods=["GET"]),
         Mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static"),
     ]

@@ -7,7 +7,8 @@ from typing import Any
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.console.routes import ProjectInfo
-from flagstaff.console.views import FlagUsage
+from flagstaff.console.views import EventRow, FlagUsage, event_summary
+from flagstaff.http.admin import event_json
 from flagstaff.ingest.event_names import FEATURE_FLAG_CALLED
 from flagstaff.store.base import Store
 
@@ -97,3 +98,26 @@ class StoreConsoleData:
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
         return await self.store.flag_versions(project_id, flag_id)
+
+    async def recent_events(
+        self, project_id: int, event: str | None, distinct_id: str | None, limit: int
+    ) -> list[EventRow]:
+        rows = await self.store.list_events(
+            project_id,
+            distinct_id=distinct_id,
+            event=event,
+            after_ms=None,
+            before_ms=None,
+            cursor=None,
+            limit=limit,
+        )
+        return [
+            EventRow(
+                uuid=e.uuid,
+                event=e.event,
+                distinct_id=e.distinct_id,
+                timestamp=event_json(e)["timestamp"],
+                summary=event_summary(e.properties),
+            )
+            for e in rows
+        ]

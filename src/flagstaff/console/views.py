@@ -47,6 +47,31 @@ class FlagUsage(msgspec.Struct, frozen=True):
 
 NO_USAGE = FlagUsage()
 
+LIVE_EVENT_ROWS = 100
+
+
+class EventRow(msgspec.Struct, frozen=True):
+    """One line of the live events page."""
+
+    uuid: str
+    event: str
+    distinct_id: str
+    timestamp: str
+    summary: str
+
+
+def event_summary(properties: dict[str, Any]) -> str:
+    """The page URL, or the first few non-``$`` properties (as the page's script shows them)."""
+    url = properties.get("$current_url")
+    if url:
+        return str(url)
+    shown = [
+        f"{k}={v if isinstance(v, str) else msgspec.json.encode(v).decode()}"
+        for k, v in properties.items()
+        if not k.startswith("$")
+    ][:4]
+    return ", ".join(shown)
+
 
 OPERATOR_LABELS: dict[str, str] = {
     "exact": "equals",

@@ -381,7 +381,54 @@
     }
   });
 
+  // ---- live events: poll the events API, newest first ------------------------------------
+
+  const LIVE_POLL_MS = 1000;
+  const LIVE_ROWS = 100;
+
+  function eventSummary(properties) {
+    if (properties && properties.$current_url) return String(properties.$current_url);
+    const shown = Object.entries(properties || {})
+      .filter(([k]) => !k.startsWith("$"))
+      .slice(0, 4)
+      .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`);
+    return shown.join(", ");
+  }
+
+  function setUpLiveEvents(table) {
+    const body = table.tBodies[0];
+    const status = document.querySelector("[data-live-status]");
+    const params = new URLSearchParams(window.location.search);
+    const query = new URLSearchParams({ limit: String(LIVE_ROWS) });
+    for (const name of ["event", "distinct_id"]) {
+      if (params.get(name)) query.set(name, params.get(name));
+    }
+    async function poll() {
+      try {
+        const page = await api("GET", `${apiBase}/events/?${query}`);
+        const rows = page.results.map((e) => {
+          const row = document.createElement("tr");
+          row.dataset.eventUuid = e.uuid;
+          for (const text of [e.event, e.distinct_id, e.timestamp, eventSummary(e.properties)]) {
+            const cell = document.createElement("td");
+            cell.textContent = text;
+            row.append(cell);
+          }
+          return row;
+        });
+        if (rows.length) body.replaceChildren(...rows);
+        if (status) status.textContent = `Newest first; updated ${new Date().toLocaleTimeString()}.`;
+      } catch (error) {
+        if (status) status.textContent = `Could not load events: ${error.message}`;
+      } finally {
+        window.setTimeout(poll, LIVE_POLL_MS);
+      }
+    }
+    window.setTimeout(poll, LIVE_POLL_MS);
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("table[data-live-events]").forEach(setUpLiveEvents);
     document.querySelectorAll("form[data-create-key]").forEach(setUpKeys);
     document.querySelectorAll("form[data-flag-editor]").forEach(setUpEditor);
     document.querySelectorAll("[data-flag-history]").forEach(setUpHistory);
