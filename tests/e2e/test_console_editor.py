@@ -379,3 +379,38 @@ def test_a_live_event_appears(page: Any, console: Seeded) -> None:
     row.wait_for(timeout=5000)  # polled every second, without reloading the page
     assert "live-visitor" in row.inner_text()
     assert "https://shop.example/checkout" in row.inner_text()
+
+
+def test_test_a_user_shows_why_step_by_step(page: Any, console: Seeded) -> None:
+    made = console.api.post(
+        "/api/projects/@current/feature_flags/",
+        json={
+            "key": "gold-only",
+            "filters": {
+                "groups": [
+                    {
+                        "properties": [
+                            {"key": "plan", "type": "person", "operator": "exact", "value": "gold"}
+                        ],
+                        "rollout_percentage": 100,
+                    }
+                ]
+            },
+        },
+    ).json()
+    _log_in(page, console.url, VIEWER_EMAIL)  # reading is enough
+    page.goto(f"{console.url}/feature_flags/{made['id']}")
+    page.get_by_role("link", name="Test a user").click()
+    page.get_by_label("Distinct id").fill("someone")
+    page.get_by_label("Person properties (JSON, added to the stored ones)").fill('{"plan": "gold"}')
+    page.get_by_role("button", name="Test this user").click()
+    result = page.get_by_role("heading", name="Result: enabled")
+    result.wait_for()
+    steps = page.get_by_label("Evaluation steps").inner_text()
+    assert "condition set 1" in steps and "'plan'" in steps and "match" in steps
+    page.get_by_label("Person properties (JSON, added to the stored ones)").fill('{"plan": "free"}')
+    page.get_by_role("button", name="Test this user").click()
+    page.get_by_role("heading", name="Result: not enabled").wait_for()
+    page.get_by_label("Person properties (JSON, added to the stored ones)").fill("{not json")
+    page.get_by_role("button", name="Test this user").click()
+    assert page.get_by_text("Person properties are not valid JSON").is_visible()

@@ -27,6 +27,8 @@ from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.console import session as console_session
 from flagstaff.console import templates, views
+from flagstaff.flags.explain import Explanation
+from flagstaff.flags.explain import render as render_explanation
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_URL = "/console/static"
@@ -74,6 +76,17 @@ class ConsoleData(Protocol):
         ...
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
+
+    async def explain_flag(
+        self,
+        project_id: int,
+        key: str,
+        distinct_id: str,
+        person_properties: dict[str, Any],
+        groups: dict[str, Any],
+    ) -> Explanation:
+        """Why the flag evaluates as it does for this person (``flags/explain.py``)."""
+        ...
 
     async def recent_events(
         self, project_id: int, event: str | None, distinct_id: str | None, limit: int
@@ -442,6 +455,43 @@ class ConsolePages:
         )
         return _html(body)
 
+    async def test_user(self, request: Request) -> Response:
+        """The "test a user" panel: a read-only form (GET) evaluating the flag step by step."""
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        flag = await self._existing_flag(request, auth, project)
+        if isinstance(flag, Response):
+            return flag
+        query = request.query_params
+        distinct_id = query.get("distinct_id", "")[:200]
+        raw_properties = query.get("person_properties", "")[:MAX_FORM_BYTES]
+        raw_groups = query.get("groups", "")[:MAX_FORM_BYTES]
+        explanation, problem = None, ""
+        if distinct_id:
+            try:
+                person_properties = views.json_object(raw_properties, "Person properties")
+                groups = views.json_object(raw_groups, "Groups")
+                explanation = await self.data.explain_flag(
+                    project.id, flag["key"], distinct_id, person_properties, groups
+                )
+            except ValueError as exc:
+                problem = str(exc)
+        body = templates.render(
+            "flag_test.html",
+            **self._base(auth, principal, project),
+            nav="flags",
+            flag=flag,
+            distinct_id=distinct_id,
+            person_properties=raw_properties,
+            groups=raw_groups,
+            explanation=explanation,
+            steps=render_explanation(explanation) if explanation else "",
+            problem=problem,
+        )
+        return _html(body, 400 if problem else 200)
+
     async def flag_history(self, request: Request) -> Response:
         context = await self._page_context(request)
         if isinstance(context, Response):
@@ -482,6 +532,7 @@ def console_routes(
         Route("/feature_flags/new", pages.new_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}", pages.edit_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}/history", pages.flag_history, methods=["GET"]),
+        Route("/feature_flags/{flag_id}/test", pages.test_user, methods=["GET"]),
         Route("/events", pages.events, methods=["GET"]),
         Mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static"),
     ]

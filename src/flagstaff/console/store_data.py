@@ -8,6 +8,8 @@ from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, event_summary
+from flagstaff.flags.explain import Explanation
+from flagstaff.flags_explain import ExplainError, explain_from_store
 from flagstaff.http.admin import event_json
 from flagstaff.ingest.event_names import FEATURE_FLAG_CALLED
 from flagstaff.store.base import Store
@@ -98,6 +100,26 @@ class StoreConsoleData:
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
         return await self.store.flag_versions(project_id, flag_id)
+
+    async def explain_flag(
+        self,
+        project_id: int,
+        key: str,
+        distinct_id: str,
+        person_properties: dict[str, Any],
+        groups: dict[str, Any],
+    ) -> Explanation:
+        try:
+            return await explain_from_store(
+                self.store,
+                project_id,
+                key,
+                distinct_id,
+                person_properties=person_properties,
+                groups=groups,
+            )
+        except ExplainError as exc:
+            raise ValueError(str(exc)) from None
 
     async def recent_events(
         self, project_id: int, event: str | None, distinct_id: str | None, limit: int

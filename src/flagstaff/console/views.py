@@ -50,6 +50,19 @@ NO_USAGE = FlagUsage()
 LIVE_EVENT_ROWS = 100
 
 
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """A typed JSON object from a form field (empty: none); ValueError names the problem."""
+    if not text.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        raise ValueError(f"{what} are not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object")
+    return value
+
+
 class EventRow(msgspec.Struct, frozen=True):
     """One line of the live events page."""
 
