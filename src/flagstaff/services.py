@@ -9,6 +9,7 @@ from typing import Any
 from flagstaff.caches import DefinitionsCache, ProjectCache
 from flagstaff.config import Settings
 from flagstaff.geoip import GeoIP, open_geoip
+from flagstaff.jobs import scheduled_changes_loop
 from flagstaff.metrics import Metrics, MetricsFiles
 from flagstaff.quotas import Quotas
 from flagstaff.store.base import Store
@@ -43,6 +44,7 @@ class Services:
         )
         self.geoip: GeoIP | None = None
         self._flusher: asyncio.Task[Any] | None = None
+        self._jobs: asyncio.Task[Any] | None = None
 
     def geoip_lookup(self, ip: str) -> dict[str, Any]:
         if self.geoip is None:
@@ -55,8 +57,13 @@ class Services:
         if not self.settings.geoip_disable:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())
+        self._jobs = asyncio.create_task(scheduled_changes_loop(self.store))
 
     async def stop(self) -> None:
+        if self._jobs is not None:
+            self._jobs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._jobs
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -226,3 +227,69 @@ def test_user_create_is_idempotent_and_never_changes_a_password(server: Server) 
         "--project", "1",
     )  # fmt: skip
     assert weak.returncode != 0 and "password" in weak.stderr
+
+
+def test_a_scheduled_change_runs_once_when_due_and_is_logged(server: Server) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    with key_client(server) as api:
+        base = "/api/projects/@current"
+        flag = api.post(
+            f"{base}/feature_flags/",
+            json={"key": "launch", "filters": {"groups": [{"rollout_percentage": 100}]}},
+        ).json()
+        assert flag["active"] is True
+        soon = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
+        bad = api.post(
+            f"{base}/scheduled_changes/",
+            json={
+                "record_id": flag["id"],
+                "payload": {"operation": "launch"},
+                "scheduled_at": soon,
+            },
+        )
+        assert bad.status_code == 400 and bad.json()["attr"] == "payload"
+        past = api.post(
+            f"{base}/scheduled_changes/",
+            json={
+                "record_id": flag["id"],
+                "payload": {"operation": "update_status", "value": False},
+                "scheduled_at": "2001-01-01T00:00:00Z",
+            },
+        )
+        assert past.status_code == 400 and past.json()["attr"] == "scheduled_at"
+        made = api.post(
+            f"{base}/scheduled_changes/",
+            json={
+                "record_id": flag["id"],
+                "model_name": "FeatureFlag",
+                "payload": {"operation": "update_status", "value": False},
+                "scheduled_at": soon,
+            },
+        )
+        assert made.status_code == 201, made.text
+        change = made.json()
+        assert change["record_id"] == str(flag["id"]) and change["executed_at"] is None
+        cancelled = api.post(
+            f"{base}/scheduled_changes/",
+            json={
+                "record_id": flag["id"],
+                "payload": {"operation": "update_rollout", "value": 5},
+                "scheduled_at": soon,
+            },
+        ).json()
+        assert api.delete(f"{base}/scheduled_changes/{cancelled['id']}/").status_code == 204
+        for _ in range(100):
+            current = api.get(f"{base}/feature_flags/{flag['id']}/").json()
+            if current["active"] is False:
+                break
+            time.sleep(0.1)
+        assert current["active"] is False and current["version"] == 2
+        assert current["filters"]["groups"][0]["rollout_percentage"] == 100  # cancelled one
+        listed = api.get(f"{base}/scheduled_changes/?record_id={flag['id']}").json()["results"]
+        assert [c["id"] for c in listed] == [change["id"]]
+        assert listed[0]["executed_at"] is not None and listed[0]["failure_reason"] is None
+        newest = api.get(f"{base}/feature_flags/{flag['id']}/activity/").json()["results"][0]
+        assert newest["is_system"] is True
+        assert newest["detail"]["trigger"]["job_type"] == "scheduled_change"
+        assert newest["detail"]["changes"][0]["field"] == "active"

@@ -78,3 +78,33 @@ class ActivityPage(msgspec.Struct):
 
 class FlagActivityPage(ActivityPage):
     total_count: int
+
+
+class ScheduledChangeInput(msgspec.Struct):
+    record_id: int
+    """The feature flag's id."""
+    payload: dict[str, Any]
+    """``{"operation": "update_status" | "add_release_condition" | "update_variants" |
+    "update_rollout", "value": ...}``"""
+    scheduled_at: str
+    """ISO 8601, in the future."""
+    model_name: str = "FeatureFlag"
+
+
+class ScheduledChange(msgspec.Struct):
+    id: int
+    record_id: str
+    model_name: str
+    payload: dict[str, Any]
+    scheduled_at: str
+    executed_at: str | None
+    failure_reason: str | None
+    created_at: str
+    created_by: dict[str, Any] | None
+
+
+class ScheduledChangePage(msgspec.Struct):
+    count: int
+    next: str | None
+    previous: str | None
+    results: list[ScheduledChange]

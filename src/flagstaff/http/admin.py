@@ -26,6 +26,7 @@ from flagstaff.accounts.api_keys import key_json
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.roles import Action, Principal, action_for_method, can_revoke_key
 from flagstaff.accounts.store import AccountStore
+from flagstaff.activity import scheduled
 from flagstaff.activity.api import activity_page
 from flagstaff.activity.records import (
     Activity,
@@ -34,6 +35,7 @@ from flagstaff.activity.records import (
     Scope,
 )
 from flagstaff.activity.rollback import RollbackError, plan_rollback
+from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.http import admin_models
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.errors import ApiError
@@ -128,6 +130,16 @@ def _ms_to_iso(ms: int) -> str:
         .isoformat(timespec="milliseconds")
         .replace("+00:00", "Z")
     )
+
+
+def _iso_to_ms(raw: str) -> int | None:
+    try:
+        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
 
 
 def _parse_time(request: Request, name: str) -> int | None:
@@ -313,6 +325,67 @@ async def activity_log(ctx: AdminContext, request: Request) -> Any:
         query["cursor"] = str(rows[-1].id)
         next_url = str(request.url.replace(query=urlencode(query)))
     return activity_page(rows, _ms_to_iso, next_url, None)
+
+
+# scheduled changes ------------------------------------------------------------------------
+
+
+def scheduled_json(change: ScheduledChange) -> dict[str, Any]:
+    """A scheduled change in PostHog's shape."""
+    return {
+        "id": change.id,
+        "record_id": str(change.flag_id),
+        "model_name": scheduled.MODEL_NAME,
+        "payload": change.payload,
+        "scheduled_at": _ms_to_iso(change.run_at_ms),
+        "executed_at": _ms_to_iso(change.executed_at_ms) if change.executed_at_ms else None,
+        "failure_reason": change.failure,
+        "created_at": _ms_to_iso(change.created_at_ms),
+        "created_by": {"id": change.created_by} if change.created_by is not None else None,
+    }
+
+
+async def list_scheduled_changes(ctx: AdminContext, request: Request) -> Any:
+    raw = request.query_params.get("record_id")
+    if raw is not None and not raw.isdigit():
+        raise ApiError(400, "invalid_input", "record_id must be a feature flag id", "record_id")
+    changes = await ctx.store.list_scheduled_changes(ctx.project_id, int(raw) if raw else None)
+    results = [scheduled_json(c) for c in changes]
+    return {"count": len(results), "next": None, "previous": None, "results": results}
+
+
+async def create_scheduled_change(ctx: AdminContext, request: Request) -> Any:
+    body = await _body(request)
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_input", "the body must be a JSON object")
+    if body.get("model_name", scheduled.MODEL_NAME) != scheduled.MODEL_NAME:
+        raise ApiError(400, "invalid_input", "model_name must be FeatureFlag", "model_name")
+    record = body.get("record_id")
+    if isinstance(record, str) and record.isdigit():
+        record = int(record)
+    if not isinstance(record, int) or isinstance(record, bool):
+        raise ApiError(400, "required", "record_id (a feature flag id) is required", "record_id")
+    flag = await ctx.store.get_flag(ctx.project_id, record)
+    if flag is None or flag.get("deleted"):
+        raise ApiError(400, "invalid_input", "no such feature flag", "record_id")
+    raw_time = body.get("scheduled_at")
+    run_at = _iso_to_ms(raw_time) if isinstance(raw_time, str) else None
+    now = _now_ms()
+    try:
+        operation = scheduled.check_schedule(body.get("payload"), run_at, now)
+    except scheduled.ScheduleError as exc:
+        raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    change = await ctx.store.create_scheduled_change(
+        ctx.project_id, record, operation, body["payload"], run_at, ctx.principal.user_id, now
+    )
+    return 201, scheduled_json(change)
+
+
+async def delete_scheduled_change(ctx: AdminContext, request: Request) -> Any:
+    change_id = _path_int(request, "change_id")
+    if not await ctx.store.delete_scheduled_change(ctx.project_id, change_id):
+        raise ApiError(404, "not_found", "no such pending scheduled change")
+    return 204, None
 
 
 # personal API keys ------------------------------------------------------------------------
@@ -602,6 +675,19 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ),
     ("GET", P + "/events/", list_events, "List events, newest first, cursor paginated"),
     ("GET", P + "/ingestion_warnings/", list_warnings, "List ingestion warnings"),
+    ("GET", P + "/scheduled_changes/", list_scheduled_changes, "List scheduled flag changes"),
+    (
+        "POST",
+        P + "/scheduled_changes/",
+        create_scheduled_change,
+        "Schedule a flag change (turn on/off, add a condition, variants, rollout)",
+    ),
+    (
+        "DELETE",
+        P + "/scheduled_changes/{change_id}/",
+        delete_scheduled_change,
+        "Cancel a scheduled change that has not run",
+    ),
     ("GET", "/api/personal_api_keys/", list_keys, "List personal API keys"),
     ("POST", "/api/personal_api_keys/", create_key, "Create a personal API key (shown once)"),
     ("DELETE", "/api/personal_api_keys/{key_id}/", revoke_key, "Revoke a personal API key"),

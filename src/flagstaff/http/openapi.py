@@ -125,6 +125,13 @@ _ADMIN: dict[str, Doc] = {
             Param("cursor", "string", "opaque cursor from the previous page's next link"),
         ),
     ),
+    "list_scheduled_changes": Doc(
+        "",
+        a.ScheduledChangePage,
+        query=(Param("record_id", "integer", "only this feature flag's changes"),),
+    ),
+    "create_scheduled_change": Doc("", a.ScheduledChange, a.ScheduledChangeInput, 201),
+    "delete_scheduled_change": Doc("", None, status=204),
     "list_keys": Doc("", list[a.PersonalApiKey]),
     "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
     "revoke_key": Doc("", None, status=204),

@@ -15,6 +15,7 @@ from flagstaff.activity.records import (
     Scope,
     StoredActivity,
 )
+from flagstaff.activity.scheduled import Operation, ScheduledChange
 
 _decode = msgspec.json.decode
 USER_COLUMNS = "id, email, password_hash, created_at_ms, is_active, first_name, last_login_ms"
@@ -88,3 +89,25 @@ def activity_filter(
         args.append(before_id)
     marks = [mark if mark == "?" else f"${i + 1}" for i in range(len(args))]
     return " AND ".join(c.format(m) for c, m in zip(clauses, marks, strict=True)), args
+
+
+SCHEDULED_COLUMNS = (
+    "id, project_id, flag_id, operation, payload, run_at_ms, created_by, created_at_ms, "
+    "executed_at_ms, failure"
+)
+
+
+def scheduled_record(row: Any) -> ScheduledChange:
+    payload = row[4] if isinstance(row[4], dict) else _decode(row[4])
+    return ScheduledChange(
+        id=int(row[0]),
+        project_id=int(row[1]),
+        flag_id=int(row[2]),
+        operation=Operation(row[3]),
+        payload=payload,
+        run_at_ms=int(row[5]),
+        created_by=row[6],
+        created_at_ms=int(row[7]),
+        executed_at_ms=row[8],
+        failure=row[9],
+    )

@@ -18,6 +18,7 @@ import msgspec
 
 from flagstaff.activity.records import ChangeSource, Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.activity.scheduled import Operation, ScheduledChange
 from flagstaff.ingest.model import Drop, Event
 
 
@@ -216,6 +217,24 @@ class Store(Protocol):
     ) -> list[StoredActivity]: ...
     async def count_activity(self, project_id: int, scope: Scope, item_id: str | None) -> int: ...
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
+
+    # scheduled flag changes; a claim marks due ones executed so exactly one worker runs each
+    async def create_scheduled_change(
+        self,
+        project_id: int,
+        flag_id: int,
+        operation: Operation,
+        payload: dict[str, Any],
+        run_at_ms: int,
+        created_by: int | None,
+        now_ms: int,
+    ) -> ScheduledChange: ...
+    async def list_scheduled_changes(
+        self, project_id: int, flag_id: int | None
+    ) -> list[ScheduledChange]: ...
+    async def delete_scheduled_change(self, project_id: int, change_id: int) -> bool: ...
+    async def claim_due_changes(self, now_ms: int, limit: int) -> list[ScheduledChange]: ...
+    async def fail_scheduled_change(self, change_id: int, failure: str) -> None: ...
     async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]: ...
 
     # what /flags reads

@@ -25,14 +25,17 @@ from flagstaff.activity.records import (
     StoredActivity,
 )
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.activity.scheduled import Operation, ScheduledChange
 from flagstaff.store.account_rows import (
     ACTIVITY_COLUMNS,
     KEY_COLUMNS,
+    SCHEDULED_COLUMNS,
     SESSION_COLUMNS,
     USER_COLUMNS,
     activity_filter,
     activity_record,
     key_record,
+    scheduled_record,
     session_record,
     user_record,
 )
@@ -415,6 +418,72 @@ class PostgresAccounts:
         where, args = activity_filter(project_id, scope, item_id, None, None, "$")
         return int(
             await self.pool.fetchval(f"SELECT COUNT(*) FROM activity_log a WHERE {where}", *args)
+        )
+
+    # scheduled changes ---------------------------------------------------------------------
+
+    async def create_scheduled_change(
+        self,
+        project_id: int,
+        flag_id: int,
+        operation: Operation,
+        payload: dict[str, Any],
+        run_at_ms: int,
+        created_by: int | None,
+        now_ms: int,
+    ) -> ScheduledChange:
+        change_id = await self.pool.fetchval(
+            "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, run_at_ms, "
+            "created_by, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            project_id,
+            flag_id,
+            operation.value,
+            json_text(payload),
+            run_at_ms,
+            created_by,
+            now_ms,
+        )
+        return ScheduledChange(
+            int(change_id), project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
+        )
+
+    async def list_scheduled_changes(
+        self, project_id: int, flag_id: int | None
+    ) -> list[ScheduledChange]:
+        rows = await self.pool.fetch(
+            f"SELECT {SCHEDULED_COLUMNS} FROM scheduled_changes WHERE project_id = $1 "
+            "AND ($2::bigint IS NULL OR flag_id = $2) ORDER BY run_at_ms, id",
+            project_id,
+            flag_id,
+        )
+        return [scheduled_record(r) for r in rows]
+
+    async def delete_scheduled_change(self, project_id: int, change_id: int) -> bool:
+        """Cancel a change that has not run yet."""
+        status = await self.pool.execute(
+            "DELETE FROM scheduled_changes WHERE project_id = $1 AND id = $2 "
+            "AND executed_at_ms IS NULL",
+            project_id,
+            change_id,
+        )
+        return status != "DELETE 0"
+
+    async def claim_due_changes(self, now_ms: int, limit: int) -> list[ScheduledChange]:
+        """The due changes, oldest first, marked as executed so no other node runs them
+        (rows another node is claiming are skipped, not waited for)."""
+        rows = await self.pool.fetch(
+            "WITH due AS (SELECT id FROM scheduled_changes WHERE executed_at_ms IS NULL "
+            "AND run_at_ms <= $1 ORDER BY run_at_ms, id LIMIT $2 FOR UPDATE SKIP LOCKED) "
+            "UPDATE scheduled_changes s SET executed_at_ms = $1 FROM due WHERE s.id = due.id "
+            f"RETURNING {', '.join('s.' + c.strip() for c in SCHEDULED_COLUMNS.split(','))}",
+            now_ms,
+            limit,
+        )
+        return sorted((scheduled_record(r) for r in rows), key=lambda c: (c.run_at_ms, c.id))
+
+    async def fail_scheduled_change(self, change_id: int, failure: str) -> None:
+        await self.pool.execute(
+            "UPDATE scheduled_changes SET failure = $1 WHERE id = $2", failure, change_id
         )
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:

@@ -25,14 +25,17 @@ from flagstaff.activity.records import (
     StoredActivity,
 )
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.activity.scheduled import Operation, ScheduledChange
 from flagstaff.store.account_rows import (
     ACTIVITY_COLUMNS,
     KEY_COLUMNS,
+    SCHEDULED_COLUMNS,
     SESSION_COLUMNS,
     USER_COLUMNS,
     activity_filter,
     activity_record,
     key_record,
+    scheduled_record,
     session_record,
     user_record,
 )
@@ -427,6 +430,92 @@ class SQLiteAccounts:
         where, args = activity_filter(project_id, scope, item_id, None, None)
         row = self.db.execute(f"SELECT COUNT(*) FROM activity_log a WHERE {where}", args)
         return int(row.fetchone()[0])
+
+    # scheduled changes ---------------------------------------------------------------------
+
+    async def create_scheduled_change(
+        self,
+        project_id: int,
+        flag_id: int,
+        operation: Operation,
+        payload: dict[str, Any],
+        run_at_ms: int,
+        created_by: int | None,
+        now_ms: int,
+    ) -> ScheduledChange:
+        def write(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, "
+                "run_at_ms, created_by, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    project_id, flag_id, operation.value, json_text(payload), run_at_ms,
+                    created_by, now_ms,
+                ),
+            )  # fmt: skip
+            return int(cur.lastrowid or 0)
+
+        change_id = await self._writer.submit(write)
+        return ScheduledChange(
+            change_id, project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
+        )
+
+    async def list_scheduled_changes(
+        self, project_id: int, flag_id: int | None
+    ) -> list[ScheduledChange]:
+        where, args = "project_id = ?", [project_id]
+        if flag_id is not None:
+            where += " AND flag_id = ?"
+            args.append(flag_id)
+        rows = self.db.execute(
+            f"SELECT {SCHEDULED_COLUMNS} FROM scheduled_changes WHERE {where} "
+            "ORDER BY run_at_ms, id",
+            args,
+        ).fetchall()
+        return [scheduled_record(r) for r in rows]
+
+    async def delete_scheduled_change(self, project_id: int, change_id: int) -> bool:
+        """Cancel a change that has not run yet."""
+
+        def write(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "DELETE FROM scheduled_changes WHERE project_id = ? AND id = ? "
+                "AND executed_at_ms IS NULL",
+                (project_id, change_id),
+            )
+            return cur.rowcount > 0
+
+        return await self._writer.submit(write)
+
+    async def claim_due_changes(self, now_ms: int, limit: int) -> list[ScheduledChange]:
+        """The due changes, oldest first, marked as executed so no other worker runs them."""
+        pending = self.db.execute(  # a read first: an idle poll costs no write transaction
+            "SELECT 1 FROM scheduled_changes WHERE executed_at_ms IS NULL AND run_at_ms <= ? "
+            "LIMIT 1",
+            (now_ms,),
+        ).fetchone()
+        if pending is None:
+            return []
+
+        def write(conn: sqlite3.Connection) -> list[Any]:
+            rows = conn.execute(
+                f"SELECT {SCHEDULED_COLUMNS} FROM scheduled_changes WHERE executed_at_ms IS NULL "
+                "AND run_at_ms <= ? ORDER BY run_at_ms, id LIMIT ?",
+                (now_ms, limit),
+            ).fetchall()
+            conn.executemany(
+                "UPDATE scheduled_changes SET executed_at_ms = ? WHERE id = ?",
+                [(now_ms, r[0]) for r in rows],
+            )
+            return rows
+
+        return [scheduled_record(r) for r in await self._writer.submit(write)]
+
+    async def fail_scheduled_change(self, change_id: int, failure: str) -> None:
+        await self._writer.submit(
+            lambda c: c.execute(
+                "UPDATE scheduled_changes SET failure = ? WHERE id = ?", (failure, change_id)
+            )
+        )
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
         rows = self.db.execute(

@@ -1,0 +1,65 @@
+"""A worker's background jobs: running scheduled flag changes when they are due.
+
+Every worker (and every PostgreSQL node) polls; a due change is claimed by exactly one of them
+(the claim marks it executed in the same statement), then applied as an ordinary update: the
+flag rules, the version check and the activity record (``scheduled_change`` trigger) as any
+PATCH. A change that cannot apply keeps its failure for the API to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from flagstaff import logs
+from flagstaff.activity.records import ChangeSource
+from flagstaff.activity.scheduled import ScheduledChange, ScheduleError, trigger_for, update_body
+from flagstaff.http.admin_models import flag_from_input
+from flagstaff.http.errors import ApiError
+from flagstaff.store.base import Conflict, NotFound, Store
+
+SCHEDULE_POLL_SECONDS = 1.0
+CLAIM_BATCH = 50
+
+
+async def apply_scheduled_change(store: Any, change: ScheduledChange) -> str | None:
+    """Carry out one claimed change; the reason it failed, or None."""
+    current = await store.get_flag(change.project_id, change.flag_id)
+    if current is None or current.get("deleted"):
+        return "the flag was deleted"
+    try:
+        flag = flag_from_input(update_body(change, current), current)
+        await store.update_flag(
+            change.project_id, change.flag_id, flag, ChangeSource(trigger=trigger_for(change))
+        )
+    except ScheduleError as exc:
+        return str(exc)
+    except ApiError as exc:
+        return exc.detail
+    except (Conflict, NotFound) as exc:
+        return str(exc)
+    return None
+
+
+async def run_due_changes(store: Store, now_ms: int) -> int:
+    """Claim and apply what is due; how many were claimed."""
+    claimed = await store.claim_due_changes(now_ms, CLAIM_BATCH)
+    for change in claimed:
+        failure = await apply_scheduled_change(store, change)
+        if failure is not None:
+            await store.fail_scheduled_change(change.id, failure)
+            logs.log(logging.WARNING, "scheduled change failed", id=change.id, failure=failure)
+    return len(claimed)
+
+
+async def scheduled_changes_loop(store: Store) -> None:
+    while True:
+        try:
+            await run_due_changes(store, int(time.time() * 1000))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a database hiccup must not end the loop
+            logs.logger.exception("running scheduled changes failed")
+        await asyncio.sleep(SCHEDULE_POLL_SECONDS)
