@@ -414,3 +414,62 @@ def test_test_a_user_shows_why_step_by_step(page: Any, console: Seeded) -> None:
     page.get_by_label("Person properties (JSON, added to the stored ones)").fill("{not json")
     page.get_by_role("button", name="Test this user").click()
     assert page.get_by_text("Person properties are not valid JSON").is_visible()
+
+
+def test_a_person_their_properties_flags_and_events(page: Any, console: Seeded) -> None:
+    console.api.post(
+        "/api/projects/@current/feature_flags/",
+        json={
+            "key": "team-plan",
+            "filters": {
+                "groups": [
+                    {
+                        "properties": [
+                            {"key": "plan", "type": "person", "operator": "exact", "value": "team"}
+                        ],
+                        "rollout_percentage": 100,
+                    }
+                ]
+            },
+        },
+    )
+    sent = httpx.post(
+        f"{console.url}/batch/",
+        json={
+            "api_key": PROJECT_TOKEN,
+            "batch": [
+                {
+                    "event": "$identify",
+                    "distinct_id": "pat",
+                    "properties": {"$set": {"plan": "team"}},
+                },
+                {"event": "report opened", "distinct_id": "pat", "properties": {"report": "q3"}},
+            ],
+        },
+    )
+    assert sent.status_code == 200
+    _log_in(page, console.url, VIEWER_EMAIL)
+    page.get_by_role("link", name="Persons").click()
+    page.get_by_label("Distinct id").fill("pat")
+    page.get_by_role("button", name="Find person").click()
+    properties = page.get_by_role("table", name="Properties")
+    assert "team" in properties.get_by_role("row").filter(has_text="plan").inner_text()
+    flags = page.get_by_role("table", name="Feature flags right now")
+
+    def value_of(key: str) -> str:
+        row = flags.get_by_role("row").filter(has=page.get_by_role("link", name=key, exact=True))
+        return str(row.get_by_role("cell").nth(1).inner_text())
+
+    assert value_of("team-plan") == "enabled"
+    assert value_of("dark-mode") == "enabled"
+    console.api.post(
+        "/api/projects/@current/feature_flags/",
+        json={"key": "nobody-yet", "filters": {"groups": [{"rollout_percentage": 0}]}},
+    )
+    page.reload()
+    assert value_of("nobody-yet") == "not enabled"
+    events = page.get_by_role("table", name="Recent events")
+    assert "report=q3" in events.get_by_role("row").filter(has_text="report opened").inner_text()
+    page.get_by_label("Distinct id").fill("nobody-here")
+    page.get_by_role("button", name="Find person").click()
+    assert page.get_by_text("No person has the distinct id nobody-here.").is_visible()

@@ -29,6 +29,7 @@ from flagstaff.console import session as console_session
 from flagstaff.console import templates, views
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
+from flagstaff.store.base import Person
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_URL = "/console/static"
@@ -86,6 +87,12 @@ class ConsoleData(Protocol):
         groups: dict[str, Any],
     ) -> Explanation:
         """Why the flag evaluates as it does for this person (``flags/explain.py``)."""
+        ...
+
+    async def person(self, project_id: int, distinct_id: str) -> Person | None: ...
+
+    async def person_flags(self, project_id: int, distinct_id: str) -> list[views.PersonFlag]:
+        """Every active flag's value for the person now, as /flags would answer."""
         ...
 
     async def recent_events(
@@ -455,6 +462,32 @@ class ConsolePages:
         )
         return _html(body)
 
+    async def persons(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        distinct_id = request.query_params.get("distinct_id", "").strip()[:200]
+        person = await self.data.person(project.id, distinct_id) if distinct_id else None
+        flags: list[views.PersonFlag] = []
+        events: list[views.EventRow] = []
+        if person is not None:
+            flags = await self.data.person_flags(project.id, distinct_id)
+            events = await self.data.recent_events(
+                project.id, None, distinct_id, views.PERSON_EVENT_ROWS
+            )
+        body = templates.render(
+            "persons.html",
+            **self._base(auth, principal, project),
+            nav="persons",
+            distinct_id=distinct_id,
+            person=person,
+            properties=views.property_rows(person.properties) if person else [],
+            flags=flags,
+            events=events,
+        )
+        return _html(body, 200 if person is not None or not distinct_id else 404)
+
     async def test_user(self, request: Request) -> Response:
         """The "test a user" panel: a read-only form (GET) evaluating the flag step by step."""
         context = await self._page_context(request)
@@ -534,5 +567,6 @@ def console_routes(
         Route("/feature_flags/{flag_id}/history", pages.flag_history, methods=["GET"]),
         Route("/feature_flags/{flag_id}/test", pages.test_user, methods=["GET"]),
         Route("/events", pages.events, methods=["GET"]),
+        Route("/persons", pages.persons, methods=["GET"]),
         Mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static"),
     ]

@@ -7,12 +7,12 @@ from typing import Any
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.console.routes import ProjectInfo
-from flagstaff.console.views import EventRow, FlagUsage, event_summary
-from flagstaff.flags.explain import Explanation
-from flagstaff.flags_explain import ExplainError, explain_from_store
+from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
+from flagstaff.flags.explain import Explanation, explain
+from flagstaff.flags_explain import ExplainError, explain_from_store, request_from_store
 from flagstaff.http.admin import event_json
 from flagstaff.ingest.event_names import FEATURE_FLAG_CALLED
-from flagstaff.store.base import Store
+from flagstaff.store.base import Person, Store
 
 DAY_MS = 86_400_000
 USAGE_WINDOW_DAYS = 30
@@ -120,6 +120,25 @@ class StoreConsoleData:
             )
         except ExplainError as exc:
             raise ValueError(str(exc)) from None
+
+    async def person(self, project_id: int, distinct_id: str) -> Person | None:
+        return await self.store.get_person(project_id, distinct_id)
+
+    async def person_flags(self, project_id: int, distinct_id: str) -> list[PersonFlag]:
+        definitions, request = await request_from_store(self.store, project_id, distinct_id, {}, {})
+        rows = []
+        for flag in sorted(definitions.flags, key=lambda f: str(f.get("key"))):
+            if not flag.get("active", True) or flag.get("deleted"):
+                continue
+            e = explain(
+                definitions.flags,
+                definitions.cohorts,
+                definitions.group_type_mapping,
+                flag["key"],
+                request,
+            )
+            rows.append(PersonFlag(flag["id"], e.key, e.enabled, e.variant, e.reason_description))
+        return rows
 
     async def recent_events(
         self, project_id: int, event: str | None, distinct_id: str | None, limit: int

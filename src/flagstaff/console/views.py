@@ -48,6 +48,25 @@ class FlagUsage(msgspec.Struct, frozen=True):
 NO_USAGE = FlagUsage()
 
 LIVE_EVENT_ROWS = 100
+PERSON_EVENT_ROWS = 25
+
+
+class PersonFlag(msgspec.Struct, frozen=True):
+    """One flag's value for a person right now, and why (the explainer's reason)."""
+
+    id: int
+    key: str
+    enabled: bool
+    variant: str | None
+    reason: str
+
+
+def property_rows(properties: dict[str, Any]) -> list[tuple[str, str]]:
+    """Properties as (name, shown value), sorted by name; non-strings as JSON."""
+    return [
+        (name, value if isinstance(value, str) else msgspec.json.encode(value).decode())
+        for name, value in sorted(properties.items())
+    ]
 
 
 def json_object(text: str, what: str) -> dict[str, Any]:
