@@ -29,6 +29,13 @@ PASSWORD = "correct horse battery"
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
+LOCAL_TIME_IN_3S = """() => {
+  const d = new Date(Date.now() + 3000);
+  const p = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}` +
+    `T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}"""
+
 
 class Seeded:
     """The console server and what was made in it before the browser came."""
@@ -473,3 +480,28 @@ def test_a_person_their_properties_flags_and_events(page: Any, console: Seeded) 
     page.get_by_label("Distinct id").fill("nobody-here")
     page.get_by_role("button", name="Find person").click()
     assert page.get_by_text("No person has the distinct id nobody-here.").is_visible()
+
+
+def test_schedule_a_flag_to_turn_off(page: Any, console: Seeded) -> None:
+    made = console.api.post(
+        "/api/projects/@current/feature_flags/",
+        json={"key": "night-sale", "filters": {"groups": [{"rollout_percentage": 100}]}},
+    ).json()
+    _log_in(page, console.url, EDITOR_EMAIL)
+    page.goto(f"{console.url}/feature_flags/{made['id']}")
+    page.get_by_role("link", name="Scheduled changes").click()
+    page.get_by_role("combobox", name="Change").select_option(label="Turn the flag off")
+    soon = page.evaluate(LOCAL_TIME_IN_3S)
+    page.get_by_label("When (your local time)").fill(soon)
+    page.get_by_role("button", name="Schedule change").click()
+    table = page.get_by_role("table", name="Scheduled changes")
+    table.get_by_role("row").filter(has_text="Turn the flag off").wait_for()
+    assert "Pending" in table.inner_text()
+    for _ in range(100):
+        if console.flag(made["id"])["active"] is False:
+            break
+        time.sleep(0.1)
+    assert console.flag(made["id"])["active"] is False
+    page.reload()
+    assert "Done" in table.get_by_role("row").filter(has_text="Turn the flag off").inner_text()
+    assert page.get_by_role("button", name="Cancel scheduled change").count() == 0

@@ -25,6 +25,7 @@ from flagstaff.accounts.roles import Action, Principal, can
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.console import session as console_session
 from flagstaff.console import templates, views
 from flagstaff.flags.explain import Explanation
@@ -90,6 +91,8 @@ class ConsoleData(Protocol):
         ...
 
     async def person(self, project_id: int, distinct_id: str) -> Person | None: ...
+
+    async def scheduled_changes(self, project_id: int, flag_id: int) -> list[ScheduledChange]: ...
 
     async def person_flags(self, project_id: int, distinct_id: str) -> list[views.PersonFlag]:
         """Every active flag's value for the person now, as /flags would answer."""
@@ -462,6 +465,31 @@ class ConsolePages:
         )
         return _html(body)
 
+    async def flag_schedule(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        flag = await self._existing_flag(request, auth, project)
+        if isinstance(flag, Response):
+            return flag
+        changes = await self.data.scheduled_changes(project.id, flag["id"])
+        rows = [
+            views.ScheduledRow(
+                c.id, c.run_at_ms, views.describe_scheduled(c.payload), c.executed_at_ms, c.failure
+            )
+            for c in changes
+        ]
+        body = templates.render(
+            "flag_schedule.html",
+            **self._base(auth, principal, project),
+            nav="flags",
+            flag=flag,
+            changes=rows,
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return _html(body)
+
     async def persons(self, request: Request) -> Response:
         context = await self._page_context(request)
         if isinstance(context, Response):
@@ -566,6 +594,7 @@ def console_routes(
         Route("/feature_flags/{flag_id}", pages.edit_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}/history", pages.flag_history, methods=["GET"]),
         Route("/feature_flags/{flag_id}/test", pages.test_user, methods=["GET"]),
+        Route("/feature_flags/{flag_id}/schedule", pages.flag_schedule, methods=["GET"]),
         Route("/events", pages.events, methods=["GET"]),
         Route("/persons", pages.persons, methods=["GET"]),
         Mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static"),

@@ -6,6 +6,7 @@ from typing import Any
 
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
 from flagstaff.flags.explain import Explanation, explain
@@ -120,6 +121,9 @@ class StoreConsoleData:
             )
         except ExplainError as exc:
             raise ValueError(str(exc)) from None
+
+    async def scheduled_changes(self, project_id: int, flag_id: int) -> list[ScheduledChange]:
+        return await self.store.list_scheduled_changes(project_id, flag_id)
 
     async def person(self, project_id: int, distinct_id: str) -> Person | None:
         return await self.store.get_person(project_id, distinct_id)

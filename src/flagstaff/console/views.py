@@ -48,6 +48,32 @@ class FlagUsage(msgspec.Struct, frozen=True):
 NO_USAGE = FlagUsage()
 
 LIVE_EVENT_ROWS = 100
+
+
+class ScheduledRow(msgspec.Struct, frozen=True):
+    id: int
+    run_at_ms: int
+    description: str
+    executed_at_ms: int | None
+    failure: str | None
+
+
+def describe_scheduled(payload: dict[str, Any]) -> str:
+    """A scheduled change's payload in words."""
+    operation, value = payload.get("operation"), payload.get("value")
+    if operation == "update_status":
+        return "Turn the flag on" if value else "Turn the flag off"
+    if operation == "update_rollout":
+        group = payload.get("group")
+        where = "every condition set" if group is None else f"condition set {group + 1}"
+        return f"Set the rollout of {where} to {value}%"
+    if operation == "add_release_condition":
+        return "Add release conditions"
+    if operation == "update_variants":
+        return "Replace the variants"
+    return str(operation)
+
+
 PERSON_EVENT_ROWS = 25
 
 

@@ -427,7 +427,56 @@
     window.setTimeout(poll, LIVE_POLL_MS);
   }
 
+  // ---- scheduled changes: create through the API, cancel ---------------------------------
+
+  function setUpSchedule(form) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const data = new FormData(form);
+      const choice = data.get("operation");
+      const when = new Date(String(data.get("when")));
+      let payload;
+      if (choice === "rollout") {
+        const raw = String(data.get("rollout") || "");
+        if (raw === "") {
+          showErrors(["Rollout percentage: give a number from 0 to 100."]);
+          return;
+        }
+        payload = { operation: "update_rollout", value: Number(raw) };
+      } else {
+        payload = { operation: "update_status", value: choice === "on" };
+      }
+      if (Number.isNaN(when.getTime())) {
+        showErrors(["When: choose a date and time."]);
+        return;
+      }
+      try {
+        await api("POST", `${apiBase}/scheduled_changes/`, {
+          record_id: Number(form.dataset.flagId),
+          model_name: "FeatureFlag",
+          payload,
+          scheduled_at: when.toISOString(),
+        });
+        window.location.reload();
+      } catch (error) {
+        showErrors([error.message]);
+      }
+    });
+  }
+
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest('button[data-action="cancel-scheduled"]');
+    if (!button) return;
+    try {
+      await api("DELETE", `${apiBase}/scheduled_changes/${button.dataset.changeId}/`);
+      window.location.reload();
+    } catch (error) {
+      showErrors([error.message]);
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("form[data-schedule-change]").forEach(setUpSchedule);
     document.querySelectorAll("table[data-live-events]").forEach(setUpLiveEvents);
     document.querySelectorAll("form[data-create-key]").forEach(setUpKeys);
     document.querySelectorAll("form[data-flag-editor]").forEach(setUpEditor);
