@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from flagstaff import logs
@@ -43,21 +44,26 @@ async def apply_scheduled_change(store: Any, change: ScheduledChange) -> str | N
     return None
 
 
-async def run_due_changes(store: Store, now_ms: int) -> int:
-    """Claim and apply what is due; how many were claimed."""
+async def run_due_changes(
+    store: Store, now_ms: int, on_change: Callable[[], object] = lambda: None
+) -> int:
+    """Claim and apply what is due; how many were claimed. ``on_change`` is called after each
+    applied change (the node's change counter, so every worker serves it at once)."""
     claimed = await store.claim_due_changes(now_ms, CLAIM_BATCH)
     for change in claimed:
         failure = await apply_scheduled_change(store, change)
-        if failure is not None:
+        if failure is None:
+            on_change()
+        else:
             await store.fail_scheduled_change(change.id, failure)
             logs.log(logging.WARNING, "scheduled change failed", id=change.id, failure=failure)
     return len(claimed)
 
 
-async def scheduled_changes_loop(store: Store) -> None:
+async def scheduled_changes_loop(store: Store, on_change: Callable[[], object]) -> None:
     while True:
         try:
-            await run_due_changes(store, int(time.time() * 1000))
+            await run_due_changes(store, int(time.time() * 1000), on_change)
         except asyncio.CancelledError:
             raise
         except Exception:  # a database hiccup must not end the loop

@@ -62,7 +62,7 @@ class Services:
         if not self.settings.geoip_disable:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())
-        self._jobs = asyncio.create_task(scheduled_changes_loop(self.store))
+        self._jobs = asyncio.create_task(scheduled_changes_loop(self.store, self.changes.bump))
 
     def _changed_elsewhere(self, project_id: int | None) -> None:
         """Another node changed definitions (or the listener reconnected and may have missed
