@@ -1,4 +1,5 @@
-"""A worker's background jobs: running scheduled flag changes when they are due.
+"""A worker's background jobs: running scheduled flag changes when they are due, and now and
+then deleting ended console sessions and login attempts older than the throttle's window.
 
 Every worker (and every PostgreSQL node) polls; a due change is claimed by exactly one of them
 (the claim marks it executed in the same statement), then applied as an ordinary update: the
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flagstaff import logs
+from flagstaff.accounts import sessions, throttle
 from flagstaff.activity.records import ChangeSource
 from flagstaff.activity.scheduled import ScheduledChange, ScheduleError, trigger_for, update_body
 from flagstaff.http.admin_models import flag_from_input
@@ -23,6 +25,7 @@ from flagstaff.store.base import Conflict, NotFound, Store
 
 SCHEDULE_POLL_SECONDS = 1.0
 CLAIM_BATCH = 50
+HOUSEKEEPING_EVERY_POLLS = 600  # about every ten minutes
 
 
 async def apply_scheduled_change(store: Any, change: ScheduledChange) -> str | None:
@@ -60,10 +63,27 @@ async def run_due_changes(
     return len(claimed)
 
 
+async def housekeeping(
+    store: Any,
+    now_ms: int,
+    session_policy: sessions.SessionPolicy = sessions.DEFAULT_POLICY,
+    throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE,
+) -> None:
+    """Delete sessions past their lifetime or idle timeout, and login attempts the throttle
+    no longer counts."""
+    await store.delete_expired_sessions(now_ms, now_ms - session_policy.idle_timeout_ms)
+    await store.prune_login_attempts(now_ms - throttle_policy.window_ms)
+
+
 async def scheduled_changes_loop(store: Store, on_change: Callable[[], object]) -> None:
+    polls = 0
     while True:
         try:
-            await run_due_changes(store, int(time.time() * 1000), on_change)
+            now_ms = int(time.time() * 1000)
+            await run_due_changes(store, now_ms, on_change)
+            if polls % HOUSEKEEPING_EVERY_POLLS == 0:
+                await housekeeping(store, now_ms)
+            polls += 1
         except asyncio.CancelledError:
             raise
         except Exception:  # a database hiccup must not end the loop
