@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from flagstaff.http import admin_models
+from flagstaff.http import admin_experiments, admin_models
 from flagstaff.http.errors import ApiError
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, NotFound, PersonalKey, Store, StoredEvent
@@ -411,6 +411,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ),
     ("GET", P + "/events/", list_events, "List events, newest first, cursor paginated"),
     ("GET", P + "/ingestion_warnings/", list_warnings, "List ingestion warnings"),
+    *[(method, P + path, h, doc) for method, path, h, doc in admin_experiments.ROUTES],
 ]
 
 Authenticate = Callable[[Request], Awaitable[PersonalKey]]

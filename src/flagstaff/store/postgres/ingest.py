@@ -34,6 +34,7 @@ from flagstaff.store.ingest_batch import (
     person_state,
     warnings_of,
 )
+from flagstaff.store.postgres import experiments
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -353,6 +354,7 @@ async def apply_ingest(
     await _write_persons(conn, project_id, book)
     if group_book is not None:
         await _write_groups(conn, project_id, group_book)
+    await experiments.update(conn, project_id, book, kept)
     stored = [0] * len(requests)
     if kept:
         stored = await _insert_events(conn, project_id, kept, kept_owner, len(requests))

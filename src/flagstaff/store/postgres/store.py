@@ -43,6 +43,7 @@ from flagstaff.store.base import (
     Project,
     StoredEvent,
 )
+from flagstaff.store.postgres.experiment_store import ExperimentsMixin
 from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
     BUMP_DEFINITIONS,
@@ -121,7 +122,7 @@ SELECT
 """
 
 
-class PostgresStore:
+class PostgresStore(ExperimentsMixin):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:

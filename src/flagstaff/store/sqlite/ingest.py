@@ -26,6 +26,7 @@ from flagstaff.store.ingest_batch import (
     person_state,
     warnings_of,
 )
+from flagstaff.store.sqlite import experiments
 from flagstaff.store.sqlite.person_cache import PersonCache
 
 _encode = msgspec.json.encode
@@ -136,9 +137,10 @@ class WritePlan:
     (:func:`execute_plan`) on another thread while the next batch is planned.
     """
 
-    __slots__ = ("dropped", "event_rows", "steps", "warning_rows")
+    __slots__ = ("dropped", "event_rows", "experiments", "steps", "warning_rows")
 
     def __init__(self) -> None:
+        self.experiments: experiments.Pending | None = None
         self.steps: list[Step] = []
         self.event_rows: list[tuple[Any, ...]] = []
         self.warning_rows: list[tuple[Any, ...]] = []
@@ -305,6 +307,7 @@ def plan_ingest(
         )
         for e in kept
     ]
+    plan.experiments = experiments.capture(project_id, book, kept)
     plan.warning_rows = [
         (project_id, w.kind, _encode(w.details), now_ms) for w in warnings_of(drops, book.warnings)
     ]
@@ -316,6 +319,7 @@ def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
     """Run a plan inside the caller's transaction."""
     for sql, rows in plan.steps:
         conn.executemany(sql, rows)
+    experiments.write(conn, plan.experiments)
     before = conn.total_changes
     conn.executemany(_INSERT_EVENTS, plan.event_rows)
     stored = conn.total_changes - before

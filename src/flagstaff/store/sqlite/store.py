@@ -60,6 +60,7 @@ from flagstaff.store.rows import (
 )
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
+from flagstaff.store.sqlite.experiment_store import ExperimentsMixin
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import Writer, connect
@@ -75,7 +76,7 @@ def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
     )
 
 
-class SQLiteStore:
+class SQLiteStore(ExperimentsMixin):
     """The :class:`~flagstaff.store.base.Store` on an SQLite file."""
 
     def __init__(self, path: Path, ingest_socket: str | None = None) -> None:
