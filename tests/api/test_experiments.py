@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,7 +14,8 @@ import pytest
 from flagstaff.experiments.exposure import ExperimentAccumulator, ExperimentEvent, ExperimentSpec
 from flagstaff.experiments.model import parse_experiment
 from flagstaff.experiments.results import build_results, to_json
-from tests.server import PROJECT_TOKEN, Api
+from tests.api.test_cli import cli
+from tests.server import PROJECT_TOKEN, Api, Server
 
 EXPERIMENTS = "/api/projects/@current/experiments/"
 HOLDOUTS = "/api/projects/@current/experiment_holdouts/"
@@ -410,3 +412,35 @@ def test_results_statistics_match_the_pure_computation(api: Api, http: httpx.Cli
     result = frequentist["metrics"][0]["variant_results"][0]
     assert frequentist["stats_method"] == "frequentist" and 0 <= result["p_value"] <= 1
     assert len(result["confidence_interval"]) == 2
+
+
+def test_recompute_command_counts_events_that_arrived_out_of_order(tmp_path: Path) -> None:
+    """Aggregates kept at ingestion drop a goal event that arrives before its person's
+    exposure; `flagstaff experiments recompute` reads the events in time order."""
+    data = tmp_path / "d"
+    srv = Server(data_dir=data).start()
+    try:
+        api = Api(srv.url)
+        created = _create(api, start_date=STARTED, metrics=[_funnel()])
+        key, eid = created["feature_flag_key"], created["id"]
+        t0 = int(time.time() * 1000) - 600_000
+        with httpx.Client(base_url=srv.url, timeout=30) as http:
+            _capture(http, [_event("purchase", "u1", _iso(t0 + 200))])
+            _capture(http, [_exposure(key, "u1", "test", _iso(t0 + 100))])
+            _capture(http, [_exposure(key, "u2", "control", _iso(t0 + 100))])
+        before = api.get(f"{EXPERIMENTS}{eid}/results/").json()
+        assert before["exposures"] == {"control": 1, "test": 1}
+        assert before["metrics"][0]["variant_results"][0]["sum"] == 0
+
+        extra = ["--database-url", srv.database_url] if srv.database_url else []
+        r = cli(data, "experiments", "recompute", "--experiment", str(eid), *extra)
+        assert r.returncode == 0, r.stderr
+        assert f"experiment {eid}: 3 events read" in r.stdout
+
+        after = api.get(f"{EXPERIMENTS}{eid}/results/").json()
+        assert after["exposures"] == {"control": 1, "test": 1}
+        assert after["metrics"][0]["variant_results"][0]["sum"] == 1
+        r = cli(data, "experiments", "recompute", "--experiment", "424242", *extra)
+        assert r.returncode != 0 and "no experiment with id 424242" in r.stderr
+    finally:
+        srv.stop()
