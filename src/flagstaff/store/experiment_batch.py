@@ -157,6 +157,8 @@ class Running(msgspec.Struct, frozen=True):
     specs: list[ExperimentSpec]
     names: frozenset[str]
     """Every event name that concerns one of them."""
+    exposure_names: frozenset[str]
+    """The names of their exposure events."""
 
 
 class SpecCache:
@@ -172,7 +174,8 @@ class SpecCache:
 
     def put(self, project_id: int, version: int, specs: list[ExperimentSpec]) -> Running:
         names = frozenset(name for spec in specs for name in spec_events(spec))
-        running = self._by_project[project_id] = Running(version, specs, names)
+        exposures = frozenset(spec.exposure_event for spec in specs)
+        running = self._by_project[project_id] = Running(version, specs, names, exposures)
         return running
 
 
@@ -181,12 +184,13 @@ class BatchWork(msgspec.Struct):
 
     accumulator: ExperimentAccumulator
     events: list[ExperimentEvent]
-    uuids: list[str]
-    """The events' uuids, to leave out those already stored (SDK retries)."""
+    sources: list[Event]
+    """The stored events behind ``events``, in the same order (uuids, properties)."""
     merges: list[tuple[str, str]]
     """(source, target) person uuids merged by the batch, in order."""
     wanted: dict[int, set[str]]
     """Per experiment, the person uuids whose stored state is needed."""
+    exposure_names: frozenset[str]
 
 
 def batch_work(
@@ -199,8 +203,9 @@ def batch_work(
     """The batch's events that concern a running experiment, resolved to their persons as the
     batch leaves them (merges applied); None when there is nothing to do.
 
-    Only those events' properties are decoded (from the stored JSON when present). A batch
-    whose events concern no running experiment costs a set look-up per event.
+    A batch whose events concern no running experiment costs a set look-up per event. Only
+    exposure events are decoded here; a metric event's properties are decoded by
+    :func:`select_events`, and only when its person turns out to be exposed.
     """
     names = running.names
     merges = [
@@ -209,10 +214,9 @@ def batch_work(
     concerned = [event for event in kept if event.event in names]
     if not concerned and not merges:
         return None
-    specs = running.specs
-    accumulator = ExperimentAccumulator(specs)
+    exposure_names = running.exposure_names
+    accumulator = ExperimentAccumulator(running.specs)
     events: list[ExperimentEvent] = []
-    uuids: list[str] = []
     for event in concerned:
         state = by_distinct_id.get(event.distinct_id)
         person = (
@@ -220,37 +224,65 @@ def batch_work(
             if state is not None
             else person_rules.person_uuid(project_id, event.distinct_id)
         )
-        raw = event.properties_json
-        properties = orjson.loads(raw) if raw is not None else event.properties
+        properties = _properties(event) if event.event in exposure_names else _UNDECODED
         events.append(
             ExperimentEvent(person, event.distinct_id, event.event, event.timestamp_ms, properties)
         )
-        uuids.append(event.uuid)
-    wanted = accumulator.relevant_persons(events)
+    wanted = accumulator.relevant_persons(events)  # metric events are routed by name only
     if merges:
         sides = {uuid for pair in merges for uuid in pair}
-        for spec in specs:
+        for spec in running.specs:
             wanted.setdefault(spec.experiment_id, set()).update(sides)
-    return BatchWork(accumulator, events, uuids, merges, wanted)
+    return BatchWork(accumulator, events, concerned, merges, wanted, exposure_names)
+
+
+_UNDECODED: dict[str, Any] = {}
+
+
+def _properties(event: Event) -> dict[str, Any]:
+    raw = event.properties_json
+    return orjson.loads(raw) if raw is not None else event.properties
+
+
+def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState]]) -> list[int]:
+    """Which of the work's events can change anything: exposures, and metric events of persons
+    exposed before (a loaded state) or in this batch (decoded now). By position."""
+    exposure_names = work.exposure_names
+    known: set[str] = {target for _, target in work.merges}
+    for persons in loaded.values():
+        known.update(persons)
+    out: list[int] = []
+    events = work.events
+    for event in events:
+        if event.event in exposure_names:
+            known.add(event.person_id)
+    for index, event in enumerate(events):
+        if event.event in exposure_names:
+            out.append(index)
+        elif event.person_id in known:
+            event.properties = _properties(work.sources[index])
+            out.append(index)
+    return out
 
 
 def apply_work(
     work: BatchWork,
     loaded: Mapping[int, Mapping[str, PersonState]],
+    selected: list[int],
     duplicates: set[str],
 ) -> list[ExperimentChanges]:
     """Apply the batch to the loaded persons: merges first (the events already name the
-    merged person), then the events not already stored, in time order. Returns per experiment
-    the persons to upsert and the increments to add to the stored totals."""
+    merged person), then the ``selected`` events not already stored (``duplicates``: their
+    uuids), in time order. Returns per experiment the persons to upsert and the increments to
+    add to the stored totals."""
     accumulator = work.accumulator
     for experiment_id, persons in loaded.items():
         accumulator.load_persons(experiment_id, persons)
     for source, target in work.merges:
         accumulator.merge_persons(source, target)
-    events = work.events
-    if duplicates:
-        events = [e for e, u in zip(events, work.uuids, strict=True) if u not in duplicates]
-    events = sorted(events, key=lambda e: e.timestamp_ms)
+    sources = work.sources
+    events = [work.events[i] for i in selected if sources[i].uuid not in duplicates]
+    events.sort(key=lambda e: e.timestamp_ms)
     accumulator.add_many(events)
     return accumulator.drain()
 

@@ -32,6 +32,7 @@ from flagstaff.store.experiment_batch import (
     encode_person,
     encode_totals,
     running_specs,
+    select_events,
     spec_events,
 )
 
@@ -98,9 +99,12 @@ async def update(
     for eid in sorted(work.wanted):
         rows = await conn.fetch(_LOCK_STATES, eid, sorted(work.wanted[eid]))
         loaded[eid] = {uuid: decode_person(state) for uuid, state in rows}
-    duplicates = {r[0] for r in await conn.fetch(_STORED, project_id, work.uuids)}
+    selected = select_events(work, loaded)
+    uuids = [work.sources[i].uuid for i in selected]
+    duplicates = {r[0] for r in await conn.fetch(_STORED, project_id, uuids)} if uuids else set()
     merged = {source for source, _ in work.merges}
-    for change in sorted(apply_work(work, loaded, duplicates), key=lambda c: c.experiment_id):
+    changes = apply_work(work, loaded, selected, duplicates)
+    for change in sorted(changes, key=lambda c: c.experiment_id):
         eid = change.experiment_id
         if change.persons:
             await conn.execute(

@@ -33,6 +33,7 @@ from flagstaff.store.experiment_batch import (
     encode_totals,
     recompute,
     running_specs,
+    select_events,
     spec_events,
 )
 
@@ -84,8 +85,9 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
     if work is None:
         return
     loaded = {eid: _load(conn, eid, uuids) for eid, uuids in work.wanted.items()}
-    duplicates = _stored(conn, pending.project_id, work.uuids)
-    for change in apply_work(work, loaded, duplicates):
+    selected = select_events(work, loaded)
+    duplicates = _stored(conn, pending.project_id, [work.sources[i].uuid for i in selected])
+    for change in apply_work(work, loaded, selected, duplicates):
         eid = change.experiment_id
         conn.executemany(
             "INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
