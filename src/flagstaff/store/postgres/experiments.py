@@ -42,9 +42,10 @@ _specs = SpecCache()
 
 _VERSION = "SELECT version FROM definitions_version WHERE project_id = $1"
 _LOCK_STATES = (
-    "SELECT s.person_uuid::text, s.state FROM experiment_person_state s "
-    "JOIN unnest($2::uuid[]) AS x(u) ON s.person_uuid = x.u WHERE s.experiment_id = $1 "
-    "ORDER BY s.person_uuid FOR UPDATE OF s"
+    "SELECT s.experiment_id, s.person_uuid::text, s.state FROM experiment_person_state s "
+    "JOIN unnest($1::bigint[], $2::uuid[]) AS x(e, u) "
+    "ON s.experiment_id = x.e AND s.person_uuid = x.u "
+    "ORDER BY s.experiment_id, s.person_uuid FOR UPDATE OF s"
 )
 _STORED = (
     "SELECT e.uuid::text FROM events e JOIN unnest($2::uuid[]) AS x(u) "
@@ -52,19 +53,21 @@ _STORED = (
 )
 _UPSERT_STATES = (
     "INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
-    "SELECT $1, u, s FROM unnest($2::uuid[], $3::bytea[]) AS x(u, s) "
+    "SELECT e, u, s FROM unnest($1::bigint[], $2::uuid[], $3::bytea[]) AS x(e, u, s) "
     "ON CONFLICT (experiment_id, person_uuid) DO UPDATE SET state = excluded.state"
 )
 _DELETE_STATES = (
-    "DELETE FROM experiment_person_state WHERE experiment_id = $1 AND person_uuid = ANY($2::uuid[])"
+    "DELETE FROM experiment_person_state s USING unnest($1::bigint[], $2::uuid[]) AS x(e, u) "
+    "WHERE s.experiment_id = x.e AND s.person_uuid = x.u"
 )
 _LOCK_TOTALS = (
-    "SELECT fingerprint, totals FROM experiment_totals WHERE experiment_id = $1 AND lane = $2 "
-    "FOR UPDATE"
+    "SELECT experiment_id, fingerprint, totals FROM experiment_totals "
+    "WHERE experiment_id = ANY($1::bigint[]) AND lane = $2 ORDER BY experiment_id FOR UPDATE"
 )
 _UPSERT_TOTALS = (
     "INSERT INTO experiment_totals (experiment_id, lane, fingerprint, totals) "
-    "VALUES ($1, $2, $3, $4) ON CONFLICT (experiment_id, lane) "
+    "SELECT e, $2, f, t FROM unnest($1::bigint[], $3::text[], $4::bytea[]) AS x(e, f, t) "
+    "ON CONFLICT (experiment_id, lane) "
     "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals"
 )
 
@@ -88,40 +91,55 @@ async def update(
     book: person_rules.PersonBook,
     kept: list[Event],
 ) -> None:
-    """Update the running experiments' aggregates for one batch (in its transaction)."""
+    """Update the running experiments' aggregates for one batch (in its transaction): a fixed
+    number of statements whatever the number of experiments and persons involved."""
     current = await running(conn, project_id)
     if not current.specs:
         return
     work = batch_work(current, project_id, book.by_distinct_id, book.ops, kept)
     if work is None:
         return
-    loaded: dict[int, dict[str, PersonState]] = {}
-    for eid in sorted(work.wanted):
-        rows = await conn.fetch(_LOCK_STATES, eid, sorted(work.wanted[eid]))
-        loaded[eid] = {uuid: decode_person(state) for uuid, state in rows}
+    pairs = sorted((eid, uuid) for eid, uuids in work.wanted.items() for uuid in uuids)
+    loaded: dict[int, dict[str, PersonState]] = {eid: {} for eid in work.wanted}
+    if pairs:
+        rows = await conn.fetch(
+            _LOCK_STATES, [eid for eid, _ in pairs], [uuid for _, uuid in pairs]
+        )
+        for eid, uuid, state in rows:
+            loaded[eid][uuid] = decode_person(state)
     selected = select_events(work, loaded)
     uuids = [work.sources[i].uuid for i in selected]
     duplicates = {r[0] for r in await conn.fetch(_STORED, project_id, uuids)} if uuids else set()
+    changes = sorted(apply_work(work, loaded, selected, duplicates), key=lambda c: c.experiment_id)
+    if not changes:
+        return
+    upserts = [
+        (change.experiment_id, uuid, encode_person(state))
+        for change in changes
+        for uuid, state in change.persons.items()
+    ]
+    if upserts:
+        await conn.execute(_UPSERT_STATES, *map(list, zip(*upserts, strict=True)))
     merged = {source for source, _ in work.merges}
-    changes = apply_work(work, loaded, selected, duplicates)
-    for change in sorted(changes, key=lambda c: c.experiment_id):
-        eid = change.experiment_id
-        if change.persons:
-            await conn.execute(
-                _UPSERT_STATES,
-                eid,
-                list(change.persons),
-                [encode_person(state) for state in change.persons.values()],
-            )
-        gone = [u for u in work.wanted.get(eid, ()) if u in merged and u not in change.persons]
-        if gone:
-            await conn.execute(_DELETE_STATES, eid, gone)
-        spec = work.accumulator.spec(eid)
-        row = await conn.fetchrow(_LOCK_TOTALS, eid, LANE)
-        stored = row[1] if row is not None and row[0] == spec.fingerprint else None
-        await conn.execute(
-            _UPSERT_TOTALS, eid, LANE, spec.fingerprint, add_increment(stored, change)
-        )
+    gone = [
+        (change.experiment_id, uuid)
+        for change in changes
+        for uuid in work.wanted.get(change.experiment_id, ())
+        if uuid in merged and uuid not in change.persons
+    ]
+    if gone:
+        await conn.execute(_DELETE_STATES, *map(list, zip(*gone, strict=True)))
+    eids = [change.experiment_id for change in changes]
+    stored = {eid: (fp, totals) for eid, fp, totals in await conn.fetch(_LOCK_TOTALS, eids, LANE)}
+    fingerprints: list[str] = []
+    totals: list[bytes] = []
+    for change in changes:
+        fingerprint = work.accumulator.spec(change.experiment_id).fingerprint
+        row = stored.get(change.experiment_id)
+        before = row[1] if row is not None and row[0] == fingerprint else None
+        fingerprints.append(fingerprint)
+        totals.append(add_increment(before, change))
+    await conn.execute(_UPSERT_TOTALS, eids, LANE, fingerprints, totals)
 
 
 async def recompute_experiment(
@@ -164,7 +182,12 @@ async def recompute_experiment(
     for start_at in range(0, len(persons), 10000):
         chunk = persons[start_at : start_at + 10000]
         await conn.execute(
-            _UPSERT_STATES, eid, [u for u, _ in chunk], [encode_person(p) for _, p in chunk]
+            _UPSERT_STATES,
+            [eid] * len(chunk),
+            [u for u, _ in chunk],
+            [encode_person(p) for _, p in chunk],
         )
-    await conn.execute(_UPSERT_TOTALS, eid, LANE, spec.fingerprint, encode_totals(state.totals))
+    await conn.execute(
+        _UPSERT_TOTALS, [eid], LANE, [spec.fingerprint], [encode_totals(state.totals)]
+    )
     return count
