@@ -32,6 +32,7 @@ from flagstaff.http.asgi import (
 from flagstaff.http.auth import personal_key_auth
 from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
+from flagstaff.http.limits import RETRY_AFTER_SECONDS, BodyReaders, MemoryBudget
 from flagstaff.http.openapi import openapi_document, schema_route
 from flagstaff.services import Services
 
@@ -77,6 +78,10 @@ def public_routes() -> dict[str, PublicRoute]:
     return routes
 
 
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that change nothing; any other request to the management API that is not refused
+with a 4xx bumps the node's change counter."""
+
 _ARRAY = PublicRoute("/array/{token}/config", flags.array_config_endpoint, _GET, True)
 _STATIC = PublicRoute("/static/{name}", static.static_endpoint, _GET, True)
 _REMOTE_CONFIG = PublicRoute(
@@ -84,6 +89,16 @@ _REMOTE_CONFIG = PublicRoute(
 )
 PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG)
 """Public routes found by a path prefix rather than the dict look-up."""
+
+
+_RETRY_AFTER = [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
+
+
+def _content_length(scope: Scope) -> int:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 class FlagstaffApp:
@@ -100,6 +115,8 @@ class FlagstaffApp:
         self._body_limit = settings.body_limit
         # One boolean per request when off: the access log costs nothing unless asked for.
         self._access_log = settings.access_log or settings.log_level == "debug"
+        self.readers = BodyReaders(settings.body_timeout_seconds, settings.max_requests // 2)
+        self.budget = MemoryBudget(settings.memory_budget_mb * 1024 * 1024)
 
     def _route_for(self, path: str) -> PublicRoute | None:
         key = path.rstrip("/") or "/"
@@ -141,16 +158,32 @@ class FlagstaffApp:
                 error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
             )
         else:
+            cost = 0
             try:
-                body = await read_body(receive, self._body_limit) if method == "POST" else b""
+                body = b""
+                if method == "POST":
+                    declared = _content_length(scope)
+                    if declared > self._body_limit:
+                        raise ApiError(
+                            413,
+                            "payload_too_large",
+                            f"the request body is larger than {self._body_limit} bytes",
+                        )
+                    cost = self.budget.admit(declared)
+                    body = await read_body(receive, self._body_limit, self.readers)
+                    if not cost:
+                        cost = self.budget.admit(len(body))
                 response = await route.handler(svc, Request(scope, body))
             except ApiError as exc:
-                response = Response(exc.body(), exc.status)
+                retry = _RETRY_AFTER if exc.status == 503 else None
+                response = Response(exc.body(), exc.status, headers=retry)
             except Exception:
                 logs.logger.exception("unhandled error on %s", scope["path"])
                 response = Response(
                     error_body(500, "server_error", "the server failed to answer"), 500
                 )
+            finally:
+                self.budget.release(cost)
         await send_response(send, response, extra)
         elapsed = time.perf_counter() - started
         svc.metrics.observe_request(route.name, response.status, elapsed)
@@ -161,11 +194,18 @@ class FlagstaffApp:
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
         status = 500
+        writes = scope["method"] not in _SAFE_METHODS
+        changes = self.services.changes
 
         async def tracking_send(message: dict[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if writes and not 400 <= status < 500:
+                    # Before the answer leaves: whoever sees it, then asks any worker, is
+                    # answered from the changed data. A refused request (401, 404, invalid
+                    # input) wrote nothing; after a 500 nobody knows, so it bumps too.
+                    changes.bump()
             await send(message)
 
         await self.admin(scope, receive, tracking_send)

@@ -22,7 +22,8 @@ import msgspec
 
 from flagstaff import __version__, logs
 from flagstaff.bootstrap import bootstrap
-from flagstaff.config import Settings
+from flagstaff.changes import ChangeCounter
+from flagstaff.config import Settings, secure_data_dir
 from flagstaff.services import make_store
 from flagstaff.store.base import Store
 
@@ -42,6 +43,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]]) -> T:
+    """Run ``fn`` on an open store, then bump the data dir's change counter so a server on
+    the same data dir serves what the command wrote from its next request on. Every command
+    bumps: a needless bump costs each worker one version read."""
+
     async def run() -> T:
         store = make_store(settings)
         await store.open()
@@ -49,6 +54,10 @@ def _with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]]) -> T:
             return await fn(store)
         finally:
             await store.close()
+            if settings.data_dir.is_dir():
+                counter = ChangeCounter(settings.data_dir)
+                counter.bump()
+                counter.close()
 
     return asyncio.run(run())
 
@@ -72,10 +81,11 @@ async def _project_id(store: Store, wanted: int | None) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from granian import Granian
     from granian.constants import Interfaces, Loops
+    from granian.http import HTTP1Settings
 
     settings = _settings(args)
     logs.configure(settings.log_level, settings.access_log)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings.data_dir)
     for notice in _with_store(settings, lambda store: bootstrap(store, settings)):
         logs.always(logging.WARNING, notice.message, **notice.fields)
     shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
@@ -106,6 +116,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         websockets=False,
         log_enabled=settings.log_level == "debug",
         backlog=2048,
+        backpressure=settings.max_requests,
+        http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
     )
     try:
         server.serve()

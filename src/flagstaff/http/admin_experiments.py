@@ -45,19 +45,18 @@ def invalid(error: ExperimentInvalid) -> ApiError:
 
 
 async def _body(request: Request) -> Any:
-    raw = await request.body()
-    if not raw:
-        return {}
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, "parse_error", f"the body is not valid JSON: {exc}") from None
+    """The management API's JSON body (its size limit and errors)."""
+    from flagstaff.http import admin
+
+    return await admin._body(request)
 
 
 def _path_id(request: Request, name: str, what: str) -> int:
+    from flagstaff.http import admin
+
     try:
-        return int(request.path_params[name])
-    except (KeyError, ValueError):
+        return admin._path_int(request, name)
+    except ApiError:
         raise ApiError(404, "not_found", f"no such {what}") from None
 
 
@@ -133,6 +132,7 @@ async def list_experiments(ctx: AdminContext, request: Request) -> Any:
 
 
 async def create_experiment(ctx: AdminContext, request: Request) -> Any:
+    _warm_results()
     try:
         definition = parse_experiment(await _body(request))
     except ExperimentInvalid as error:

@@ -67,6 +67,7 @@ _ADMIN: dict[str, Doc] = {
     "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
     "get_flag": Doc("", s.FeatureFlag),
     "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
+    "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
     "delete_flag": Doc("", None, status=204),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
     "create_cohort": Doc("", s.Cohort, s.CohortInput, 201),
@@ -181,6 +182,26 @@ _PUBLIC: dict[str, Doc] = {
     **{path: _CAPTURE for path in ("/e", "/i/v0/e", "/capture", "/batch", "/track", "/engage")},
     "/s": Doc(
         "Session recording snapshots: accepted like events", s.CaptureResponse, s.CaptureRequest
+    ),
+    "/api/web_experiments": Doc(
+        "Web experiments posthog-js loads (an empty list until the product exists)",
+        s.WebExperimentList,
+        query=(Param("token", "string", "the project token"),),
+        errors=(401,),
+    ),
+    "/api/product_tours": Doc(
+        "Product tours posthog-js loads (an empty list until the product exists)",
+        s.ProductTourList,
+        query=(Param("token", "string", "the project token"),),
+        errors=(401,),
+    ),
+    "/static/{name}": Doc(
+        "posthog-js's lazily loaded bundles (surveys.js, recorder.js, array.js...) from the "
+        "installed npm package; /static/{version}/{name} serves that version only",
+        str,
+        media="application/javascript",
+        query=(Param("v", "string", "posthog-js's version: a versioned URL is cached a year"),),
+        errors=(404,),
     ),
 }
 # Public routes whose table entry stands for several documented paths.

@@ -315,6 +315,18 @@ class EventPage(msgspec.Struct):
     results: list[StoredEvent]
 
 
+class WebExperimentList(msgspec.Struct):
+    """posthog-js's web experiments (none are served yet)."""
+
+    experiments: list[dict[str, Any]]
+
+
+class ProductTourList(msgspec.Struct):
+    """posthog-js's product tours (none are served yet)."""
+
+    product_tours: list[dict[str, Any]]
+
+
 # experiments ---------------------------------------------------------------------------------
 # The definition is experiments.model.ExperimentDefinition (PostHog's fields). The results are
 # experiments.results.ExperimentResults, documented as an object here: that module imports
