@@ -159,6 +159,8 @@ class Running(msgspec.Struct, frozen=True):
     """Every event name that concerns one of them."""
     exposure_names: frozenset[str]
     """The names of their exposure events."""
+    metric_routes: dict[str, tuple[int, ...]]
+    """Per metric event name, the experiments that read it."""
 
 
 class SpecCache:
@@ -175,7 +177,13 @@ class SpecCache:
     def put(self, project_id: int, version: int, specs: list[ExperimentSpec]) -> Running:
         names = frozenset(name for spec in specs for name in spec_events(spec))
         exposures = frozenset(spec.exposure_event for spec in specs)
-        running = self._by_project[project_id] = Running(version, specs, names, exposures)
+        routes: dict[str, list[int]] = {}
+        for spec in specs:
+            for name in spec.rules_by_event:
+                routes.setdefault(name, []).append(spec.experiment_id)
+        running = self._by_project[project_id] = Running(
+            version, specs, names, exposures, {k: tuple(v) for k, v in routes.items()}
+        )
         return running
 
 
@@ -217,6 +225,8 @@ def batch_work(
     exposure_names = running.exposure_names
     accumulator = ExperimentAccumulator(running.specs)
     events: list[ExperimentEvent] = []
+    exposures: list[ExperimentEvent] = []
+    by_name: dict[str, set[str]] = {}
     for event in concerned:
         state = by_distinct_id.get(event.distinct_id)
         person = (
@@ -224,11 +234,24 @@ def batch_work(
             if state is not None
             else person_rules.person_uuid(project_id, event.distinct_id)
         )
-        properties = _properties(event) if event.event in exposure_names else _UNDECODED
-        events.append(
-            ExperimentEvent(person, event.distinct_id, event.event, event.timestamp_ms, properties)
-        )
-    wanted = accumulator.relevant_persons(events)  # metric events are routed by name only
+        name = event.event
+        if name in exposure_names:
+            row = ExperimentEvent(
+                person, event.distinct_id, name, event.timestamp_ms, _properties(event)
+            )
+            exposures.append(row)
+        else:
+            row = ExperimentEvent(person, event.distinct_id, name, event.timestamp_ms, _UNDECODED)
+            persons = by_name.get(name)
+            if persons is None:
+                persons = by_name[name] = set()
+            persons.add(person)
+        events.append(row)
+    wanted = accumulator.relevant_persons(exposures)  # also routes their metric side
+    routes = running.metric_routes
+    for name, persons in by_name.items():
+        for experiment_id in routes.get(name, ()):
+            wanted.setdefault(experiment_id, set()).update(persons)
     if merges:
         sides = {uuid for pair in merges for uuid in pair}
         for spec in running.specs:
