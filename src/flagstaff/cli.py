@@ -385,6 +385,40 @@ def cmd_events_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_experiments_recompute(args: argparse.Namespace) -> int:
+    """Rebuild experiments' aggregates from the stored events (after an import, or to check)."""
+    settings = _settings(args)
+
+    async def run(store: Store) -> list[str]:
+        project_id = await _project_id(store, args.project)
+        if args.experiment is not None:
+            record = await store.get_experiment(project_id, args.experiment)
+            if record is None or record.deleted:
+                raise SystemExit(f"flagstaff: no experiment with id {args.experiment}")
+            records = [record]
+        else:
+            page = await store.list_experiments(project_id, 100_000, 0)
+            records = [r for r in page.results if r.definition.start_date is not None]
+        lines = []
+        for record in records:
+            if record.definition.start_date is None:
+                lines.append(f"experiment {record.id}: not started, nothing to compute")
+                continue
+            read = await store.recompute_experiment(project_id, record.id)
+            totals = await store.experiment_totals(
+                record.id, ExperimentSpec(record.id, record.definition).fingerprint
+            )
+            exposed = {k: v.exposed for k, v in totals.variants.items()}
+            lines.append(f"experiment {record.id}: {read} events read, exposed {exposed}")
+        return lines
+
+    from flagstaff.experiments.exposure import ExperimentSpec
+
+    lines = _with_store(settings, run)
+    print("\n".join(lines) if lines else "no started experiment")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _with_store(settings, lambda store: store.ping())
@@ -499,6 +533,17 @@ def build_parser() -> argparse.ArgumentParser:
     eexport.add_argument("--project", type=int)
     _store_options(eexport)
     eexport.set_defaults(fn=cmd_events_export)
+
+    experiments = sub.add_parser("experiments", help="experiment aggregates").add_subparsers(
+        dest="action", required=True
+    )
+    xrecompute = experiments.add_parser(
+        "recompute", help="rebuild experiments' exposure and metric aggregates from stored events"
+    )
+    xrecompute.add_argument("--experiment", type=int, help="only this experiment")
+    xrecompute.add_argument("--project", type=int)
+    _store_options(xrecompute)
+    xrecompute.set_defaults(fn=cmd_experiments_recompute)
 
     migrate = sub.add_parser("migrate", help="apply schema migrations and exit")
     _store_options(migrate)

@@ -263,6 +263,7 @@ def experiment_flag(
     return flag
 
 
+_MISSING_FIELD = re.compile(r"^Object missing required field `([^`]*)`$")
 _AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 
 
@@ -270,7 +271,12 @@ def _msgspec_error(error: msgspec.ValidationError) -> tuple[str, str]:
     match = _AT_PATH.match(str(error))
     assert match is not None
     path = (match.group("path") or "").lstrip(".")
-    return path, match.group("message").replace("Invalid enum value", "Invalid value")
+    message = match.group("message").replace("Invalid enum value", "Invalid value")
+    missing = _MISSING_FIELD.match(message)
+    if missing is not None:  # name the missing field itself
+        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        message = "This field is required."
+    return path, message
 
 
 def _check_node(path: str, node: EventsNode, errors: Errors) -> None:

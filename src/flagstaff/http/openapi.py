@@ -159,6 +159,18 @@ _ADMIN: dict[str, Doc] = {
     "list_keys": Doc("", list[a.PersonalApiKey]),
     "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
     "revoke_key": Doc("", None, status=204),
+    "list_experiments": Doc("", s.ExperimentPage, query=_PAGING),
+    "create_experiment": Doc("", s.Experiment, s.ExperimentInput, 201),
+    "get_experiment": Doc("", s.Experiment),
+    "patch_experiment": Doc("", s.Experiment, s.ExperimentInput),
+    "put_experiment": Doc("", s.Experiment, s.ExperimentInput),
+    "delete_experiment": Doc("", None, status=204),
+    "experiment_results": Doc("", s.ExperimentResults),
+    "list_holdouts": Doc("", s.HoldoutPage),
+    "create_holdout": Doc("", s.Holdout, s.HoldoutInput, 201),
+    "get_holdout": Doc("", s.Holdout),
+    "update_holdout": Doc("", s.Holdout, s.HoldoutInput),
+    "delete_holdout": Doc("", None, status=204, extra=((400, "used by an experiment"),)),
 }
 
 # public routes, by route name -----------------------------------------------------------------

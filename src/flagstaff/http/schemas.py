@@ -325,3 +325,53 @@ class ProductTourList(msgspec.Struct):
     """posthog-js's product tours (none are served yet)."""
 
     product_tours: list[dict[str, Any]]
+
+
+# experiments ---------------------------------------------------------------------------------
+# The definition is experiments.model.ExperimentDefinition (PostHog's fields). The results are
+# experiments.results.ExperimentResults, documented as an object here: that module imports
+# scipy, which a worker loads only when results are first asked for.
+
+from flagstaff.experiments.model import ExperimentDefinition  # noqa: E402
+
+ExperimentInput = ExperimentDefinition
+ExperimentResults = dict[str, Any]
+
+
+class ExperimentFlag(msgspec.Struct):
+    id: int
+    key: str
+    name: str
+    active: bool
+    filters: dict[str, Any]
+    deleted: bool
+    version: int
+
+
+class HoldoutInput(msgspec.Struct):
+    name: str
+    filters: list[dict[str, Any]]
+    description: str | None = None
+
+
+class Holdout(HoldoutInput):
+    id: int = 0
+    created_at: str = ""
+    updated_at: str = ""
+
+
+class Experiment(ExperimentDefinition):
+    id: int = 0
+    feature_flag: ExperimentFlag | None = None
+    holdout: Holdout | None = None
+    created_at: str = ""
+    updated_at: str = ""
+    deleted: bool = False
+
+
+class ExperimentPage(Page):
+    results: list[Experiment]
+
+
+class HoldoutPage(Page):
+    results: list[Holdout]

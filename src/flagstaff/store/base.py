@@ -14,7 +14,7 @@ accepts, so the flag engine compiles exactly what was stored.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -25,6 +25,11 @@ from flagstaff.ingest.model import Drop, Event
 from flagstaff.surveys.early_access import EarlyAccessFeature
 from flagstaff.surveys.model import Survey
 from flagstaff.surveys.stats import SurveyStats
+
+if TYPE_CHECKING:
+    from flagstaff.experiments.exposure import ExperimentTotals
+    from flagstaff.experiments.model import ExperimentDefinition, Holdout
+    from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord
 
 
 class StoreError(Exception):
@@ -56,6 +61,10 @@ class Conflict(StoreError):
     @classmethod
     def flag_version_stale(cls) -> Conflict:
         return cls("version", "the flag changed meanwhile; read it again and retry")
+
+    @classmethod
+    def holdout_in_use(cls, experiments: int) -> Conflict:
+        return cls("holdout", f"the holdout is used by {experiments} experiment(s)")
 
     @classmethod
     def cohort_not_static(cls) -> Conflict:
@@ -371,3 +380,50 @@ class Store(Protocol):
         self, project_id: int, feature_id: str, flags: list[FlagWrite]
     ) -> None: ...
     async def surveys_snapshot(self, project_id: int) -> SurveysSnapshot: ...
+    # experiments: definitions, holdouts, and the aggregates ingestion keeps current
+    # (store.experiment_batch); every write bumps the definitions version
+    async def list_experiments(self, project_id: int, limit: int, offset: int) -> Page: ...
+    async def get_experiment(
+        self, project_id: int, experiment_id: int
+    ) -> ExperimentRecord | None: ...
+    async def create_experiment(
+        self, project_id: int, definition: ExperimentDefinition, flag: dict[str, Any]
+    ) -> ExperimentRecord:
+        """Insert the experiment and, in the same transaction, its flag: ``flag`` without an
+        ``id`` is created, with one it is the linked flag, rewritten. A started experiment's
+        aggregates are computed from the stored events."""
+        ...
+
+    async def update_experiment(
+        self,
+        project_id: int,
+        experiment_id: int,
+        definition: ExperimentDefinition,
+        *,
+        deleted: bool = False,
+        flag: dict[str, Any] | None = None,
+    ) -> ExperimentRecord:
+        """Replace the definition (and rewrite the linked ``flag`` when given), recomputing the
+        aggregates when it launches or what counts changed; NotFound when missing."""
+        ...
+
+    async def experiment_totals(self, experiment_id: int, fingerprint: str) -> ExperimentTotals:
+        """The experiment's totals built for its current spec (``fingerprint``)."""
+        ...
+
+    async def recompute_experiment(self, project_id: int, experiment_id: int) -> int:
+        """Rebuild the aggregates from stored events; returns the events read."""
+        ...
+
+    async def list_holdouts(self, project_id: int) -> list[HoldoutRecord]: ...
+    async def get_holdout(self, project_id: int, holdout_id: int) -> HoldoutRecord | None: ...
+    async def create_holdout(self, project_id: int, holdout: Holdout) -> HoldoutRecord: ...
+    async def update_holdout(
+        self, project_id: int, holdout_id: int, holdout: Holdout
+    ) -> HoldoutRecord:
+        """Also rewrites ``filters.holdout`` on the flag of every experiment using it."""
+        ...
+
+    async def delete_holdout(self, project_id: int, holdout_id: int) -> None:
+        """Conflict while an experiment uses it."""
+        ...

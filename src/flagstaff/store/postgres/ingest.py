@@ -38,6 +38,7 @@ from flagstaff.store.ingest_batch import (
     survey_events,
     warnings_of,
 )
+from flagstaff.store.postgres import experiments
 from flagstaff.surveys import stats as survey_stats
 
 _encode = msgspec.json.encode
@@ -358,6 +359,7 @@ async def apply_ingest(
     await _write_persons(conn, project_id, book)
     if group_book is not None:
         await _write_groups(conn, project_id, group_book)
+    await experiments.update(conn, project_id, book, kept)
     stored = [0] * len(requests)
     found = survey_events(kept, book)
     if found:

@@ -46,6 +46,7 @@ from flagstaff.store.base import (
     StoredEvent,
 )
 from flagstaff.store.postgres.accounts import PostgresAccounts, write_change, write_flag_version
+from flagstaff.store.postgres.experiment_store import ExperimentsMixin
 from flagstaff.store.postgres.flag_writes import insert_flag, replace_flag
 from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
@@ -185,7 +186,7 @@ async def _log_cohort(
     )
 
 
-class PostgresStore(PostgresAccounts, SurveyMethods):
+class PostgresStore(PostgresAccounts, SurveyMethods, ExperimentsMixin):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:

@@ -30,6 +30,7 @@ from flagstaff.store.ingest_batch import (
     survey_events,
     warnings_of,
 )
+from flagstaff.store.sqlite import experiments
 from flagstaff.store.sqlite.person_cache import PersonCache
 
 _encode = msgspec.json.encode
@@ -140,11 +141,20 @@ class WritePlan:
     (:func:`execute_plan`) on another thread while the next batch is planned.
     """
 
-    __slots__ = ("dropped", "event_rows", "project_id", "steps", "survey_events", "warning_rows")
+    __slots__ = (
+        "dropped",
+        "event_rows",
+        "experiments",
+        "project_id",
+        "steps",
+        "survey_events",
+        "warning_rows",
+    )
 
     def __init__(self, project_id: int = 0) -> None:
         self.project_id = project_id
         self.survey_events: list[SurveyEvent] = []
+        self.experiments: experiments.Pending | None = None
         self.steps: list[Step] = []
         self.event_rows: list[tuple[Any, ...]] = []
         self.warning_rows: list[tuple[Any, ...]] = []
@@ -312,6 +322,7 @@ def plan_ingest(
         )
         for e in kept
     ]
+    plan.experiments = experiments.capture(project_id, book, kept)
     plan.warning_rows = [
         (project_id, w.kind, _encode(w.details), now_ms) for w in warnings_of(drops, book.warnings)
     ]
@@ -325,6 +336,7 @@ def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
         conn.executemany(sql, rows)
     if plan.survey_events:
         count_survey_events(conn, plan.project_id, plan.survey_events)
+    experiments.write(conn, plan.experiments)
     before = conn.total_changes
     conn.executemany(_INSERT_EVENTS, plan.event_rows)
     stored = conn.total_changes - before

@@ -62,6 +62,7 @@ from flagstaff.store.rows import (
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.accounts import SQLiteAccounts, write_change, write_flag_version
 from flagstaff.store.sqlite.client import IngestClient
+from flagstaff.store.sqlite.experiment_store import ExperimentsMixin
 from flagstaff.store.sqlite.flag_writes import bump_definitions, insert_flag, replace_flag
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.schema import migrate
@@ -132,7 +133,7 @@ def _log_cohort(
 _bump_definitions = bump_definitions
 
 
-class SQLiteStore(SQLiteAccounts, SurveyMethods):
+class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(self, path: Path, ingest_socket: str | None = None) -> None:

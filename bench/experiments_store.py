@@ -1,0 +1,442 @@
+"""Experiments in the running server: ingest throughput with five running experiments against
+none, and the results endpoint over HTTP for an experiment with 1M exposed persons.
+
+    python -m bench.experiments_store [--postgres] [--seconds 8] [--rounds 2] [--persons 1000000]
+    python -m bench.experiments_store --store-only [--postgres] [--rounds 3]
+
+Part 1, ingest: wrk posts 100-event `/batch/` requests (posthog-js-like, 10,000 users; of every
+20 events, one `$feature_flag_called` of one of five experiment flags with its variant, one
+`purchase` with an amount, 18 `$pageview`s). The same stream runs with no experiment, then
+with five running experiments on those flags (each a mean of `amount`, a funnel to `purchase`,
+a ratio; with ``--pageview-metric`` the first also counts `$pageview`, so that every event
+concerns it and every exposed person's state changes with each pageview), launched at the
+round's start, alternating `--rounds` times back to back in one server, so the ratio is
+measured under the same machine load. Every event is acknowledged after its commit.
+
+Part 2, results: one more experiment gets the aggregates of `--persons` exposed persons built
+by the pure accumulator (1-3 goal events each) and written straight into the aggregate tables
+(`experiment_person_state`, one row per person, and `experiment_totals`), as ingestion would
+have left them; no events are inserted, since a results request reads only the totals (10M
+stored events would not change what it reads). Then `GET .../results/` is timed over HTTP:
+the first request of each worker (which imports scipy) and the best and median of 20 more.
+
+Part 3 (``--store-only``), for a ratio less at the mercy of a shared machine, in-process (no
+HTTP, no wrk) with the same mix, 20 calls of 2,000 events, no experiment and five running
+alternated ``--rounds`` times, the best of each: on SQLite the CPU time of the ingest writer's
+step (``apply_ingest``: rules, experiments, SQL, one transaction per call), on PostgreSQL the
+wall time of ``store.ingest`` (the round trips are the cost there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sqlite3
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+from tests.server import PROJECT_TOKEN, Api, Server
+
+from bench.experiments import START_MS, definition, flag_call
+from bench.load import WrkResult, start_server, wrk
+from flagstaff.experiments.exposure import (
+    ExperimentAccumulator,
+    ExperimentEvent,
+    ExperimentSpec,
+)
+from flagstaff.experiments.model import parse_experiment
+from flagstaff.store.experiment_batch import encode_person, encode_totals
+
+EXPERIMENTS = "/api/projects/@current/experiments/"
+PAGEVIEW_METRIC = False
+"""Whether the first experiment also counts `$pageview` (``--pageview-metric``)."""
+FLAGS = [f"bench-exp-{i}" for i in range(5)]
+
+_PAGEVIEW = (
+    '{"event":"$pageview","uuid":"%s","properties":{"distinct_id":"user-%d",'
+    '"$current_url":"https://shop.example.com/p/%d","$host":"shop.example.com",'
+    '"$browser":"Chrome","$os":"Mac OS X","$lib":"web","$lib_version":"1.449.2",'
+    '"$session_id":"0193a1b2-c3d4-7e5f-8a9b-%012d","title":"Product %d"}}'
+)
+_FLAG_CALL = (
+    '{"event":"$feature_flag_called","uuid":"%s","properties":{"distinct_id":"user-%d",'
+    '"$feature_flag":"%s","$feature_flag_response":"%s","$lib":"web"}}'
+)
+_PURCHASE = (
+    '{"event":"purchase","uuid":"%s","properties":{"distinct_id":"user-%d","amount":%d,'
+    '"$lib":"web"}}'
+)
+
+
+def _lua(text: str) -> str:
+    return text.replace('"', '\\"')
+
+
+def _script(folder: Path, run_id: int) -> Path:
+    """A wrk script: 100-event batches of the mix described above, fresh uuids per run."""
+    flags = "{" + ",".join(f'"{f}"' for f in FLAGS) + "}"
+    script = folder / f"experiments-{run_id}.lua"
+    script.write_text(
+        f"""
+local pageview = "{_lua(_PAGEVIEW)}"
+local flagcall = "{_lua(_FLAG_CALL)}"
+local purchase = "{_lua(_PURCHASE)}"
+local flags = {flags}
+local n = 0
+local run = {run_id}
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local function uuid(i)
+  return string.format("0194%04x-0000-7000-8%03x-%012x", run % 65536, run % 4096, i)
+end
+request = function()
+  local events = {{}}
+  for k = 1, 100 do
+    n = n + 1
+    local user = (n * 7919) % 10000
+    local kind = n % 20
+    if kind == 0 then
+      local variant = "control"
+      if (user * 31 + n) % 2 == 1 then variant = "test" end
+      events[k] = string.format(flagcall, uuid(n), user, flags[(n / 20) % 5 + 1], variant)
+    elseif kind == 1 then
+      events[k] = string.format(purchase, uuid(n), user, 5 + n % 50)
+    else
+      events[k] = string.format(pageview, uuid(n), user, n % 500, n, n % 500)
+    end
+  end
+  local body = '{{"api_key":"{PROJECT_TOKEN}","batch":[' .. table.concat(events, ",") .. "]}}"
+  return wrk.format(nil, "/batch/", nil, body)
+end
+"""
+    )
+    return script
+
+
+def _experiment_body(index: int, flag: str) -> dict[str, Any]:
+    """Launched now, as an experiment usually is (launching recomputes from the events
+    after the start date: here none yet)."""
+    # bench.experiments' experiment 0 also counts $pageview (then every event concerns it)
+    body: dict[str, Any] = msgspec.to_builtins(definition(index if PAGEVIEW_METRIC else index + 1))
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    body.update(name=f"bench {index}", feature_flag_key=flag, start_date=now)
+    return body
+
+
+def ingest(srv: Server, root: Path, seconds: int, rounds: int) -> list[tuple[str, WrkResult]]:
+    api = Api(srv.url)
+    run_id = random.randrange(1, 60000)
+    wrk("warm-up", srv.url + "/batch/", seconds=2, connections=8, script=_script(root, run_id))
+    results: list[tuple[str, WrkResult]] = []
+    created: list[int] = []
+    for round_ in range(rounds):
+        for case in ("none", "five"):
+            if case == "five":
+                for i, flag in enumerate(FLAGS):
+                    r = api.post(EXPERIMENTS, json=_experiment_body(i, flag))
+                    assert r.status_code == 201, r.text
+                    created.append(r.json()["id"])
+            run_id += 1
+            label = f"round {round_ + 1}, {case} running"
+            result = wrk(
+                label,
+                srv.url + "/batch/",
+                seconds=seconds,
+                connections=32,
+                script=_script(root, run_id),
+            )
+            results.append((case, result))
+            print(result.line(), f"= {result.requests_per_s * 100:,.0f} events/s", flush=True)
+            if case == "five":
+                for eid in created:
+                    assert api.delete(f"{EXPERIMENTS}{eid}/").status_code == 204
+                created.clear()
+    return results
+
+
+def _results_body() -> dict[str, Any]:
+    body: dict[str, Any] = msgspec.to_builtins(definition(0))
+    body.update(name="1M", feature_flag_key="bench-results", start_date="2024-01-01T00:00:00Z")
+    return body
+
+
+def _build_state(persons: int) -> tuple[ExperimentSpec, Any]:
+    spec = ExperimentSpec(0, parse_experiment(_results_body()))
+    accumulator = ExperimentAccumulator([spec])
+    rng = random.Random(7)
+    for n in range(persons):
+        person = f"{n:08x}-0000-4000-8000-{n:012x}"
+        at = START_MS + n
+        variant = "control" if rng.random() < 0.5 else "test"
+        accumulator.add(flag_call(person, spec.flag_key, variant, n))
+        for k in range(rng.randint(1, 3)):
+            name = "cart" if k == 0 else "purchase"
+            props = {"amount": rng.randint(5, 200)}
+            accumulator.add(ExperimentEvent(person, person, name, at + 1000 + k, props))
+    return spec, accumulator.state(0)
+
+
+def _fill_sqlite(srv: Server, experiment_id: int, fingerprint: str, state: Any) -> None:
+    path = srv.data_dir / "flagstaff.sqlite3"
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=60)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "DELETE FROM experiment_person_state WHERE experiment_id = ?", (experiment_id,)
+        )
+        conn.execute("DELETE FROM experiment_totals WHERE experiment_id = ?", (experiment_id,))
+        conn.executemany(
+            "INSERT INTO experiment_person_state VALUES (?, ?, ?)",
+            ((experiment_id, u, encode_person(p)) for u, p in state.persons.items()),
+        )
+        conn.execute(
+            "INSERT INTO experiment_totals VALUES (?, 0, ?, ?)",
+            (experiment_id, fingerprint, encode_totals(state.totals)),
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def _fill_postgres(url: str, experiment_id: int, fingerprint: str, state: Any) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "DELETE FROM experiment_person_state WHERE experiment_id = $1", experiment_id
+            )
+            await conn.execute(
+                "DELETE FROM experiment_totals WHERE experiment_id = $1", experiment_id
+            )
+            await conn.copy_records_to_table(
+                "experiment_person_state",
+                records=((experiment_id, u, encode_person(p)) for u, p in state.persons.items()),
+            )
+            await conn.execute(
+                "INSERT INTO experiment_totals VALUES ($1, 1, $2, $3)",
+                experiment_id,
+                fingerprint,
+                encode_totals(state.totals),
+            )
+    finally:
+        await conn.close()
+
+
+def results(srv: Server, persons: int) -> None:
+    api = Api(srv.url)
+    started = time.perf_counter()
+    _spec, state = _build_state(persons)
+    print(f"aggregates of {persons:,} persons built in {time.perf_counter() - started:.1f} s")
+    body = _results_body()
+    r = api.post(EXPERIMENTS, json=body)
+    assert r.status_code == 201, r.text
+    eid = r.json()["id"]
+    fingerprint = ExperimentSpec(eid, parse_experiment(body)).fingerprint
+    started = time.perf_counter()
+    database_url = srv.env.get("FLAGSTAFF_DATABASE_URL")
+    if database_url:
+        asyncio.run(_fill_postgres(database_url, eid, fingerprint, state))
+    else:
+        _fill_sqlite(srv, eid, fingerprint, state)
+    print(f"written to the aggregate tables in {time.perf_counter() - started:.1f} s")
+    url = f"{srv.url}{EXPERIMENTS}{eid}/results/"
+    with httpx.Client(headers=api.client.headers, timeout=60) as http:
+        firsts = []
+        for _ in range(4):  # each worker's first request imports scipy
+            t = time.perf_counter()
+            answer = http.get(url)
+            firsts.append(time.perf_counter() - t)
+            assert answer.status_code == 200, answer.text
+        exposures = answer.json()["exposures"]
+        assert sum(exposures.values()) == persons, exposures
+        times = []
+        for _ in range(20):
+            t = time.perf_counter()
+            assert http.get(url).status_code == 200
+            times.append(time.perf_counter() - t)
+    print(f"exposures reported: {exposures}")
+    print(
+        "GET results/: first requests "
+        + ", ".join(f"{t * 1000:.0f}" for t in firsts)
+        + f" ms; then best {min(times) * 1000:.1f} ms, median "
+        f"{statistics.median(times) * 1000:.1f} ms, worst {max(times) * 1000:.1f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--persons", type=int, default=1_000_000)
+    parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument(
+        "--store-only", action="store_true", help="only part 3: the store's ingest in-process"
+    )
+    parser.add_argument(
+        "--pageview-metric",
+        action="store_true",
+        help="the first experiment also counts $pageview: every event concerns it",
+    )
+    args = parser.parse_args()
+    global PAGEVIEW_METRIC
+    PAGEVIEW_METRIC = args.pageview_metric
+    if args.store_only:
+        asyncio.run(_store_ingest(args.postgres, 20, 2000, args.rounds))
+        return
+    srv, root = start_server(args.workers, postgres=args.postgres)
+    try:
+        print(
+            f"server: {args.workers} workers, "
+            f"{'PostgreSQL' if args.postgres else 'SQLite'}; wrk on the same machine"
+        )
+        if not args.skip_ingest:
+            measured = ingest(srv, root, args.seconds, args.rounds)
+            none = [r.requests_per_s for case, r in measured if case == "none"]
+            five = [r.requests_per_s for case, r in measured if case == "five"]
+            ratio = sum(five) / sum(none)
+            mean_five = sum(five) / len(five) * 100
+            mean_none = sum(none) / len(none) * 100
+            print(
+                f"ingest with five running experiments / none: {ratio:.3f} "
+                f"(events/s {mean_five:,.0f} vs {mean_none:,.0f})"
+            )
+        if args.persons:
+            results(srv, args.persons)
+    finally:
+        srv.stop()
+
+
+# Part 3: the store's ingest call in-process, best of several runs ---------------------------
+
+
+def _writer_events(start: int, count: int) -> list[Any]:
+    """The wrk stream's mix as normalized events (the store's input)."""
+    import orjson
+
+    from flagstaff.ingest.model import Event
+
+    out = []
+    now = int(time.time() * 1000)
+    for n in range(start, start + count):
+        user = (n * 7919) % 10000
+        kind = n % 20
+        if kind == 0:
+            variant = "test" if (user * 31 + n) % 2 else "control"
+            name = "$feature_flag_called"
+            props: dict[str, Any] = {
+                "$feature_flag": FLAGS[(n // 20) % 5],
+                "$feature_flag_response": variant,
+            }
+        elif kind == 1:
+            name, props = "purchase", {"amount": 5 + n % 50}
+        else:
+            name = "$pageview"
+            props = {"$current_url": f"https://shop.example.com/p/{n % 500}", "title": "P"}
+        uid = f"0195{n >> 32:04x}-{(n >> 16) & 0xFFFF:04x}-7000-8000-{n & 0xFFFFFFFFFFFF:012x}"
+        out.append(
+            Event(
+                uid,
+                name,
+                f"user-{user}",
+                props,
+                now + n,
+                now + n,
+                None,
+                None,
+                None,
+                True,
+                False,
+                orjson.dumps(props),
+            )
+        )
+    return out
+
+
+def _sqlite_writer(path: Path, project_id: int, work: list[list[Any]]) -> float:
+    """CPU time of the ingest writer's own step (``apply_ingest``: rules, experiments, SQL)
+    for ``work``, one transaction per call, as the ingest writer process runs it."""
+    from flagstaff.store.sqlite.ingest import apply_ingest
+    from flagstaff.store.sqlite.protocol import for_writer
+    from flagstaff.store.sqlite.writer import connect
+
+    conn = connect(path)
+    try:
+        prepared = [for_writer(events) for events in work]
+        began = time.process_time()
+        for events in prepared:
+            conn.execute("BEGIN IMMEDIATE")
+            apply_ingest(conn, project_id, events, [], 0)
+            conn.execute("COMMIT")
+        return time.process_time() - began
+    finally:
+        conn.close()
+
+
+async def _store_ingest(postgres: bool, batches: int, size: int, rounds: int) -> None:
+    from flagstaff.experiments.model import experiment_flag
+    from flagstaff.store.postgres.store import PostgresStore
+    from flagstaff.store.sqlite.store import SQLiteStore
+
+    if postgres:
+        from tests.pg import new_database
+
+        store: Any = PostgresStore(new_database())
+    else:
+        import tempfile
+
+        store = SQLiteStore(Path(tempfile.mkdtemp(prefix="flagstaff-bench-")) / "db.sqlite3")
+    await store.open()
+    project = await store.create_project("bench")
+    n = 0
+    created: list[int] = []
+    best = {"none": float("inf"), "five": float("inf")}
+    try:
+        await store.ingest(project.id, _writer_events(0, 10_000), [])  # the 10,000 persons
+        n = 10_000
+        for _ in range(rounds):
+            for case in ("none", "five"):
+                if case == "five":
+                    for i, flag in enumerate(FLAGS):
+                        parsed = parse_experiment(_experiment_body(i, flag))
+                        existing = await store.get_flag_by_key(project.id, flag)
+                        record = await store.create_experiment(
+                            project.id, parsed, existing or experiment_flag(parsed)
+                        )
+                        created.append(record.id)
+                work = [_writer_events(n + b * size, size) for b in range(batches)]
+                n += batches * size
+                if postgres:
+                    began = time.perf_counter()
+                    for events in work:
+                        await store.ingest(project.id, events, [])
+                    took = time.perf_counter() - began
+                else:
+                    took = _sqlite_writer(store.path, project.id, work)
+                best[case] = min(best[case], took)
+                for eid in created:
+                    record = await store.get_experiment(project.id, eid)
+                    await store.update_experiment(project.id, eid, record.definition, deleted=True)
+                created.clear()
+    finally:
+        await store.close()
+    events = batches * size
+    none_us, five_us = best["none"] / events * 1e6, best["five"] / events * 1e6
+    what = "store.ingest, wall time" if postgres else "the ingest writer's apply_ingest, CPU time"
+    print(
+        f"{what} ({'PostgreSQL' if postgres else 'SQLite'}, {batches} calls "
+        f"of {size} events, best of {rounds}): none {none_us:.1f} us/event, five running "
+        f"{five_us:.1f} us/event, ratio of throughputs {none_us / five_us:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""Experiments in storage, the same way on every engine: rows, records, and what an ingestion
+batch and a recompute do between reading and writing.
+
+Each engine keeps, per experiment, one row per exposed person (``experiment_person_state``,
+a msgpack :class:`~flagstaff.experiments.exposure.PersonState`) and running totals
+(``experiment_totals``, one row per writer lane, a msgpack ``ExperimentTotals`` with the
+fingerprint of the definition it was built for). In the ingest transaction an engine reads the
+project's definitions version, gets the running experiments' specs (:class:`SpecCache`), and
+when the batch has events that concern one (:func:`batch_work`), loads the persons involved,
+applies the batch (:func:`apply_work`) and writes the persons changed and adds the totals'
+increments. A recompute (:func:`recompute`) rebuilds one experiment from its stored events in
+time order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+import orjson
+
+from flagstaff.experiments.exposure import (
+    ExperimentAccumulator,
+    ExperimentChanges,
+    ExperimentEvent,
+    ExperimentSpec,
+    ExperimentState,
+    ExperimentTotals,
+    PersonState,
+    add_totals,
+)
+from flagstaff.experiments.model import (
+    ExperimentDefinition,
+    Holdout,
+    holdout_flag_filters,
+    holdout_variant_key,
+)
+from flagstaff.ingest import persons as person_rules
+from flagstaff.ingest.model import Event
+
+EXPERIMENT_COLUMNS = (
+    "id, feature_flag_id, holdout_id, definition, archived, deleted, created_at, updated_at"
+)
+HOLDOUT_COLUMNS = "id, name, description, filters, created_at, updated_at"
+
+_msgpack = msgspec.msgpack.Encoder()
+_person_decoder = msgspec.msgpack.Decoder(PersonState)
+_totals_decoder = msgspec.msgpack.Decoder(ExperimentTotals)
+_definition_decoder = msgspec.json.Decoder(ExperimentDefinition)
+_json = msgspec.json.encode
+
+
+class ExperimentRecord(msgspec.Struct):
+    """An experiment as stored: its definition plus what the store keeps in columns."""
+
+    id: int
+    feature_flag_id: int
+    holdout_id: int | None
+    definition: ExperimentDefinition
+    archived: bool
+    deleted: bool
+    created_at: str
+    updated_at: str
+
+
+class HoldoutRecord(msgspec.Struct):
+    id: int
+    name: str
+    description: str | None
+    filters: list[dict[str, Any]]
+    created_at: str
+    updated_at: str
+
+
+def experiment_record(row: Sequence[Any]) -> ExperimentRecord:
+    """From a row of :data:`EXPERIMENT_COLUMNS`."""
+    eid, flag_id, holdout_id, definition, archived, deleted, created, updated = row
+    return ExperimentRecord(
+        eid,
+        flag_id,
+        holdout_id,
+        _definition_decoder.decode(definition),
+        bool(archived),
+        bool(deleted),
+        created,
+        updated,
+    )
+
+
+def holdout_record(row: Sequence[Any]) -> HoldoutRecord:
+    """From a row of :data:`HOLDOUT_COLUMNS`."""
+    hid, name, description, filters, created, updated = row
+    return HoldoutRecord(hid, name, description, msgspec.json.decode(filters), created, updated)
+
+
+def definition_text(definition: ExperimentDefinition) -> str:
+    return _json(definition).decode()
+
+
+def holdout_filters(holdout: Holdout, holdout_id: int) -> str:
+    """The stored filters: the first group serves ``holdout-<id>``, as in PostHog."""
+    filters = [dict(group) for group in holdout.filters]
+    filters[0]["variant"] = holdout_variant_key(holdout_id)
+    return _json(filters).decode()
+
+
+def encode_person(state: PersonState) -> bytes:
+    return _msgpack.encode(state)
+
+
+def decode_person(data: bytes) -> PersonState:
+    return _person_decoder.decode(data)
+
+
+def encode_totals(totals: ExperimentTotals) -> bytes:
+    return _msgpack.encode(totals)
+
+
+def decode_totals(data: bytes) -> ExperimentTotals:
+    return _totals_decoder.decode(data)
+
+
+def sum_totals(rows: Iterable[tuple[str, bytes]], fingerprint: str) -> ExperimentTotals:
+    """The lanes' totals built for ``fingerprint``, added (others belong to an old spec)."""
+    out = ExperimentTotals()
+    for row_fingerprint, data in rows:
+        if row_fingerprint == fingerprint:
+            add_totals(out, decode_totals(data))
+    return out
+
+
+def spec_of(record: ExperimentRecord) -> ExperimentSpec:
+    return ExperimentSpec(record.id, record.definition)
+
+
+def running_specs(rows: Iterable[tuple[int, Any]]) -> list[ExperimentSpec]:
+    """Specs of the experiments that have started, from ``(id, definition JSON)`` rows of the
+    project's experiments that are not deleted."""
+    specs = []
+    for eid, definition in rows:
+        parsed = _definition_decoder.decode(definition)
+        if parsed.start_date is not None:
+            specs.append(ExperimentSpec(eid, parsed))
+    return specs
+
+
+def spec_events(spec: ExperimentSpec) -> list[str]:
+    """Every event name that can change the experiment's aggregates."""
+    return sorted({spec.exposure_event, *spec.rules_by_event})
+
+
+class Running(msgspec.Struct, frozen=True):
+    """A project's running experiments at one definitions version."""
+
+    version: int
+    specs: list[ExperimentSpec]
+    names: frozenset[str]
+    """Every event name that concerns one of them."""
+    exposure_names: frozenset[str]
+    """The names of their exposure events."""
+    metric_routes: dict[str, tuple[int, ...]]
+    """Per metric event name, the experiments that read it."""
+
+
+class SpecCache:
+    """The running experiments per project, for the definitions version they were read at; one
+    per process. Compiling happens once per version, not per batch."""
+
+    def __init__(self) -> None:
+        self._by_project: dict[int, Running] = {}
+
+    def get(self, project_id: int, version: int) -> Running | None:
+        cached = self._by_project.get(project_id)
+        return cached if cached is not None and cached.version == version else None
+
+    def put(self, project_id: int, version: int, specs: list[ExperimentSpec]) -> Running:
+        names = frozenset(name for spec in specs for name in spec_events(spec))
+        exposures = frozenset(spec.exposure_event for spec in specs)
+        routes: dict[str, list[int]] = {}
+        for spec in specs:
+            for name in spec.rules_by_event:
+                routes.setdefault(name, []).append(spec.experiment_id)
+        running = self._by_project[project_id] = Running(
+            version, specs, names, exposures, {k: tuple(v) for k, v in routes.items()}
+        )
+        return running
+
+
+class BatchWork(msgspec.Struct):
+    """What a batch does to the running experiments, before the stored persons are loaded."""
+
+    accumulator: ExperimentAccumulator
+    events: list[ExperimentEvent]
+    sources: list[Event]
+    """The stored events behind ``events``, in the same order (uuids, properties)."""
+    merges: list[tuple[str, str]]
+    """(source, target) person uuids merged by the batch, in order."""
+    wanted: dict[int, set[str]]
+    """Per experiment, the person uuids whose stored state is needed."""
+    exposure_names: frozenset[str]
+
+
+def batch_work(
+    running: Running,
+    project_id: int,
+    by_distinct_id: Mapping[str, person_rules.PersonState],
+    ops: Iterable[person_rules.PersonOp],
+    kept: Iterable[Event],
+) -> BatchWork | None:
+    """The batch's events that concern a running experiment, resolved to their persons as the
+    batch leaves them (merges applied); None when there is nothing to do.
+
+    A batch whose events concern no running experiment costs a set look-up per event. Only
+    exposure events are decoded here; a metric event's properties are decoded by
+    :func:`select_events`, and only when its person turns out to be exposed.
+    """
+    names = running.names
+    merges = [
+        (op.source.uuid, op.target.uuid) for op in ops if type(op) is person_rules.MergePersons
+    ]
+    concerned = [event for event in kept if event.event in names]
+    if not concerned and not merges:
+        return None
+    exposure_names = running.exposure_names
+    accumulator = ExperimentAccumulator(running.specs)
+    events: list[ExperimentEvent] = []
+    exposures: list[ExperimentEvent] = []
+    by_name: dict[str, set[str]] = {}
+    for event in concerned:
+        state = by_distinct_id.get(event.distinct_id)
+        person = (
+            state.uuid
+            if state is not None
+            else person_rules.person_uuid(project_id, event.distinct_id)
+        )
+        name = event.event
+        if name in exposure_names:
+            row = ExperimentEvent(
+                person, event.distinct_id, name, event.timestamp_ms, _properties(event)
+            )
+            exposures.append(row)
+        else:
+            row = ExperimentEvent(person, event.distinct_id, name, event.timestamp_ms, _UNDECODED)
+            persons = by_name.get(name)
+            if persons is None:
+                persons = by_name[name] = set()
+            persons.add(person)
+        events.append(row)
+    wanted = accumulator.relevant_persons(exposures)  # also routes their metric side
+    routes = running.metric_routes
+    for name, persons in by_name.items():
+        for experiment_id in routes.get(name, ()):
+            wanted.setdefault(experiment_id, set()).update(persons)
+    if merges:
+        sides = {uuid for pair in merges for uuid in pair}
+        for spec in running.specs:
+            wanted.setdefault(spec.experiment_id, set()).update(sides)
+    return BatchWork(accumulator, events, concerned, merges, wanted, exposure_names)
+
+
+_UNDECODED: dict[str, Any] = {}
+
+
+def _properties(event: Event) -> dict[str, Any]:
+    raw = event.properties_json
+    return orjson.loads(raw) if raw is not None else event.properties
+
+
+def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState]]) -> list[int]:
+    """Which of the work's events can change anything: exposures, and metric events of persons
+    exposed before (a loaded state) or in this batch (decoded now). By position."""
+    exposure_names = work.exposure_names
+    known: set[str] = {target for _, target in work.merges}
+    for persons in loaded.values():
+        known.update(persons)
+    out: list[int] = []
+    events = work.events
+    for event in events:
+        if event.event in exposure_names:
+            known.add(event.person_id)
+    for index, event in enumerate(events):
+        if event.event in exposure_names:
+            out.append(index)
+        elif event.person_id in known:
+            event.properties = _properties(work.sources[index])
+            out.append(index)
+    return out
+
+
+def apply_work(
+    work: BatchWork,
+    loaded: Mapping[int, Mapping[str, PersonState]],
+    selected: list[int],
+    duplicates: set[str],
+) -> list[ExperimentChanges]:
+    """Apply the batch to the loaded persons: merges first (the events already name the
+    merged person), then the ``selected`` events not already stored (``duplicates``: their
+    uuids), in time order. Returns per experiment the persons to upsert and the increments to
+    add to the stored totals."""
+    accumulator = work.accumulator
+    for experiment_id, persons in loaded.items():
+        accumulator.load_persons(experiment_id, persons)
+    for source, target in work.merges:
+        accumulator.merge_persons(source, target)
+    sources = work.sources
+    events = [work.events[i] for i in selected if sources[i].uuid not in duplicates]
+    events.sort(key=lambda e: e.timestamp_ms)
+    accumulator.add_many(events)
+    return accumulator.drain()
+
+
+def recompute(spec: ExperimentSpec, rows: Iterable[ExperimentEvent]) -> ExperimentState:
+    """The experiment's persons and totals from its events in time order."""
+    accumulator = ExperimentAccumulator([spec])
+    accumulator.add_many(rows)
+    return accumulator.state(spec.experiment_id)
+
+
+def add_increment(stored: bytes | None, change: ExperimentChanges) -> bytes:
+    """A lane's new totals: the batch's increment added to the stored ones."""
+    if stored is None:
+        return encode_totals(change.totals_increment)
+    totals = decode_totals(stored)
+    add_totals(totals, change.totals_increment)
+    return encode_totals(totals)
+
+
+def needs_recompute(old: ExperimentRecord, definition: ExperimentDefinition, deleted: bool) -> bool:
+    """Whether an update invalidates the stored aggregates: launching, or a change of what
+    counts (flag, variants, window, exposure, metrics' counting fields)."""
+    if deleted or definition.start_date is None:
+        return False
+    if old.definition.start_date is None:
+        return True
+    return spec_of(old).fingerprint != ExperimentSpec(old.id, definition).fingerprint
+
+
+def with_holdout(
+    flag: dict[str, Any], holdout_id: int | None, holdout: Holdout | None
+) -> dict[str, Any]:
+    """The flag with its ``filters.holdout`` set for the experiment's holdout (or cleared)."""
+    filters = dict(flag.get("filters") or {})
+    filters.update(holdout_flag_filters(holdout_id, holdout))
+    return {**flag, "filters": filters}

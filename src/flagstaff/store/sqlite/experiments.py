@@ -1,0 +1,199 @@
+"""Experiments on SQLite: aggregates kept current by ingestion, experiment rows, recompute.
+
+:func:`capture` is called when a batch is planned (it only keeps references: the persons as
+the rules left them and the kept events); :func:`write` runs in the batch's transaction, before
+its events are inserted, so the aggregates commit with the events or not at all. A batch of a
+project without running experiments costs one indexed read of its definitions version.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgspec
+import orjson
+
+from flagstaff.experiments.exposure import (
+    ExperimentEvent,
+    ExperimentSpec,
+    PersonState,
+)
+from flagstaff.ingest import persons as person_rules
+from flagstaff.ingest.model import Event
+from flagstaff.store.experiment_batch import (
+    Running,
+    SpecCache,
+    add_increment,
+    apply_work,
+    batch_work,
+    decode_person,
+    encode_person,
+    encode_totals,
+    recompute,
+    running_specs,
+    select_events,
+    spec_events,
+)
+
+LANE = 0
+"""SQLite has one writer: one totals row per experiment."""
+_CHUNK = 400
+_specs = SpecCache()
+
+
+class Pending(msgspec.Struct):
+    """A planned batch as experiments need it (references, nothing computed)."""
+
+    project_id: int
+    by_distinct_id: Mapping[str, person_rules.PersonState]
+    ops: list[person_rules.PersonOp]
+    kept: list[Event]
+
+
+def capture(project_id: int, book: person_rules.PersonBook, kept: list[Event]) -> Pending:
+    return Pending(project_id, book.by_distinct_id, book.ops, kept)
+
+
+def running(conn: sqlite3.Connection, project_id: int) -> Running:
+    """The project's running experiments as of this transaction."""
+    row = conn.execute(
+        "SELECT version FROM definitions_version WHERE project_id = ?", (project_id,)
+    ).fetchone()
+    version = int(row[0]) if row else 0
+    cached = _specs.get(project_id, version)
+    if cached is None:
+        rows = conn.execute(
+            "SELECT id, definition FROM experiments WHERE project_id = ? AND deleted = 0",
+            (project_id,),
+        ).fetchall()
+        cached = _specs.put(project_id, version, running_specs(rows))
+    return cached
+
+
+def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
+    """Update the running experiments' aggregates for one planned batch (in its transaction)."""
+    if pending is None:
+        return
+    current = running(conn, pending.project_id)
+    if not current.specs:
+        return
+    work = batch_work(
+        current, pending.project_id, pending.by_distinct_id, pending.ops, pending.kept
+    )
+    if work is None:
+        return
+    loaded = {eid: _load(conn, eid, uuids) for eid, uuids in work.wanted.items()}
+    selected = select_events(work, loaded)
+    duplicates = _stored(conn, pending.project_id, [work.sources[i].uuid for i in selected])
+    for change in apply_work(work, loaded, selected, duplicates):
+        eid = change.experiment_id
+        conn.executemany(
+            "INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
+            "VALUES (?, ?, ?) ON CONFLICT (experiment_id, person_uuid) "
+            "DO UPDATE SET state = excluded.state",
+            [(eid, uuid, encode_person(state)) for uuid, state in change.persons.items()],
+        )
+        gone = [uuid for uuid in work.wanted.get(eid, ()) if uuid not in change.persons]
+        merged = {source for source, _ in work.merges}
+        _delete(conn, eid, [uuid for uuid in gone if uuid in merged])
+        spec = work.accumulator.spec(eid)
+        row = conn.execute(
+            "SELECT fingerprint, totals FROM experiment_totals WHERE experiment_id = ? "
+            "AND lane = ?",
+            (eid, LANE),
+        ).fetchone()
+        stored = row[1] if row is not None and row[0] == spec.fingerprint else None
+        conn.execute(
+            "INSERT INTO experiment_totals (experiment_id, lane, fingerprint, totals) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (experiment_id, lane) "
+            "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals",
+            (eid, LANE, spec.fingerprint, add_increment(stored, change)),
+        )
+
+
+def _chunks(items: list[Any]) -> Iterator[list[Any]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+def _load(conn: sqlite3.Connection, experiment_id: int, uuids: set[str]) -> dict[str, PersonState]:
+    out: dict[str, PersonState] = {}
+    for chunk in _chunks(sorted(uuids)):
+        marks = ",".join("?" * len(chunk))
+        for uuid, state in conn.execute(
+            "SELECT person_uuid, state FROM experiment_person_state WHERE experiment_id = ? "
+            f"AND person_uuid IN ({marks})",
+            (experiment_id, *chunk),
+        ):
+            out[uuid] = decode_person(state)
+    return out
+
+
+def _delete(conn: sqlite3.Connection, experiment_id: int, uuids: list[str]) -> None:
+    """Persons merged into another: their state moved to the target."""
+    conn.executemany(
+        "DELETE FROM experiment_person_state WHERE experiment_id = ? AND person_uuid = ?",
+        [(experiment_id, uuid) for uuid in uuids],
+    )
+
+
+def _stored(conn: sqlite3.Connection, project_id: int, uuids: list[str]) -> set[str]:
+    """Which of these event uuids are stored already (a retried request's events)."""
+    found: set[str] = set()
+    for chunk in _chunks(sorted(set(uuids))):
+        marks = ",".join("?" * len(chunk))
+        found.update(
+            uuid
+            for (uuid,) in conn.execute(
+                f"SELECT uuid FROM events WHERE project_id = ? AND uuid IN ({marks})",
+                (project_id, *chunk),
+            )
+        )
+    return found
+
+
+def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: ExperimentSpec) -> int:
+    """Rebuild one experiment's persons and totals from its stored events, in the caller's
+    transaction; returns how many events were read. Distinct ids resolve to their person now,
+    so merges are reflected; an event without a person counts for ``person_uuid``."""
+    names = spec_events(spec)
+    marks = ",".join("?" * len(names))
+    start = spec.start_ms if spec.start_ms is not None else 0
+    rows = conn.execute(
+        "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid FROM events e "
+        "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+        "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
+        f"WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.event IN ({marks}) "
+        "ORDER BY e.timestamp_ms, e.seq",
+        (project_id, start, *names),
+    )
+    count = 0
+
+    def events() -> Iterator[ExperimentEvent]:
+        nonlocal count
+        for distinct_id, name, timestamp_ms, properties, person in rows:
+            count += 1
+            yield ExperimentEvent(
+                person or person_rules.person_uuid(project_id, distinct_id),
+                distinct_id,
+                name,
+                timestamp_ms,
+                orjson.loads(properties),
+            )
+
+    state = recompute(spec, events())
+    eid = spec.experiment_id
+    conn.execute("DELETE FROM experiment_person_state WHERE experiment_id = ?", (eid,))
+    conn.execute("DELETE FROM experiment_totals WHERE experiment_id = ?", (eid,))
+    conn.executemany(
+        "INSERT INTO experiment_person_state (experiment_id, person_uuid, state) VALUES (?, ?, ?)",
+        [(eid, uuid, encode_person(person)) for uuid, person in state.persons.items()],
+    )
+    conn.execute(
+        "INSERT INTO experiment_totals (experiment_id, lane, fingerprint, totals) "
+        "VALUES (?, ?, ?, ?)",
+        (eid, LANE, spec.fingerprint, encode_totals(state.totals)),
+    )
+    return count
