@@ -290,7 +290,7 @@ def measure(seconds: int, connections: int, persons: int = 10_000) -> WrkResult:
             time.sleep(0.5)
         with tempfile.TemporaryDirectory() as folder:
             script = lua_get(paths, Path(folder))
-            wrk("warm-up", server.url + "/", seconds=2, connections=16, script=script)
+            wrk("warm-up", server.url + "/", seconds=5, connections=16, script=script)
             return wrk(
                 "Unleash GET /api/frontend",
                 server.url + "/",
