@@ -16,7 +16,7 @@ from typing import Any
 
 from flagstaff import logs
 from flagstaff.config import Settings
-from flagstaff.http import capture, flags, ops
+from flagstaff.http import capture, flags, ops, rsgi
 from flagstaff.http.admin import build_admin
 from flagstaff.http.asgi import (
     Receive,
@@ -69,6 +69,7 @@ def public_routes() -> dict[str, PublicRoute]:
     return routes
 
 
+_RSGI_JSON = [("content-type", "application/json")]
 _ARRAY = PublicRoute("/array/{token}/config", flags.array_config_endpoint, _GET, True)
 _REMOTE_CONFIG = PublicRoute(
     "/api/projects/{id}/feature_flags/{key}/remote_config", flags.remote_config_endpoint, _GET, True
@@ -142,6 +143,60 @@ class FlagstaffApp:
                 status=response.status,
                 ms=round(elapsed * 1000, 3),
             )
+
+    # RSGI (granian's native interface): what `flagstaff serve` runs ---------------------------
+
+    def __rsgi_init__(self, loop: Any) -> None:
+        loop.run_until_complete(self.services.start())
+
+    def __rsgi_del__(self, loop: Any) -> None:
+        loop.run_until_complete(self.services.stop())
+
+    async def __rsgi__(self, scope: Any, protocol: Any) -> None:
+        started = time.perf_counter()
+        path = scope.path
+        route = self._route_for(path)
+        svc = self.services
+        method = scope.method
+        if route is None:
+            try:
+                body = await rsgi.read_body(scope, protocol, self._body_limit)
+            except ApiError as exc:
+                protocol.response_bytes(exc.status, _RSGI_JSON, exc.body())
+                return
+            status = await rsgi.call_asgi(self.admin, scope, protocol, body)
+            svc.metrics.observe_request("/api", status, time.perf_counter() - started)
+            return
+        extra = rsgi.cors_headers(scope) if route.cors else []
+        if method == "OPTIONS" and route.cors:
+            response = Response(b"", 200, content_type=b"text/plain")
+        elif method not in route.methods:
+            response = Response(
+                error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
+            )
+        else:
+            try:
+                body = (
+                    await rsgi.read_body(scope, protocol, self._body_limit)
+                    if method == "POST"
+                    else b""
+                )
+                response = await route.handler(svc, rsgi.RsgiRequest(scope, body))  # type: ignore[arg-type]
+            except ApiError as exc:
+                response = Response(exc.body(), exc.status)
+            except Exception:
+                logs.logger.exception("unhandled error on %s", path)
+                response = Response(
+                    error_body(500, "server_error", "the server failed to answer"), 500
+                )
+        headers = [("content-type", response.content_type.decode("latin-1")), *extra]
+        if response.headers:
+            headers.extend((k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers)
+        protocol.response_bytes(response.status, headers, response.body)
+        elapsed = time.perf_counter() - started
+        svc.metrics.observe_request(route.name, response.status, elapsed)
+        if response.status >= 500:
+            logs.log(logging.ERROR, "request failed", path=path, status=response.status)
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
         status = 500

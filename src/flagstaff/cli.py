@@ -68,6 +68,9 @@ async def _project_id(store: Store, wanted: int | None) -> int:
 # serve --------------------------------------------------------------------------------------
 
 
+_INTERFACES = {"rsgi": "rsgi", "asgi": "asgi"}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from granian import Granian
     from granian.constants import Interfaces, Loops
@@ -94,7 +97,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         factory=True,
         address=settings.host,
         port=settings.port,
-        interface=Interfaces.ASGI,
+        interface=Interfaces.ASGI
+        if os.environ.get("FLAGSTAFF_INTERFACE") == "asgi"
+        else Interfaces.RSGI,
         loop=Loops.uvloop,
         workers=settings.workers,
         websockets=False,
