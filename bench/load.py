@@ -111,7 +111,7 @@ class CpuMeter:
                     cmd = f.read()
             except FileNotFoundError:
                 continue
-            roles[pid] = "writer" if b"sqlite_ingestd" in cmd else "workers"
+            roles[pid] = "writer" if b"sqlite.ingestd" in cmd else "workers"
         return roles
 
     def start(self) -> None:

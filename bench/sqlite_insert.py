@@ -5,7 +5,7 @@ Run: ``python -m bench.sqlite_insert [--rows 200000] [--batch 2000]``
 Inserts ~600-byte event rows with time-ordered uuids into a fresh database per case (WAL,
 ``synchronous=FULL``, one transaction per batch), the way the ingest writer does, with no HTTP
 and no rules. The ``deferred`` case indexes events by distinct id in bulk every 50,000 rows,
-as ``store/sqlite_event_index.py`` does.
+as ``store/sqlite/event_index.py`` does.
 """
 
 from __future__ import annotations

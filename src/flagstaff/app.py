@@ -1,13 +1,17 @@
-"""Builds the ASGI application: hot public routes on a thin dispatcher, /api/ on starlette.
+"""Builds the application: hot public routes on a thin dispatcher, /api/ on starlette.
 
 Public routes (flags, capture, operations) are found by one dict look-up on the path without
-its trailing slash; everything else goes to the starlette management app.
+its trailing slash; everything else goes to the starlette management app. The app speaks both
+of granian's interfaces: RSGI (what ``flagstaff serve`` runs, see :mod:`flagstaff.http.rsgi`)
+and ASGI (any ASGI server). Both call the same :meth:`FlagstaffApp._answer`; only reading the
+body and sending the answer differ.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import secrets
 import signal
 import sys
 import time
@@ -16,8 +20,8 @@ from typing import Any
 
 from flagstaff import logs
 from flagstaff.config import Settings
-from flagstaff.http import capture, flags, ops, rsgi
-from flagstaff.http.admin import build_admin
+from flagstaff.http import capture, flags, ops, products, rsgi, static
+from flagstaff.http.admin import ROUTES, build_admin
 from flagstaff.http.asgi import (
     Receive,
     Request,
@@ -29,10 +33,14 @@ from flagstaff.http.asgi import (
     send_response,
 )
 from flagstaff.http.auth import personal_key_auth
+from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
+from flagstaff.http.openapi import openapi_document, schema_route
 from flagstaff.services import Services
 
 Handler = Callable[[Services, Request], Awaitable[Response]]
+AnyRequest = Request | rsgi.RsgiRequest
+"""What the hot handlers receive: both request types have the same attributes."""
 
 
 class PublicRoute:
@@ -64,16 +72,23 @@ def public_routes() -> dict[str, PublicRoute]:
             "/api/feature_flag/local_evaluation", flags.definitions_endpoint, _GET, True
         ),
     }
+    for path, handler in (
+        ("/api/web_experiments", products.web_experiments_endpoint),
+        ("/api/product_tours", products.product_tours_endpoint),
+    ):
+        routes[path] = PublicRoute(path, handler, _GET, True)
     for path in ("/e", "/i/v0/e", "/capture", "/batch", "/track", "/engage", "/s"):
         routes[path] = PublicRoute(path, capture.capture_endpoint, _CAPTURE, True)
     return routes
 
 
-_RSGI_JSON = [("content-type", "application/json")]
 _ARRAY = PublicRoute("/array/{token}/config", flags.array_config_endpoint, _GET, True)
+_STATIC = PublicRoute("/static/{name}", static.static_endpoint, _GET, True)
 _REMOTE_CONFIG = PublicRoute(
     "/api/projects/{id}/feature_flags/{key}/remote_config", flags.remote_config_endpoint, _GET, True
 )
+PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG)
+"""Public routes found by a path prefix rather than the dict look-up."""
 
 
 class FlagstaffApp:
@@ -81,8 +96,15 @@ class FlagstaffApp:
         self.settings = settings
         self.services = services or Services(settings)
         self.routes = public_routes()
-        self.admin = build_admin(self.services.store, personal_key_auth(self.services.store), [])
+        document = openapi_document(ROUTES, [*self.routes.values(), *PATTERN_ROUTES])
+        self.admin = build_admin(
+            self.services.store,
+            personal_key_auth(self.services.store),
+            [schema_route(document), *docs_routes()],
+        )
         self._body_limit = settings.body_limit
+        # One boolean per request when off: the access log costs nothing unless asked for.
+        self._access_log = settings.access_log or settings.log_level == "debug"
 
     def _route_for(self, path: str) -> PublicRoute | None:
         key = path.rstrip("/") or "/"
@@ -91,9 +113,55 @@ class FlagstaffApp:
             return route
         if key.startswith("/array/"):
             return _ARRAY
+        if key.startswith("/static/"):
+            return _STATIC
         if key.startswith("/api/projects/") and key.endswith("/remote_config"):
             return _REMOTE_CONFIG
         return None
+
+    # The request handling both interfaces share ---------------------------------------------
+
+    async def _answer(
+        self,
+        route: PublicRoute,
+        request: AnyRequest,
+        read: Callable[[Any, int], Awaitable[bytes]],
+        source: Any,
+    ) -> Response:
+        """The answer of a public route; ``read(source, limit)`` reads the body of a POST."""
+        method = request.method
+        if method == "OPTIONS" and route.cors:
+            return Response(b"", 200, content_type=b"text/plain")
+        if method not in route.methods:
+            return Response(
+                error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
+            )
+        try:
+            if method == "POST":
+                request.body = await read(source, self._body_limit)
+            return await route.handler(self.services, request)  # type: ignore[arg-type]
+        except ApiError as exc:
+            return Response(exc.body(), exc.status)
+        except Exception:
+            logs.logger.exception("unhandled error on %s", request.path)
+            return Response(error_body(500, "server_error", "the server failed to answer"), 500)
+
+    def _done(self, name: str, request: AnyRequest, status: int, started: float) -> None:
+        """Metrics and logs after a request has been answered."""
+        elapsed = time.perf_counter() - started
+        self.services.metrics.observe_request(name, status, elapsed)
+        if status >= 500 and name != "/api":
+            logs.log(logging.ERROR, "request failed", path=request.path, status=status)
+        if self._access_log:
+            logs.access(
+                request.method,
+                request.path,
+                status,
+                round(elapsed * 1000, 3),
+                _request_id(request.headers.get("x-request-id")),
+            )
+
+    # ASGI -------------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -105,44 +173,14 @@ class FlagstaffApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         route = self._route_for(scope["path"])
-        svc = self.services
+        request = Request(scope, b"")
         if route is None:
             status = await self._admin(scope, receive, send)
-            svc.metrics.observe_request("/api", status, time.perf_counter() - started)
+            self._done("/api", request, status, started)
             return
-        method = scope["method"]
-        extra = cors_headers(scope) if route.cors else []
-        if method == "OPTIONS" and route.cors:
-            response = Response(b"", 200, content_type=b"text/plain")
-        elif method not in route.methods:
-            response = Response(
-                error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
-            )
-        else:
-            try:
-                body = await read_body(receive, self._body_limit) if method == "POST" else b""
-                response = await route.handler(svc, Request(scope, body))
-            except ApiError as exc:
-                response = Response(exc.body(), exc.status)
-            except Exception:
-                logs.logger.exception("unhandled error on %s", scope["path"])
-                response = Response(
-                    error_body(500, "server_error", "the server failed to answer"), 500
-                )
-        await send_response(send, response, extra)
-        elapsed = time.perf_counter() - started
-        svc.metrics.observe_request(route.name, response.status, elapsed)
-        if response.status >= 500:
-            logs.log(logging.ERROR, "request failed", path=scope["path"], status=response.status)
-        elif logs.logger.isEnabledFor(logging.DEBUG):
-            logs.log(
-                logging.DEBUG,
-                "request",
-                method=method,
-                path=scope["path"],
-                status=response.status,
-                ms=round(elapsed * 1000, 3),
-            )
+        response = await self._answer(route, request, read_body, receive)
+        await send_response(send, response, cors_headers(scope) if route.cors else None)
+        self._done(route.name, request, response.status, started)
 
     # RSGI (granian's native interface): what `flagstaff serve` runs ---------------------------
 
@@ -154,49 +192,21 @@ class FlagstaffApp:
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         started = time.perf_counter()
-        path = scope.path
-        route = self._route_for(path)
-        svc = self.services
-        method = scope.method
+        route = self._route_for(scope.path)
+        request = rsgi.RsgiRequest(scope, protocol)
         if route is None:
             try:
-                body = await rsgi.read_body(scope, protocol, self._body_limit)
+                body = await rsgi.read_body(request, self._body_limit)
             except ApiError as exc:
-                protocol.response_bytes(exc.status, _RSGI_JSON, exc.body())
+                protocol.response_bytes(exc.status, rsgi.JSON_HEADERS, exc.body())
+                self._done("/api", request, exc.status, started)
                 return
             status = await rsgi.call_asgi(self.admin, scope, protocol, body)
-            svc.metrics.observe_request("/api", status, time.perf_counter() - started)
+            self._done("/api", request, status, started)
             return
-        extra = rsgi.cors_headers(scope) if route.cors else []
-        if method == "OPTIONS" and route.cors:
-            response = Response(b"", 200, content_type=b"text/plain")
-        elif method not in route.methods:
-            response = Response(
-                error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
-            )
-        else:
-            try:
-                body = (
-                    await rsgi.read_body(scope, protocol, self._body_limit)
-                    if method == "POST"
-                    else b""
-                )
-                response = await route.handler(svc, rsgi.RsgiRequest(scope, body))  # type: ignore[arg-type]
-            except ApiError as exc:
-                response = Response(exc.body(), exc.status)
-            except Exception:
-                logs.logger.exception("unhandled error on %s", path)
-                response = Response(
-                    error_body(500, "server_error", "the server failed to answer"), 500
-                )
-        headers = [("content-type", response.content_type.decode("latin-1")), *extra]
-        if response.headers:
-            headers.extend((k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers)
-        protocol.response_bytes(response.status, headers, response.body)
-        elapsed = time.perf_counter() - started
-        svc.metrics.observe_request(route.name, response.status, elapsed)
-        if response.status >= 500:
-            logs.log(logging.ERROR, "request failed", path=path, status=response.status)
+        response = await self._answer(route, request, rsgi.read_body, request)
+        rsgi.send_response(protocol, response, rsgi.cors_headers(scope) if route.cors else None)
+        self._done(route.name, request, response.status, started)
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
         status = 500
@@ -227,6 +237,13 @@ class FlagstaffApp:
                 return
 
 
+def _request_id(given: str | None) -> str:
+    """The client's ``X-Request-Id`` (up to 200 characters), else a new random one."""
+    if given and len(given) <= 200:
+        return given
+    return secrets.token_hex(8)
+
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGTERM this worker if the serving process dies, so no orphan keeps the port."""
     if sys.platform != "linux":
@@ -242,5 +259,5 @@ def create_app() -> FlagstaffApp:
     """The factory the HTTP server calls in each worker: settings come from the environment."""
     _die_with_parent()
     settings = Settings.from_env()
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.access_log)
     return FlagstaffApp(settings)

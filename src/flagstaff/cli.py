@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import shutil
@@ -19,12 +20,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from flagstaff import __version__
+from flagstaff import __version__, logs
 from flagstaff.bootstrap import bootstrap
-from flagstaff.config import ConfigError, Settings
-from flagstaff.http.errors import ApiError
+from flagstaff.config import Settings
 from flagstaff.services import make_store
-from flagstaff.store.base import Conflict, Store
+from flagstaff.store.base import Store
 
 T = TypeVar("T")
 
@@ -37,6 +37,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
         database_url=getattr(args, "database_url", None),
         log_level=getattr(args, "log_level", None),
+        access_log=True if getattr(args, "access_log", False) else None,
     )
 
 
@@ -68,7 +69,8 @@ async def _project_id(store: Store, wanted: int | None) -> int:
 # serve --------------------------------------------------------------------------------------
 
 
-_INTERFACES = {"rsgi": "rsgi", "asgi": "asgi"}
+INTERFACE_ENV = "FLAGSTAFF_INTERFACE"
+"""``asgi`` serves through granian's ASGI interface instead of RSGI (for A/B measurements)."""
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -76,30 +78,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from granian.constants import Interfaces, Loops
 
     settings = _settings(args)
+    logs.configure(settings.log_level, settings.access_log)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    for line in _with_store(settings, lambda store: bootstrap(store, settings)):
-        print(line, flush=True)
+    for notice in _with_store(settings, lambda store: bootstrap(store, settings)):
+        logs.always(logging.WARNING, notice.message, **notice.fields)
     shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
     ingestd = None
     if settings.database_url is None:
         ingestd, socket_path = _start_ingest_writer(settings)
         settings = dataclasses.replace(settings, ingest_socket=socket_path)
     os.environ.update(settings.to_env())
-    print(
-        f"flagstaff {__version__} listening on http://{settings.host}:{settings.port} "
-        f"({settings.workers} worker{'s' if settings.workers > 1 else ''}, "
-        f"{'PostgreSQL' if settings.database_url else f'SQLite at {settings.sqlite_path}'})",
-        file=sys.stderr,
-        flush=True,
+    logs.log(
+        logging.INFO,
+        f"flagstaff {__version__} listening on http://{settings.host}:{settings.port}",
+        version=__version__,
+        url=f"http://{settings.host}:{settings.port}",
+        workers=settings.workers,
+        store="postgresql" if settings.database_url else "sqlite",
+        sqlite_path=None if settings.database_url else str(settings.sqlite_path),
+        access_log=settings.access_log,
+        geoip=_geoip_status(settings),
     )
     server = Granian(
         "flagstaff.app:create_app",
         factory=True,
         address=settings.host,
         port=settings.port,
-        interface=Interfaces.ASGI
-        if os.environ.get("FLAGSTAFF_INTERFACE") == "asgi"
-        else Interfaces.RSGI,
+        interface=Interfaces.ASGI if os.environ.get(INTERFACE_ENV) == "asgi" else Interfaces.RSGI,
         loop=Loops.uvloop,
         workers=settings.workers,
         websockets=False,
@@ -114,16 +119,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _geoip_status(settings: Settings) -> str:
+    """The GeoIP database the workers will open, or "off"; says once how to get one."""
+    from flagstaff.geoip import default_database_path
+
+    if settings.geoip_disable:
+        return "off"
+    path = settings.geoip_path or default_database_path()
+    if path is None or not os.path.exists(path):
+        logs.log(
+            logging.WARNING,
+            "no GeoIP database found, so events and /flags get no $geoip_* properties: "
+            "run scripts/fetch-geoip.sh in a source checkout, or set FLAGSTAFF_GEOIP_PATH to a "
+            "MaxMind-format .mmdb file or folder (FLAGSTAFF_GEOIP_DISABLE=true turns it off)",
+            geoip_path=path,
+        )
+        return "off"
+    return path
+
+
 def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
     """Start the data dir's single ingest writer and wait until its socket answers."""
-    socket_path = os.path.join(
-        tempfile.gettempdir(), f"flagstaff-{os.getpid()}-{secrets.token_hex(4)}.sock"
-    )
+    socket_path = _ingest_socket_path(settings)
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "flagstaff.store.sqlite_ingestd",
+            "flagstaff.store.sqlite.ingestd",
             str(settings.sqlite_path),
             socket_path,
         ],
@@ -136,6 +158,21 @@ def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], s
         proc.wait(10)
         raise SystemExit("flagstaff: the ingest writer did not start (see the messages above)")
     return proc, socket_path
+
+
+_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
+
+
+def _ingest_socket_path(settings: Settings) -> str:
+    """In the data dir, so a killed service leaves nothing in /tmp (the writer replaces a
+    stale socket once it holds the data dir's lock); a temporary name when that path is too
+    long for a Unix socket."""
+    path = os.path.abspath(settings.data_dir / "ingest.sock")
+    if len(path.encode()) <= _SOCKET_PATH_MAX:
+        return path
+    return os.path.join(
+        tempfile.gettempdir(), f"flagstaff-{os.getpid()}-{secrets.token_hex(4)}.sock"
+    )
 
 
 def _stop_ingest_writer(proc: subprocess.Popen[bytes]) -> None:
@@ -189,91 +226,87 @@ def cmd_key_create(args: argparse.Namespace) -> int:
 # flags import / export -------------------------------------------------------------------------
 
 
-def _progress(done: int, total: int) -> None:
-    if not sys.stderr.isatty() and done not in (total,):
-        return
-    width = 30
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
-def _load_flags_file(path: str) -> list[Any]:
-    raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise SystemExit(f"flagstaff: {path} is not valid JSON: {exc}") from None
-    if isinstance(data, dict) and isinstance(data.get("results"), list):
-        return data["results"]
-    if isinstance(data, list):
-        return data
-    raise SystemExit(f"flagstaff: {path} must hold a list of flags or {{'results': [...]}}")
+def _show_progress(args: argparse.Namespace) -> bool:
+    return bool(args.progress) or sys.stderr.isatty()
 
 
 def cmd_flags_import(args: argparse.Namespace) -> int:
-    from flagstaff.http.admin_models import flag_from_input
+    from flagstaff import flag_transfer as transfer
 
+    raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    try:
+        source = transfer.load_import_file(raw, args.file)
+        group_types = transfer.merge_group_types(
+            source.group_types, transfer.parse_group_type_option(args.group_type)
+        )
+    except transfer.TransferError as exc:
+        raise SystemExit(f"flagstaff: {exc}") from None
     settings = _settings(args)
-    items = _load_flags_file(args.file)
+    progress = transfer.Progress("importing", len(source.flags), _show_progress(args))
 
-    async def run(store: Store) -> tuple[int, int, list[str]]:
+    async def run(store: Store) -> transfer.ImportReport:
         project_id = await _project_id(store, args.project)
-        created = updated = 0
-        rejected: list[str] = []
-        for i, item in enumerate(items, 1):
-            label = item.get("key", f"#{i}") if isinstance(item, dict) else f"#{i}"
-            try:
-                if isinstance(item, dict) and item.get("deleted"):
-                    raise ApiError(400, "skipped", "deleted in the export")
-                key = item.get("key") if isinstance(item, dict) else None
-                current = (
-                    await store.get_flag_by_key(project_id, key) if isinstance(key, str) else None
-                )
-                if current is None:
-                    await store.create_flag(project_id, flag_from_input(item))
-                    created += 1
-                else:
-                    await store.update_flag(
-                        project_id, current["id"], flag_from_input(item, current)
-                    )
-                    updated += 1
-            except ApiError as exc:
-                rejected.append(f"{label}: {exc.detail}")
-            except Conflict as exc:
-                rejected.append(f"{label}: {exc.message}")
-            _progress(i, len(items))
-        return created, updated, rejected
+        return await transfer.run_import(
+            store, project_id, source, group_types, dry_run=args.dry_run, progress=progress
+        )
 
-    created, updated, rejected = _with_store(settings, run)
-    print(f"{created} created, {updated} updated, {len(rejected)} rejected")
-    for line in rejected:
-        print(f"  rejected {line}")
-    return 1 if rejected and not (created or updated) else 0
+    report = _with_store(settings, run)
+    for line in report.lines(dry_run=args.dry_run, every_flag=args.dry_run):
+        print(line)
+    return 1 if report.rejected else 0
 
 
 def cmd_flags_export(args: argparse.Namespace) -> int:
+    from flagstaff import flag_transfer as transfer
+
     settings = _settings(args)
+    progress = transfer.Progress("exporting", 0, _show_progress(args))
 
-    async def run(store: Store) -> list[dict[str, Any]]:
+    async def run(store: Store) -> dict[str, Any]:
         project_id = await _project_id(store, args.project)
-        out: list[dict[str, Any]] = []
-        offset = 0
-        while True:
-            page = await store.list_flags(project_id, 500, offset)
-            out.extend(page.results)
-            offset += 500
-            if offset >= page.count:
-                return sorted(out, key=lambda f: f["id"])
+        return await transfer.run_export(store, project_id, progress)
 
-    flags = _with_store(settings, run)
-    data = msgspec.json.format(msgspec.json.encode({"results": flags}), indent=2)
+    exported = _with_store(settings, run)
+    data = msgspec.json.format(msgspec.json.encode(exported), indent=2)
     if args.output and args.output != "-":
         Path(args.output).write_bytes(data + b"\n")
     else:
         sys.stdout.buffer.write(data + b"\n")
+    return 0
+
+
+# flags explain -------------------------------------------------------------------------------
+
+
+def cmd_flags_explain(args: argparse.Namespace) -> int:
+    """Print how one flag evaluates for one distinct id (see flagstaff/flags_explain.py)."""
+    from flagstaff.flags.explain import render
+    from flagstaff.flags_explain import ExplainError, explain_from_store, json_object
+
+    try:
+        person = json_object(args.person_properties, "--person-properties")
+        groups = json_object(args.groups, "--groups")
+
+        async def run(store: Store) -> Any:
+            project_id = await _project_id(store, args.project)
+            return await explain_from_store(
+                store,
+                project_id,
+                args.key,
+                args.distinct_id,
+                person_properties=person,
+                groups=groups,
+                device_id=args.device_id,
+            )
+
+        explanation = _with_store(_settings(args), run)
+    except ExplainError as error:
+        print(f"flagstaff: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(explanation.to_dict()) + b"\n")
+    else:
+        print(render(explanation))
     return 0
 
 
@@ -343,6 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port to listen on (default 8000)")
     serve.add_argument("--workers", type=int, help="worker processes (default 1)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log one JSON line per request (also FLAGSTAFF_ACCESS_LOG=true)",
+    )
     _store_options(serve)
     serve.set_defaults(fn=cmd_serve)
 
@@ -372,13 +410,36 @@ def build_parser() -> argparse.ArgumentParser:
     fimport = flags.add_parser("import", help="import a PostHog flags export (JSON)")
     fimport.add_argument("file", help="a JSON file: a list of flags or {results: [...]}; - = stdin")
     fimport.add_argument("--project", type=int)
+    fimport.add_argument(
+        "--dry-run", action="store_true", help="print the plan per flag and write nothing"
+    )
+    fimport.add_argument(
+        "--group-type",
+        action="append",
+        default=[],
+        metavar="INDEX=NAME",
+        help="create this group type (e.g. 0=company) before the flags; repeatable",
+    )
+    fimport.add_argument("--progress", action="store_true", help="a progress bar even off a TTY")
     _store_options(fimport)
     fimport.set_defaults(fn=cmd_flags_import)
     fexport = flags.add_parser("export", help="write every flag as {results: [...]}")
     fexport.add_argument("-o", "--output", help="file to write (default stdout)")
     fexport.add_argument("--project", type=int)
+    fexport.add_argument("--progress", action="store_true", help="a progress bar even off a TTY")
     _store_options(fexport)
     fexport.set_defaults(fn=cmd_flags_export)
+
+    fexplain = flags.add_parser("explain", help="show how one flag evaluates, step by step")
+    fexplain.add_argument("key", help="the flag key")
+    fexplain.add_argument("--distinct-id", required=True)
+    fexplain.add_argument("--project", type=int)
+    fexplain.add_argument("--person-properties", help="JSON object over the stored ones")
+    fexplain.add_argument("--groups", help='JSON object, e.g. {"company": "acme"}')
+    fexplain.add_argument("--device-id")
+    fexplain.add_argument("--json", action="store_true", help="the explanation as JSON")
+    _store_options(fexplain)
+    fexplain.set_defaults(fn=cmd_flags_explain)
 
     events = sub.add_parser("events", help="export events").add_subparsers(
         dest="action", required=True
@@ -395,13 +456,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    """A command's error on stderr; ``serve`` logs it as JSON like everything else it says."""
+    if args.command == "serve":
+        if not logs.logger.handlers:
+            logs.configure("info")
+        logs.always(logging.ERROR, message)
+    else:
+        print(f"flagstaff: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))
-    except ConfigError as exc:
-        print(f"flagstaff: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
-        print(f"flagstaff: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # ConfigError included
+        return _fail(args, str(exc), 2)
+    except SystemExit as exc:
+        if args.command != "serve" or not isinstance(exc.code, str):
+            raise
+        return _fail(args, exc.code.removeprefix("flagstaff: "), 1)

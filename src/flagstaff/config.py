@@ -57,6 +57,8 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: Path("flagstaff-data"))
     database_url: str | None = None
     log_level: str = "info"
+    access_log: bool = False
+    """One JSON line per request (method, path, status, duration, request id)."""
     trust_forwarded_for: bool = True
     geoip_path: str | None = None
     geoip_disable: bool = False

@@ -17,10 +17,10 @@ from flagstaff.store.base import Store
 def make_store(settings: Settings) -> Store:
     url = settings.database_url
     if url is not None and url.startswith(("postgres://", "postgresql://")):
-        from flagstaff.store.postgres import PostgresStore
+        from flagstaff.store.postgres.store import PostgresStore
 
         return PostgresStore(url)
-    from flagstaff.store.sqlite import SQLiteStore
+    from flagstaff.store.sqlite.store import SQLiteStore
 
     path = settings.sqlite_path
     if url is not None and url.startswith("sqlite://"):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.server import Api
+from tests.server import PROJECT_TOKEN, Api, Server
 
 FLAGS = "/api/projects/@current/feature_flags/"
 
@@ -242,16 +243,36 @@ def test_create_project_returns_token_and_key(api: Api) -> None:
     _assert_error(api.post("/api/projects/", json={}), 400, "name")
 
 
-def test_openapi_schema_matches_the_routes(api: Api, http: httpx.Client) -> None:
+def test_openapi_schema_covers_every_route(api: Api, http: httpx.Client) -> None:
+    from flagstaff.app import PATTERN_ROUTES, public_routes
     from flagstaff.http.admin import ROUTES
+    from flagstaff.http.openapi import SELF_PATHS, documented_paths
 
     schema = http.get("/api/schema/").json()
     assert schema["openapi"].startswith("3.")
     documented = {(m.upper(), p) for p, ops in schema["paths"].items() for m in ops}
     declared = {(m, p) for m, p, _, _ in ROUTES}
-    assert documented == declared
-    # every documented operation is really served (none answers 404/405 for the route itself)
-    for method, path in sorted(documented):
+    public = {
+        (m, p)
+        for p, methods in documented_paths([*public_routes().values(), *PATTERN_ROUTES])
+        for m in methods
+    }
+    assert {"/flags", "/decide", "/i/v0/e", "/batch", "/array/{token}/config.js"} <= {
+        p for _, p in public
+    }
+    assert documented == declared | public | {("GET", p) for p in SELF_PATHS}
+    for method, path in documented:
+        op = schema["paths"][path][method.lower()]
+        assert op["summary"], (method, path)
+        success = [c for c in op["responses"] if c.startswith("2")]
+        assert success, (method, path)
+        if "204" not in success:  # every answer with a body says what the body is
+            content = op["responses"][success[0]]["content"]
+            assert next(iter(content.values()))["schema"], (method, path)
+        if method in ("POST", "PATCH", "PUT") and path not in ("/_health",):
+            assert op["requestBody"]["content"]["application/json"]["schema"], (method, path)
+    # every documented management operation is really served (none answers 404/405 itself)
+    for method, path in sorted(declared):
         url = (
             path.replace("{project_id}", "@current")
             .replace("{flag_id}", "999999")
@@ -264,3 +285,46 @@ def test_openapi_schema_matches_the_routes(api: Api, http: httpx.Client) -> None
                 method,
                 path,
             )
+
+
+def test_group_types_are_created_listed_and_used_by_group_flags(fresh_server: Server) -> None:
+    api = Api(fresh_server.url)
+    types_url = "/api/projects/@current/groups_types/"
+    assert api.get(types_url).json() == []
+
+    r = api.post(types_url, json={"group_type": "company"})
+    assert r.status_code == 201, r.text
+    assert r.json()["group_type"] == "company" and r.json()["group_type_index"] == 0
+    again = api.post(types_url, json={"group_type": "company"})
+    assert again.status_code == 200 and again.json()["group_type_index"] == 0
+    assert (
+        api.post(types_url, json={"group_type": "team", "group_type_index": 3}).status_code == 201
+    )
+    _assert_error(api.post(types_url, json={"group_type": "org", "group_type_index": 0}), 400)
+    _assert_error(api.post(types_url, json={"group_type": "company", "group_type_index": 1}), 400)
+    _assert_error(api.post(types_url, json={"group_type": "x", "group_type_index": 5}), 400)
+    _assert_error(api.post(types_url, json={"group_type_index": 1}), 400, "group_type")
+    listed = api.get(types_url).json()
+    assert [(t["group_type_index"], t["group_type"]) for t in listed] == [
+        (0, "company"),
+        (3, "team"),
+    ]
+    assert set(listed[0]) >= {"name_singular", "name_plural", "created_at"}
+
+    key = _key()
+    api.create_flag(
+        key=key,
+        filters={
+            "aggregation_group_type_index": 3,
+            "groups": [{"properties": [], "rollout_percentage": 100}],
+        },
+    )
+    body = {"api_key": PROJECT_TOKEN, "distinct_id": "u1", "groups": {"team": "blue"}}
+    deadline = time.monotonic() + 10
+    while True:
+        flag = httpx.post(f"{fresh_server.url}/flags?v=2", json=body).json()["flags"].get(key)
+        if flag is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert flag is not None and flag["enabled"] is True, flag
+    assert flag["reason"]["code"] == "condition_match"

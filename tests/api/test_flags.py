@@ -599,7 +599,7 @@ def test_base64_form_body(shaped: Project) -> None:
         (b'{"api_key": "phc_nosuchproject000000000000", "distinct_id": "a"}', 401, None),
         (b'{"distinct_id": "a"}', 401, None),
         (b'{"api_key": "%TOKEN%"}', 400, "missing_distinct_id"),
-        (b'{"api_key": "%TOKEN%", "distinct_id": ""}', 400, "missing_distinct_id"),
+        (b'{"api_key": "%TOKEN%", "distinct_id": null}', 400, "missing_distinct_id"),
         (b'{"api_key": "%TOKEN%", "distinct_id": "a"', 400, None),
         (b"[1, 2]", 400, None),
     ],
@@ -622,6 +622,209 @@ def test_long_distinct_id_is_cut_to_200_characters(project: Project) -> None:
     project.flag("exact-id", filters=on(properties=[person("distinct_id", "x" * 200)]))
     project.wait_visible("exact-id")
     assert project.values("x" * 250) == {"exact-id": True}
+
+
+# what PostHog's server accepts (issue 13) --------------------------------------------------
+
+
+def rollout_miss(percentage: float, *flag_keys: str) -> str:
+    """A distinct id whose rollout bucket is outside ``percentage`` for every flag key."""
+    return next(
+        f"user-{n}"
+        for n in range(10_000)
+        if all(_bucket(f"{key}.user-{n}") > percentage / 100 for key in flag_keys)
+    )
+
+
+def _bucket(text: str) -> float:
+    return int(hashlib.sha1(text.encode()).hexdigest()[:15], 16) / 0xFFFFFFFFFFFFFFF
+
+
+def test_look_around_and_back_reference_patterns(project: Project) -> None:
+    project.flag("no-bar", filters=on(properties=[person("path", "foo(?!bar)", "regex")]))
+    project.flag("twice", filters=on(properties=[person("code", "^(\\w+)-\\1$", "regex")]))
+    project.wait_visible("no-bar", "twice")
+    assert project.values(person_properties={"path": "/foobaz", "code": "ab-ab"}) == {
+        "no-bar": True,
+        "twice": True,
+    }
+    assert project.values(person_properties={"path": "/foobar", "code": "ab-cd"}) == {
+        "no-bar": False,
+        "twice": False,
+    }
+
+
+def test_pathological_patterns_and_huge_values_are_answered(project: Project) -> None:
+    project.flag("catastrophic", filters=on(properties=[person("p", "^(a+)+(?=b)c$", "regex")]))
+    project.flag("bounded", filters=on(properties=[person("big", "a.{500}b", "regex")]))
+    project.flag("not-bounded", filters=on(properties=[person("big", "a.{500}b", "not_regex")]))
+    project.wait_visible("catastrophic", "bounded", "not-bounded")
+    answer = project.flags(person_properties={"p": "a" * 5000 + "!", "big": "ac" * (1 << 19)})
+    assert answer["errorsWhileComputingFlags"] is False
+    # Over their budget, neither regex nor not_regex matches.
+    for key in ("catastrophic", "bounded", "not-bounded"):
+        assert answer["flags"][key]["enabled"] is False, key
+        assert answer["flags"][key]["reason"]["code"] == "no_condition_match"
+    small = project.values(person_properties={"big": "a" + "x" * 500 + "b"})
+    assert small["bounded"] is True and small["not-bounded"] is False
+
+
+def test_non_numeric_comparisons_are_stored_and_never_match(project: Project) -> None:
+    for operator in ("gt", "gte", "lt", "lte"):
+        project.flag(f"plan-{operator}", filters=on(properties=[person("plan", "pro", operator)]))
+    project.wait_visible("plan-gt", "plan-gte", "plan-lt", "plan-lte")
+    for plan in ("pro", "zzz", "aaa", 7):
+        values = project.values(person_properties={"plan": plan})
+        assert set(values.values()) == {False}, (plan, values)
+
+
+def test_semver_reads_versions_as_the_server(project: Project) -> None:
+    project.flag("exact-version", filters=on(properties=[person("v", "1.2.3", "semver_eq")]))
+    project.flag("before-1", filters=on(properties=[person("v", "1.0.0", "semver_lt")]))
+    project.flag("four-parts", filters=on(properties=[person("v", "1.2.3.4", "semver_eq")]))
+    project.wait_visible("exact-version", "before-1", "four-parts")
+    for not_a_version in ("1.2.3.4", "1..2.3", "1.2.3."):
+        values = project.values(person_properties={"v": not_a_version})
+        assert values == {"exact-version": False, "before-1": False, "four-parts": False}
+    assert project.values(person_properties={"v": "1.0.0-rc.1"})["before-1"] is True
+    assert project.values(person_properties={"v": "1.2.3-rc.1"})["exact-version"] is False
+    assert project.values(person_properties={"v": "01.02.03"})["exact-version"] is True
+
+
+def test_early_exit(project: Project) -> None:
+    pro = [person("plan", "pro")]
+    conditions = [
+        {"properties": pro, "rollout_percentage": 10},
+        {"properties": [], "rollout_percentage": 100},
+    ]
+    project.flag("stops", filters={"groups": conditions, "early_exit": True})
+    project.flag("goes-on", filters={"groups": conditions})
+    project.wait_visible("stops", "goes-on")
+    who = rollout_miss(10, "stops", "goes-on")
+    flags = project.flags(who, person_properties={"plan": "pro"})["flags"]
+    assert flags["stops"]["enabled"] is False
+    assert flags["stops"]["reason"] == {
+        "code": "out_of_rollout_bound",
+        "condition_index": 0,
+        "description": "Out of rollout bound",
+    }
+    # Without early_exit the second condition set decides.
+    assert flags["goes-on"]["enabled"] is True
+    assert flags["goes-on"]["reason"]["condition_index"] == 1
+    free = project.flags(who, person_properties={"plan": "free"})["flags"]["stops"]
+    assert free["enabled"] is True and free["reason"]["condition_index"] == 1
+
+
+def test_an_empty_distinct_id_is_answered(project: Project) -> None:
+    project.flag("one-percent", filters=on(1))
+    project.flag("split", filters={**on(), "multivariate": variants(("first", 50), ("second", 50))})
+    project.wait_visible("one-percent", "split")
+    answer = project.flags("")
+    assert answer["errorsWhileComputingFlags"] is False
+    # The empty id hashes to 0.0: inside every positive rollout, in the first variant.
+    assert answer["flags"]["one-percent"]["enabled"] is True
+    assert answer["flags"]["split"]["variant"] == "first"
+    legacy = project.post_flags("", path="/flags")
+    assert legacy.status_code == 200, legacy.text
+    missing = project.http.post("/flags?v=2", json={"api_key": project.token})
+    assert missing.status_code == 400
+    assert missing.json()["code"] == "missing_distinct_id"
+
+
+def test_flags_in_a_dependency_cycle_are_left_out(project: Project) -> None:
+    ping = project.flag("ping", filters=on())
+    pong = project.flag("pong", filters=on())
+
+    def depends_on(flag_id: int) -> dict[str, Any]:
+        dependency = {
+            "key": str(flag_id),
+            "type": "flag",
+            "value": True,
+            "operator": "flag_evaluates_to",
+        }
+        return on(properties=[dependency])
+
+    for flag, other in ((ping, pong), (pong, ping)):
+        r = project.api.patch(
+            f"/api/projects/@current/feature_flags/{flag['id']}/",
+            json={"filters": depends_on(other["id"])},
+        )
+        assert r.status_code == 200, r.text
+    project.flag("after-cycle", filters=depends_on(ping["id"]))
+    project.flag("independent", filters=on())
+    project.wait_visible("after-cycle", "independent")
+    deadline = time.monotonic() + 2
+    while "ping" in (flags := project.flags()["flags"]):
+        assert time.monotonic() < deadline, flags
+        time.sleep(0.05)
+    assert set(flags) == {"after-cycle", "independent"}
+    assert flags["after-cycle"]["enabled"] is False
+    assert flags["after-cycle"]["reason"]["code"] == "missing_dependency"
+    assert flags["after-cycle"]["reason"]["condition_index"] == 0
+    assert flags["independent"]["enabled"] is True
+
+
+def test_group_keys_that_are_not_strings_become_json_text(project: Project) -> None:
+    project.capture(
+        {
+            "event": "$groupidentify",
+            "distinct_id": "member",
+            "properties": {
+                "$group_type": "company",
+                "$group_key": "true",
+                "$group_set": {"tier": "gold"},
+            },
+        }
+    )
+
+    def group_flag(key: str, prop: dict[str, Any]) -> None:
+        project.flag(
+            key,
+            filters={
+                "aggregation_group_type_index": 0,
+                "groups": [{"properties": [prop], "rollout_percentage": 100}],
+            },
+        )
+
+    group_flag(
+        "key-is-true",
+        {
+            "key": "$group_key",
+            "value": "true",
+            "type": "group",
+            "group_type_index": 0,
+            "operator": "exact",
+        },
+    )
+    group_flag(
+        "key-is-42",
+        {
+            "key": "$group_key",
+            "value": "42",
+            "type": "group",
+            "group_type_index": 0,
+            "operator": "exact",
+        },
+    )
+    group_flag("gold", {"key": "tier", "value": "gold", "type": "group", "group_type_index": 0})
+    project.wait_visible("key-is-true", "key-is-42", "gold")
+    # The stored group "true" is the one named by the JSON value true.
+    assert project.values("member", groups={"company": True}) == {
+        "key-is-true": True,
+        "key-is-42": False,
+        "gold": True,
+    }
+    assert project.values("member", groups={"company": 42}) == {
+        "key-is-true": False,
+        "key-is-42": True,
+        "gold": False,
+    }
+    # The group key is the hashed identifier too: "true", as in a string-keyed request.
+    project.flag("company-half", filters={"aggregation_group_type_index": 0, **on(50)})
+    project.wait_visible("company-half")
+    as_bool = project.values("a", groups={"company": True})["company-half"]
+    assert as_bool == project.values("b", groups={"company": "true"})["company-half"]
+    assert as_bool == (_bucket("company-half.true") <= 0.5)
 
 
 # quota and freshness -----------------------------------------------------------------------

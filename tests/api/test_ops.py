@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -54,10 +55,14 @@ def test_first_start_creates_and_prints_project_and_key_once(tmp_path: Path) -> 
         return out.decode()
 
     first = run_once()
-    token = re.search(r"project token \(for SDKs\):\s+(phc_\S+)", first)
-    key = re.search(r"personal API key \(management API\):\s+(phx_\S+)", first)
-    assert token and key, first
+    lines = [json.loads(line) for line in first.splitlines()]  # JSON from the first line
+    created = next(line for line in lines if "personal_api_key" in line)
+    assert "shown only now" in created["msg"]
+    token, key = created["project_token"], created["personal_api_key"]
+    assert token.startswith("phc_") and key.startswith("phx_")
+    assert any(line["msg"].startswith("flagstaff ") and "url" in line for line in lines)
     second = run_once()
+    assert all(json.loads(line) for line in second.splitlines())
     assert "phx_" not in second and "phc_" not in second, second
 
     srv = Server(
@@ -68,9 +73,9 @@ def test_first_start_creates_and_prints_project_and_key_once(tmp_path: Path) -> 
     try:
         r = httpx.get(
             f"{srv.url}/api/projects/@current/",
-            headers={"Authorization": f"Bearer {key.group(1)}"},
+            headers={"Authorization": f"Bearer {key}"},
         )
-        assert r.status_code == 200 and r.json()["api_token"] == token.group(1)
+        assert r.status_code == 200 and r.json()["api_token"] == token
     finally:
         srv.stop()
 
@@ -90,3 +95,26 @@ def test_bootstrap_from_environment_is_idempotent(tmp_path: Path) -> None:
 
 def test_sigterm_exits_cleanly(fresh_server: Server) -> None:
     assert fresh_server.stop(signal.SIGTERM) == 0
+
+
+def test_access_log_is_opt_in(tmp_path: Path) -> None:
+    quiet = Server(data_dir=tmp_path / "quiet").start()
+    try:
+        httpx.get(quiet.url + "/_health")
+    finally:
+        quiet.stop()
+    assert '"flagstaff.access"' not in quiet.logs()
+
+    srv = Server(data_dir=tmp_path / "loud", env={"FLAGSTAFF_ACCESS_LOG": "true"}).start()
+    try:
+        httpx.get(srv.url + "/_health", headers={"X-Request-Id": "req-42"})
+        httpx.get(srv.url + "/api/projects/")
+    finally:
+        srv.stop()
+    lines = [json.loads(line) for line in srv.logs().splitlines() if line.startswith("{")]
+    access = [line for line in lines if line["logger"] == "flagstaff.access"]
+    health = next(line for line in access if line["request_id"] == "req-42")
+    assert health["method"] == "GET" and health["path"] == "/_health"
+    assert health["status"] == 200 and health["ms"] >= 0
+    api = next(line for line in access if line["path"] == "/api/projects/")
+    assert api["status"] == 401 and len(api["request_id"]) == 16

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import tempfile
 from typing import Any
 
 import pytest
@@ -25,16 +27,22 @@ class DriverReport:
 
 
 def run_driver(script: str, spec: dict[str, Any]) -> DriverReport:
-    """Run ``node tooling/<script> '<spec as JSON>'``; its last stdout line is the report."""
+    """Run ``node tooling/<script> '<spec as JSON>'``; its last stdout line is the report.
+
+    Its TMPDIR is a folder removed afterwards: Chromium's profiles and playwright's artifacts
+    go there, so nothing is left behind even when the browser is killed.
+    """
     try:
-        done = subprocess.run(
-            ["node", script, json.dumps(spec)],
-            cwd=TOOLING,
-            capture_output=True,
-            text=True,
-            timeout=DRIVER_TIMEOUT_S,
-            check=False,
-        )
+        with tempfile.TemporaryDirectory(prefix="flagstaff-e2e-") as scratch:
+            done = subprocess.run(
+                ["node", script, json.dumps(spec)],
+                cwd=TOOLING,
+                env={**os.environ, "TMPDIR": scratch},
+                capture_output=True,
+                text=True,
+                timeout=DRIVER_TIMEOUT_S,
+                check=False,
+            )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"node {script} timed out after {exc.timeout}s:\n{exc.stderr}")
     if done.returncode != 0:

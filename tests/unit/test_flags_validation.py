@@ -87,13 +87,17 @@ def test_valid_definition() -> None:
             "filters.groups[0].properties[0].operator",
         ),
         (
-            lambda d: d["filters"]["groups"][0]["properties"][0].update(
-                operator="regex", value="(unclosed"
-            ),
+            lambda d: d["filters"]["groups"][0]["properties"][0].update(operator="gt", value={}),
             "filters.groups[0].properties[0].value",
         ),
         (
-            lambda d: d["filters"]["groups"][0]["properties"][0].update(operator="gt", value="x"),
+            lambda d: d["filters"]["groups"][0]["properties"][3].update(value=["1.2"]),
+            "filters.groups[0].properties[3].value",
+        ),
+        (
+            lambda d: d["filters"]["groups"][0]["properties"][0].update(
+                operator="regex", value="(unclosed"
+            ),
             "filters.groups[0].properties[0].value",
         ),
         (
@@ -103,10 +107,6 @@ def test_valid_definition() -> None:
         (
             lambda d: d["filters"]["groups"][0]["properties"][5].update(value="yesterday"),
             "filters.groups[0].properties[5].value",
-        ),
-        (
-            lambda d: d["filters"]["groups"][0]["properties"][3].update(value="one.two"),
-            "filters.groups[0].properties[3].value",
         ),
         (
             lambda d: d["filters"]["groups"][0]["properties"][1].update(value="abc"),

@@ -9,34 +9,8 @@ import pytest
 from flagstaff.ingest import groups as g
 from flagstaff.ingest import persons as p
 from flagstaff.ingest.model import Event
-
-T0 = 1_700_000_000_000
-
-
-def ev(
-    name: str,
-    distinct_id: str,
-    *,
-    props: dict[str, Any] | None = None,
-    set: dict[str, Any] | None = None,
-    set_once: dict[str, Any] | None = None,
-    unset: list[str] | None = None,
-    process_person: bool = True,
-    ts: int = T0,
-) -> Event:
-    return Event(
-        uuid=f"00000000-0000-7000-8000-{abs(hash((name, distinct_id, ts))) % 10**12:012d}",
-        event=name,
-        distinct_id=distinct_id,
-        properties=dict(props or {}),
-        timestamp_ms=ts,
-        received_ms=ts,
-        set=set,
-        set_once=set_once,
-        unset=unset,
-        process_person=process_person,
-        historical=False,
-    )
+from tests.events import T0
+from tests.events import event as ev
 
 
 def person(
@@ -58,7 +32,7 @@ def test_first_event_creates_a_person_with_set_and_set_once() -> None:
     assert state is not None and state.is_new and state.id is None
     assert state.properties == {"a": 1, "b": 2}
     assert state.uuid == p.person_uuid(1, "u1")
-    assert [op[0] for op in book.ops] == ["create", "assign"]
+    assert [type(op) for op in book.ops] == [p.CreatePerson, p.AssignDistinctId]
 
 
 @pytest.mark.parametrize(
@@ -147,7 +121,7 @@ def test_identify_merges_anonymous_into_new_identified_id() -> None:
     state = book.get("user@x")
     assert state is loaded["anon"] and state.is_identified
     assert state.properties == {"seen": True, "email": "e"}
-    assert ("assign", "user@x", state) in book.ops
+    assert p.AssignDistinctId("user@x", state) in book.ops
 
 
 def test_identify_with_both_persons_merges_and_target_properties_win() -> None:
@@ -161,7 +135,7 @@ def test_identify_with_both_persons_merges_and_target_properties_win() -> None:
     assert book.get("anon") is user and book.get("user") is user
     assert user.properties == {"a": "user", "only_anon": 1}
     assert user.created_at_ms == T0 - 5000 and user.is_identified
-    assert ("merge", anon, user) in book.ops
+    assert p.MergePersons(anon, user) in book.ops
     assert book.changed() == [user]
 
 
@@ -170,7 +144,7 @@ def test_no_merge_of_an_already_identified_person() -> None:
     into = person(2)
     book = run([ev("$identify", "b", props={"$anon_distinct_id": "a"})], {"a": other, "b": into})
     assert book.get("a") is other and book.get("b") is into
-    assert [w[0] for w in book.warnings] == ["cannot_merge_already_identified"]
+    assert [w.kind for w in book.warnings] == ["cannot_merge_already_identified"]
 
 
 def test_merge_dangerously_merges_identified_persons() -> None:
@@ -187,7 +161,7 @@ def test_illegal_ids_are_never_merged(illegal: str) -> None:
     book = run([ev("$identify", "real", props={"$anon_distinct_id": illegal})])
     assert book.get(illegal) is None
     assert book.get("real") is not None
-    assert book.warnings[0][0] == "cannot_merge_with_illegal_distinct_id"
+    assert book.warnings[0].kind == "cannot_merge_with_illegal_distinct_id"
 
 
 def test_alias_with_neither_person_creates_one_with_both_ids() -> None:
@@ -252,7 +226,7 @@ def test_group_identify_creates_then_updates() -> None:
     assert g.apply_group_identify(book, gi("company", "acme", {"plan": "pro"})) is None
     state = book.groups[(0, "acme")]
     assert state.properties == {"name": "Acme", "plan": "pro"} and state.is_new
-    assert book.new_types == [(0, "company")]
+    assert book.new_types == [g.NewGroupType(0, "company")]
 
 
 def test_group_type_indexes_first_come_first_served_up_to_five() -> None:

@@ -9,28 +9,23 @@ from pathlib import Path
 import pytest
 
 from flagstaff.ingest.model import Event
-from flagstaff.store import sqlite_event_index as event_index
-from flagstaff.store.sqlite import SQLiteStore
-from flagstaff.store.sqlite_ingest import apply_ingest
-from flagstaff.store.sqlite_writer import connect
-
-T0 = 1_700_000_000_000
+from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.store import SQLiteStore
+from flagstaff.store.sqlite.writer import connect
+from tests.events import T0, event, seq_uuid
 
 
 def _events(rng: random.Random, start: int, count: int) -> list[Event]:
     return [
-        Event(
-            uuid=f"01930000-0000-7000-8000-{n:012x}",
-            event=rng.choice(["$pageview", "clicked"]),
-            distinct_id=rng.choice(["a", "b", "c"]),
-            properties={"n": n},
-            timestamp_ms=T0 + rng.randrange(50),
+        event(
+            rng.choice(["$pageview", "clicked"]),
+            rng.choice(["a", "b", "c"]),
+            props={"n": n},
+            ts=T0 + rng.randrange(50),
             received_ms=T0,
-            set=None,
-            set_once=None,
-            unset=None,
+            uid=seq_uuid(n),
             process_person=False,
-            historical=False,
         )
         for n in range(start, start + count)
     ]

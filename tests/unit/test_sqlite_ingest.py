@@ -11,36 +11,11 @@ import msgspec
 import pytest
 
 from flagstaff.ingest.model import Event
-from flagstaff.store.person_cache import PersonCache
-from flagstaff.store.sqlite import migrate
-from flagstaff.store.sqlite_ingest import apply_ingest
-from flagstaff.store.sqlite_writer import connect
-
-
-def _event(rng: random.Random, n: int) -> Event:
-    ids = [f"u{i}" for i in range(12)] + ["anonymous", "0"]
-    did = rng.choice(ids)
-    props: dict[str, Any] = {"$current_url": f"/p/{rng.randrange(3)}"}
-    name = rng.choice(
-        ["$pageview", "$pageview", "clicked", "$identify", "$create_alias", "$merge_dangerously"]
-    )
-    if name == "$identify":
-        props["$anon_distinct_id"] = rng.choice(ids)
-    elif name in ("$create_alias", "$merge_dangerously"):
-        props["alias"] = rng.choice(ids)
-    return Event(
-        uuid=f"01930000-0000-7000-8000-{n:012x}",
-        event=name,
-        distinct_id=did,
-        properties=props,
-        timestamp_ms=1_700_000_000_000 + n,
-        received_ms=1_700_000_000_000 + n,
-        set={"k": rng.randrange(5), f"p{rng.randrange(4)}": n} if rng.random() < 0.7 else None,
-        set_once={"first": n} if rng.random() < 0.3 else None,
-        unset=[f"p{rng.randrange(4)}"] if rng.random() < 0.1 else None,
-        process_person=rng.random() < 0.9,
-        historical=False,
-    )
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.person_cache import PersonCache
+from flagstaff.store.sqlite.schema import migrate
+from flagstaff.store.sqlite.writer import connect
+from tests.events import T0, event, random_person_event, seq_uuid
 
 
 def _state(conn: sqlite3.Connection) -> list[Any]:
@@ -62,7 +37,9 @@ def test_cached_and_uncached_writers_store_the_same_persons(
     tmp_path: Path, seed: int, cache_size: int
 ) -> None:
     rng = random.Random(seed)
-    batches = [[_event(rng, b * 50 + i) for i in range(rng.randint(1, 50))] for b in range(40)]
+    batches = [
+        [random_person_event(rng, b * 50 + i) for i in range(rng.randint(1, 50))] for b in range(40)
+    ]
     results = []
     for name, cache in (("plain", None), ("cached", PersonCache(max_persons=cache_size))):
         path = tmp_path / f"{name}.sqlite3"
@@ -87,10 +64,10 @@ def test_failed_transaction_clears_the_cache(tmp_path: Path) -> None:
     cache = PersonCache()
     rng = random.Random(1)
     conn.execute("BEGIN IMMEDIATE")
-    apply_ingest(conn, 1, [_event(rng, i) for i in range(20)], [], 0, cache)
+    apply_ingest(conn, 1, [random_person_event(rng, i) for i in range(20)], [], 0, cache)
     conn.execute("COMMIT")
     assert len(cache) > 0
-    bad = _event(rng, 99)
+    bad = random_person_event(rng, 99)
     bad.properties = {"x": object()}  # cannot be encoded: the write fails
     conn.execute("BEGIN IMMEDIATE")
     with pytest.raises(TypeError):
@@ -100,19 +77,7 @@ def test_failed_transaction_clears_the_cache(tmp_path: Path) -> None:
 
 
 def _named(n: int, name: str, did: str, **props: Any) -> Event:
-    return Event(
-        uuid=f"01930000-0000-7000-8001-{n:012x}",
-        event=name,
-        distinct_id=did,
-        properties=props,
-        timestamp_ms=1_700_000_000_000 + n,
-        received_ms=1_700_000_000_000 + n,
-        set={"x": n},
-        set_once=None,
-        unset=None,
-        process_person=True,
-        historical=False,
-    )
+    return event(name, did, props=props, ts=T0 + n, uid=seq_uuid(n, lane=1), set={"x": n})
 
 
 def test_distinct_id_of_a_merged_person_outside_the_batch_follows_the_merge(
@@ -142,16 +107,16 @@ def test_distinct_id_of_a_merged_person_outside_the_batch_follows_the_merge(
 
 
 def test_apply_many_isolates_a_failing_request(tmp_path: Path) -> None:
-    from flagstaff.store.sqlite_ingest import apply_many
+    from flagstaff.store.sqlite.ingest import apply_many
 
     path = tmp_path / "db.sqlite3"
     migrate(path)
     conn = connect(path)
     rng = random.Random(3)
-    good = [_event(rng, i) for i in range(5)]
-    bad = _event(rng, 50)
+    good = [random_person_event(rng, i) for i in range(5)]
+    bad = random_person_event(rng, 50)
     bad.properties = {"x": object()}
-    other_project = [_event(rng, 60)]
+    other_project = [random_person_event(rng, 60)]
     conn.execute("BEGIN IMMEDIATE")
     results = apply_many(conn, [(1, good, []), (1, [bad], []), (2, other_project, [])], 0)
     conn.execute("COMMIT")

@@ -14,13 +14,14 @@ import msgspec
 import pytest
 
 from flagstaff.ingest.model import Event
-from flagstaff.store import sqlite_event_index as event_index
 from flagstaff.store.base import StoreError
-from flagstaff.store.ingest_client import IngestClient
-from flagstaff.store.sqlite import migrate
-from flagstaff.store.sqlite_ingest import apply_ingest
-from flagstaff.store.sqlite_writer import connect
-from tests.unit.test_sqlite_ingest import _event, _state
+from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.client import IngestClient
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.schema import migrate
+from flagstaff.store.sqlite.writer import connect
+from tests.events import random_person_event
+from tests.unit.test_sqlite_ingest import _state
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def writer(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     migrate(db)
     sock = str(tmp_path / "ingest.sock")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flagstaff.store.sqlite_ingestd", str(db), sock],
+        [sys.executable, "-m", "flagstaff.store.sqlite.ingestd", str(db), sock],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
@@ -42,7 +43,10 @@ def writer(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 
 def _batches(seed: int) -> list[list[Event]]:
     rng = random.Random(seed)
-    return [[_event(rng, b * 1000 + i) for i in range(rng.randrange(1, 30))] for b in range(40)]
+    return [
+        [random_person_event(rng, b * 1000 + i) for i in range(rng.randrange(1, 30))]
+        for b in range(40)
+    ]
 
 
 async def _send_concurrently(sock: str, batches: list[list[Event]]) -> None:
@@ -92,7 +96,7 @@ def test_a_batch_failing_to_commit_is_retried_alone_and_nothing_is_lost(
     fails, the writer rolls back, forgets its cached persons and applies the batch again."""
     db, sock = writer
     rng = random.Random(9)
-    first = [_event(rng, i) for i in range(10)]
+    first = [random_person_event(rng, i) for i in range(10)]
     asyncio.run(_send_concurrently(sock, [first]))
     other = connect(db)
     (top,) = other.execute("SELECT max(id) FROM persons").fetchone()
@@ -103,7 +107,7 @@ def test_a_batch_failing_to_commit_is_retried_alone_and_nothing_is_lost(
     )
     fresh = [
         msgspec.structs.replace(e, distinct_id=f"new-{n}", event="$pageview")
-        for n, e in enumerate(_event(rng, 100 + i) for i in range(5))
+        for n, e in enumerate(random_person_event(rng, 100 + i) for i in range(5))
     ]
     asyncio.run(_send_concurrently(sock, [fresh]))
     ids = dict(
@@ -132,7 +136,7 @@ def test_a_request_that_does_not_decode_fails_alone(writer: tuple[Path, str]) ->
             with pytest.raises(StoreError, match="bad request"):
                 await asyncio.wait_for(broken, 5)
             rng = random.Random(4)
-            result = await client.ingest(1, [_event(rng, 1)], [])
+            result = await client.ingest(1, [random_person_event(rng, 1)], [])
             assert result.ingested == 1
         finally:
             await client.close()

@@ -16,12 +16,13 @@ import pytest
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import Conflict, IngestResult, NotFound, Store
-from flagstaff.store.postgres import PostgresStore, split_url
-from flagstaff.store.sqlite import SQLiteStore
+from flagstaff.store.postgres.pool import split_url
+from flagstaff.store.postgres.store import PostgresStore
+from flagstaff.store.sqlite.store import SQLiteStore
 from tests import pg
+from tests.events import T0, event
 
 T = TypeVar("T")
-T0 = 1_700_000_000_000
 TOKEN = "phc_contract_token"
 _TABLES = (
     "projects, personal_api_keys, definitions_version, feature_flags, cohorts, persons, "
@@ -63,31 +64,9 @@ def run(make: Factory, body: Callable[[Store], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
-def ev(
-    name: str,
-    distinct_id: str,
-    *,
-    props: dict[str, Any] | None = None,
-    set: dict[str, Any] | None = None,
-    set_once: dict[str, Any] | None = None,
-    unset: list[str] | None = None,
-    ts: int = T0,
-    uid: str | None = None,
-    process_person: bool = True,
-) -> Event:
-    return Event(
-        uuid=uid or str(uuid.uuid4()),
-        event=name,
-        distinct_id=distinct_id,
-        properties=dict(props or {}),
-        timestamp_ms=ts,
-        received_ms=ts + 5,
-        set=set,
-        set_once=set_once,
-        unset=unset,
-        process_person=process_person,
-        historical=False,
-    )
+def ev(name: str, distinct_id: str, *, ts: int = T0, **kw: Any) -> Event:
+    """The contract's events reach the server 5 ms after they happen."""
+    return event(name, distinct_id, ts=ts, received_ms=ts + 5, **kw)
 
 
 def identify(distinct_id: str, anon: str, **kw: Any) -> Event:

@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flagstaff.flags.codegen import (
+from flagstaff.flags.context import Context, EvaluationError, Matcher
+from flagstaff.flags.filters import CallCheck, property_check
+from flagstaff.flags.flag_codegen import (
     MAX_ENTRIES,
     MAX_NESTING,
     CohortSource,
     Combination,
+    GeneratedSources,
     Negation,
     Node,
 )
-from flagstaff.flags.context import Context, EvaluationError, Matcher
-from flagstaff.flags.filters import CallCheck, property_check
 
 
 def _always_false(_ctx: Context) -> bool:
@@ -52,7 +53,8 @@ def _is_group(entry: dict[str, Any]) -> bool:
 class CohortCompiler:
     """Compiles cohorts on demand, once each, sharing results across flags."""
 
-    def __init__(self, cohorts: Mapping[str, dict[str, Any]]) -> None:
+    def __init__(self, cohorts: Mapping[str, dict[str, Any]], sources: GeneratedSources) -> None:
+        self._sources = sources
         self._definitions: dict[int, dict[str, Any]] = {}
         for raw_id, definition in cohorts.items():
             cohort_id = cohort_id_of(raw_id)
@@ -91,7 +93,7 @@ class CohortCompiler:
         finally:
             self._in_progress.discard(cohort_id)
         if _depth(tree) <= MAX_NESTING and _size(tree) <= MAX_ENTRIES:
-            member = CohortSource(cohort_id, tree).function()
+            member = CohortSource(cohort_id, tree).function(self._sources, f"cohort:{cohort_id}")
         else:
             member = _cached_member(cohort_id, _matcher(tree))
         self._membership[cohort_id] = member

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flagstaff.flags.compiled import CompiledFlag
-from flagstaff.flags.compiler import FlagCompiler, link_dependencies
+from flagstaff.flags.compiled_flag import CompiledFlag
 from flagstaff.flags.context import Context
+from flagstaff.flags.flag_builder import FlagBuilder, generate_functions, link_dependencies
+from flagstaff.flags.flag_codegen import GeneratedSources
 from flagstaff.flags.model import EvalRequest, FlagResult
 from flagstaff.flags.runtime import contexts_allow, runtime_allows
 
@@ -21,6 +23,7 @@ class CompiledFlags:
     """Immutable compiled definitions of one project, shared by all requests."""
 
     __slots__ = (
+        "__weakref__",
         "_by_key",
         "_flags",
         "_lock",
@@ -80,6 +83,7 @@ class CompiledFlags:
         def allowed(flag: CompiledFlag) -> bool:
             return (
                 flag.active
+                and not flag.in_cycle
                 and contexts_allow(flag.contexts, contexts)
                 and runtime_allows(flag.runtime, runtime)
             )
@@ -108,17 +112,21 @@ def compile_flags(
 ) -> CompiledFlags:
     """Compile stored flag definitions. Deleted flags are dropped; a flag that cannot be
     compiled evaluates as failed instead of raising."""
-    compiler = FlagCompiler(flags, cohorts, group_type_mapping)
-    compiled = compiler.compile()
-    order, has_cycle = link_dependencies(compiled, compiler.edges)
-    for flag in compiled:
-        flag.finish_linking()
+    sources = GeneratedSources()
+    builder = FlagBuilder(flags, cohorts, group_type_mapping, sources)
+    built = builder.build()
+    order, has_cycle = link_dependencies(built, builder.edges)
+    for flag in built:
+        generate_functions(flag, sources)
     continuity = frozenset(
         definition["key"]
-        for definition in compiler.definitions
+        for definition in builder.definitions
         if definition.get("ensure_experience_continuity")
     )
-    return CompiledFlags(compiled, order, continuity, compiler.cohorts.uses_static, has_cycle)
+    compiled = CompiledFlags(built, order, continuity, builder.cohorts.uses_static, has_cycle)
+    # The generated sources stay in linecache as long as this version is in use.
+    weakref.finalize(compiled, sources.release)
+    return compiled
 
 
 def evaluate(compiled: CompiledFlags, request: EvalRequest) -> list[FlagResult]:

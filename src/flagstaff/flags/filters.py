@@ -4,7 +4,7 @@ Person filters read the person's properties, falling back to the request's ``dis
 for the key ``distinct_id``; group filters read one group type's properties, falling back
 to the request's group key for ``$group_key``. No request dictionary is copied.
 
-A condition's filters are kept as checks (plain data) so that flags/codegen.py can write
+A condition's filters are kept as checks (plain data) so that flags/flag_codegen.py can write
 them inline; ``matcher()`` gives the same decision as a closure.
 """
 

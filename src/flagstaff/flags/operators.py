@@ -215,7 +215,7 @@ def _date(operator: str, value: Any) -> Test:
 
 
 def _semver(operator: str, value: Any) -> Test:
-    parse_text, parse_other = semver.parse_version_text, semver.parse_version
+    parse = semver.parse_version
 
     if operator in SEMVER_RANGES:
         if operator == "semver_tilde":
@@ -226,11 +226,8 @@ def _semver(operator: str, value: Any) -> Test:
             bounds = semver.wildcard_bounds(value)
         if bounds is None:
             return never
-        low, high = bounds
-        return lambda v: (
-            (p := parse_text(v) if type(v) is str else parse_other(v)) is not None
-            and low <= p < high
-        )
+        contains = bounds.contains
+        return lambda v: (p := parse(v)) is not None and contains(p)
     version = semver.parse_version(value)
     if version is None:
         return never
@@ -242,19 +239,17 @@ def _semver(operator: str, value: Any) -> Test:
         "semver_lt": lt,
         "semver_lte": le,
     }[operator]
-    return lambda v: (
-        (p := parse_text(v) if type(v) is str else parse_other(v)) is not None
-        and compare(p, version)
-    )
+    return lambda v: (p := parse(v)) is not None and compare(p, version)
 
 
 def _regex(operator: str, value: Any) -> Test:
     search = compile_search(to_text(value))
     if search is None:
         return never
+    # An undecided search (over its budget, see flags/regex.py) matches neither operator.
     if operator == "regex":
-        return lambda v: search(v if type(v) is str else json_text(v))
-    return lambda v: not search(v if type(v) is str else json_text(v))
+        return lambda v: search(v if type(v) is str else json_text(v)) is True
+    return lambda v: search(v if type(v) is str else json_text(v)) is False
 
 
 def compile_test(operator: str, value: Any) -> tuple[Test, bool]:

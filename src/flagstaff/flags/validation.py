@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from flagstaff.flags import dates, semver
+from flagstaff.flags import dates
 from flagstaff.flags.operators import (
     ALL_OPERATORS,
     DATE_OPERATORS,
@@ -24,6 +24,8 @@ from flagstaff.flags.operators import (
 )
 from flagstaff.flags.regex import is_valid_pattern
 from flagstaff.flags.values import to_number, to_text
+
+SEMVER_OPERATORS = SEMVER_COMPARISONS | SEMVER_RANGES
 
 Errors = list[tuple[str, str]]
 
@@ -59,13 +61,21 @@ def _check_group_index(path: str, value: Any, errors: Errors) -> None:
         errors.append((path, f"Must be between 0 and {MAX_GROUP_TYPE_INDEX}."))
 
 
+def _is_date(value: Any) -> bool:
+    return isinstance(value, str) and (
+        dates.parse_relative(value) is not None or dates.parse_absolute(value) is not None
+    )
+
+
 def _check_operator_value(path: str, operator: str, value: Any, errors: Errors) -> None:
     if operator in REGEX_OPERATORS:
         if value is None or not is_valid_pattern(to_text(value)):
             errors.append((f"{path}.value", "Invalid regular expression."))
-    elif operator in NUMERIC_OPERATORS:
-        if to_number(value) is None:
-            errors.append((f"{path}.value", "Must be a number."))
+    elif operator in NUMERIC_OPERATORS or operator in SEMVER_OPERATORS:
+        # PostHog's server stores any scalar here; one that is not a number (a version)
+        # never matches.
+        if value is None or isinstance(value, dict | list):
+            errors.append((f"{path}.value", "Must be a number or a string."))
     elif operator in RANGE_OPERATORS:
         bounds = (
             [to_number(item) for item in value]
@@ -76,22 +86,8 @@ def _check_operator_value(path: str, operator: str, value: Any, errors: Errors) 
             errors.append((f"{path}.value", "Must be a list of two numbers [min, max]."))
         elif bounds[0] > bounds[1]:  # type: ignore[operator]
             errors.append((f"{path}.value", "The minimum must not exceed the maximum."))
-    elif operator in DATE_OPERATORS:
-        if not isinstance(value, str) or (
-            dates.parse_relative(value) is None and dates.parse_absolute(value) is None
-        ):
-            errors.append((f"{path}.value", "Must be an ISO 8601 date or a relative date."))
-    elif operator in SEMVER_COMPARISONS:
-        if semver.parse_version(value) is None:
-            errors.append((f"{path}.value", "Must be a semantic version."))
-    elif operator in SEMVER_RANGES:
-        bounds_of = {
-            "semver_tilde": semver.tilde_bounds,
-            "semver_caret": semver.caret_bounds,
-            "semver_wildcard": semver.wildcard_bounds,
-        }[operator]
-        if value is None or bounds_of(value) is None:
-            errors.append((f"{path}.value", "Must be a semantic version pattern."))
+    elif operator in DATE_OPERATORS and not _is_date(value):
+        errors.append((f"{path}.value", "Must be an ISO 8601 date or a relative date."))
 
 
 def _check_property(path: str, prop: Any, errors: Errors) -> None:

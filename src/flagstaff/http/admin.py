@@ -1,7 +1,8 @@
 """The management API under /api/, in PostHog's REST shapes, authorised by personal API keys.
 
 Routes are declared once in :data:`ROUTES`; the starlette routes and the OpenAPI document at
-/api/schema/ are both built from that table, so they cannot drift apart.
+/api/schema/ (``http/openapi.py``, which the app adds as an extra route) are both built from
+that table, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from starlette.routing import Route
 
 from flagstaff.http import admin_models
 from flagstaff.http.errors import ApiError
+from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, NotFound, PersonalKey, Store, StoredEvent
 
 Handler = Callable[["AdminContext", Request], Awaitable[Any]]
@@ -272,9 +274,38 @@ async def find_group(ctx: AdminContext, request: Request) -> Any:
     }
 
 
+def _group_type_json(index: int, name: str) -> dict[str, Any]:
+    """PostHog's group type shape; the display metadata it also holds is not kept here."""
+    return {
+        "group_type": name,
+        "group_type_index": index,
+        "name_singular": None,
+        "name_plural": None,
+        "detail_dashboard": None,
+        "default_columns": None,
+        "created_at": None,
+    }
+
+
 async def list_group_types(ctx: AdminContext, request: Request) -> Any:
     types = await ctx.store.list_group_types(ctx.project_id)
-    return [{"group_type_index": i, "group_type": name} for i, name in sorted(types.items())]
+    return [_group_type_json(i, name) for i, name in sorted(types.items())]
+
+
+async def create_group_type(ctx: AdminContext, request: Request) -> Any:
+    """Map a group type name to an index (the next free one unless given); 200 when so already."""
+    name, index = admin_models.group_type_from_input(await _body(request))
+    types = await ctx.store.list_group_types(ctx.project_id)
+    if index is None:
+        index = next((i for i, n in types.items() if n == name), None)
+    if index is None:
+        index = next((i for i in range(MAX_GROUP_TYPES) if i not in types), MAX_GROUP_TYPES)
+        if index == MAX_GROUP_TYPES:
+            raise ApiError(
+                400, "invalid_input", f"a project has at most {MAX_GROUP_TYPES} group types"
+            )
+    created = await ctx.store.create_group_type(ctx.project_id, index, name)
+    return (201 if created else 200), _group_type_json(index, name)
 
 
 def event_json(e: StoredEvent) -> dict[str, Any]:
@@ -372,6 +403,12 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("GET", P + "/persons/", find_person, "Find the person behind a distinct id"),
     ("GET", P + "/groups/find", find_group, "Find a group by type index and key"),
     ("GET", P + "/groups_types/", list_group_types, "List group types"),
+    (
+        "POST",
+        P + "/groups_types/",
+        create_group_type,
+        "Create a group type (200 when it exists already)",
+    ),
     ("GET", P + "/events/", list_events, "List events, newest first, cursor paginated"),
     ("GET", P + "/ingestion_warnings/", list_warnings, "List ingestion warnings"),
 ]
@@ -425,13 +462,6 @@ def build_routes(store: Store, authenticate: Authenticate) -> list[Route]:
 
 
 def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Route]) -> Starlette:
-    from flagstaff.http.openapi import openapi_document
-
-    schema = msgspec.json.encode(openapi_document(ROUTES))
-
-    async def serve_schema(request: Request) -> Response:
-        return Response(schema, media_type="application/json")
-
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return Response(exc.body(), exc.status, media_type="application/json")
@@ -448,7 +478,6 @@ def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Rou
 
     routes = [
         *build_routes(store, authenticate),
-        Route("/api/schema/", serve_schema),
         *extra_routes,
     ]
     return Starlette(

@@ -171,3 +171,24 @@ def distinct_ids_from(body: Any) -> list[str]:
             400, "invalid_input", "distinct_ids must be a non-empty list", "distinct_ids"
         )
     return [str(d) for d in ids]
+
+
+_GROUP_TYPE = re.compile(r"^[^\x00-\x1f]{1,400}$")
+
+
+def group_type_from_input(body: Any) -> tuple[str, int | None]:
+    """(name, index or None) of a group type create body: ``group_type``, ``group_type_index``."""
+    body = _require_object(body)
+    name = body.get("group_type")
+    if not isinstance(name, str) or not _GROUP_TYPE.match(name):
+        raise ApiError(
+            400, "invalid_input", "group_type must be 1-400 printable characters", "group_type"
+        )
+    index = body.get("group_type_index")
+    if index is not None and (
+        not isinstance(index, int) or isinstance(index, bool) or not 0 <= index <= 4
+    ):
+        raise ApiError(
+            400, "invalid_input", "group_type_index must be an integer 0-4", "group_type_index"
+        )
+    return name, index

@@ -130,8 +130,12 @@ def cors_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
     ]
 
 
-async def send_response(send: Send, response: Response, extra: list[tuple[bytes, bytes]]) -> None:
-    headers = [(b"content-type", response.content_type), *extra]
+async def send_response(
+    send: Send, response: Response, extra: list[tuple[bytes, bytes]] | None
+) -> None:
+    headers = [(b"content-type", response.content_type)]
+    if extra:
+        headers.extend(extra)
     if response.headers:
         headers.extend(response.headers)
     await send({"type": "http.response.start", "status": response.status, "headers": headers})

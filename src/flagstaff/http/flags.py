@@ -15,8 +15,10 @@ import msgspec
 import uuid_utils
 
 from flagstaff import logs
+from flagstaff.accounts.keys import check_project_token
 from flagstaff.caches import Fragments, ProjectFlags
 from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate_checked
+from flagstaff.flags.values import json_text
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.auth import check_personal_key
 from flagstaff.http.errors import ApiError
@@ -24,7 +26,6 @@ from flagstaff.http.payload import PayloadError, decode_body
 from flagstaff.ingest.normalize import client_ip
 from flagstaff.services import Services
 from flagstaff.store.base import FlagContext, Project
-from flagstaff.store.keys import check_project_token
 
 _encode = msgspec.json.encode
 _CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-site"))
@@ -68,8 +69,10 @@ async def _project_for(svc: Services, token: Any) -> Project:
 
 
 def _distinct_id(payload: Mapping[str, Any]) -> str:
+    """The request's distinct id, cut to 200 characters. An empty one is answered (as
+    PostHog does: it hashes to 0.0); only a missing one is refused."""
     raw = payload.get("distinct_id")
-    if isinstance(raw, bool) or raw is None or raw == "":
+    if isinstance(raw, bool) or raw is None:
         raise ApiError(400, "missing_distinct_id", "distinct_id is required", "distinct_id")
     if isinstance(raw, int | float):
         raw = str(raw)
@@ -98,6 +101,16 @@ def _string_list(payload: Mapping[str, Any], *names: str) -> list[str] | None:
     return None
 
 
+def group_keys(groups: Mapping[str, Any]) -> dict[str, str]:
+    """The request's group keys as text: strings as they are, other JSON values as their
+    JSON text (``true``, ``42``), as PostHog reads them; null keys are left out."""
+    return {
+        name: key if isinstance(key, str) else json_text(key)
+        for name, key in groups.items()
+        if key is not None
+    }
+
+
 def _geoip_properties(
     svc: Services, request: Request, payload: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -110,13 +123,14 @@ def _geoip_properties(
 
 
 async def _context(
-    svc: Services, project: Project, pf: ProjectFlags, distinct_id: str, groups: dict[str, Any]
+    svc: Services, project: Project, pf: ProjectFlags, distinct_id: str, groups: dict[str, str]
 ) -> FlagContext | None:
+    """The stored person and groups behind the request; None when the store failed."""
     indexes = {}
     for name, key in groups.items():
         index = pf.group_type_index.get(name)
-        if index is not None and key is not None:
-            indexes[index] = str(key)
+        if index is not None:
+            indexes[index] = key
     compiled = pf.compiled
     try:
         return await svc.store.flag_context(
@@ -164,73 +178,112 @@ async def _continuity_overrides(
     return merged
 
 
-async def compute_flags(
-    svc: Services, request: Request, payload: dict[str, Any], project: Project, pf: ProjectFlags
-) -> tuple[list[FlagResult], bool]:
-    """Evaluate every flag the request asks for; the bool says some could not be computed."""
-    distinct_id = _distinct_id(payload)
-    groups = _dict_of(payload, "groups")
-    ctx = await _context(svc, project, pf, distinct_id, groups)
-    errors = ctx is None
-    if ctx is None:
-        ctx = FlagContext({}, {}, {}, frozenset(), None)
-
+async def _overrides_for(
+    svc: Services,
+    project: Project,
+    pf: ProjectFlags,
+    ctx: FlagContext,
+    payload: Mapping[str, Any],
+    distinct_id: str,
+) -> tuple[dict[str, str], bool]:
+    """The hash-key overrides of the experience-continuity flags (stored first when the
+    request carries ``$anon_distinct_id``), and whether storing them failed."""
     anon = payload.get("$anon_distinct_id")
     continuity = pf.compiled.continuity_flag_keys
     overrides = ctx.hash_key_overrides
-    if continuity and isinstance(anon, str) and anon and not errors:
+    failed = False
+    if continuity and isinstance(anon, str) and anon:
         try:
             overrides = await _continuity_overrides(
                 svc, project, ctx, distinct_id, anon[:_MAX_DISTINCT_ID], continuity
             )
         except Exception:
             logs.logger.exception("storing hash key overrides failed")
-            errors = True
+            failed = True
     if overrides and not continuity.issuperset(overrides):
         overrides = {k: v for k, v in overrides.items() if k in continuity}
+    return overrides, failed
 
-    person_properties = ctx.person_properties
-    geo = _geoip_properties(svc, request, payload)
+
+def person_properties_for(
+    stored: dict[str, Any], geo: dict[str, Any], sent: dict[str, Any]
+) -> dict[str, Any]:
+    """GeoIP values fill gaps < stored properties < the request's ``person_properties``."""
+    properties = stored
     if geo:
-        person_properties = {**geo, **person_properties}
-    sent = _dict_of(payload, "person_properties")
+        properties = {**geo, **properties}
     if sent:
-        person_properties = {**person_properties, **sent}
+        properties = {**properties, **sent}
+    return properties
 
-    group_properties: dict[str, dict[str, Any]] = {}
-    sent_groups = _dict_of(payload, "group_properties")
+
+def group_properties_for(
+    groups: Mapping[str, Any],
+    group_type_index: Mapping[str, int],
+    stored: Mapping[str, dict[str, Any]],
+    sent: Mapping[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """Each requested group type's stored properties, overlaid with the request's."""
+    properties: dict[str, dict[str, Any]] = {}
     for name in groups:
-        index = pf.group_type_index.get(name)
-        stored = ctx.group_properties.get(str(index), {}) if index is not None else {}
-        extra = sent_groups.get(name)
-        group_properties[name] = {**stored, **extra} if isinstance(extra, dict) else stored
+        index = group_type_index.get(name)
+        stored_props = stored.get(str(index), {}) if index is not None else {}
+        extra = sent.get(name)
+        properties[name] = {**stored_props, **extra} if isinstance(extra, dict) else stored_props
+    return properties
 
+
+def _runtime(request: Request, payload: Mapping[str, Any]) -> str | None:
     headers = request.headers
-    runtime = detect_runtime(
-        payload.get("evaluation_runtime")
-        if isinstance(payload.get("evaluation_runtime"), str)
-        else None,
+    explicit = payload.get("evaluation_runtime")
+    return detect_runtime(
+        explicit if isinstance(explicit, str) else None,
         headers.get("user-agent"),
         not headers.keys().isdisjoint(_CLIENT_HEADERS),
     )
+
+
+async def compute_flags(
+    svc: Services, request: Request, payload: dict[str, Any], project: Project, pf: ProjectFlags
+) -> tuple[list[FlagResult], bool]:
+    """Evaluate every flag the request asks for; the bool says some could not be computed."""
+    distinct_id = _distinct_id(payload)
+    requested_groups = _dict_of(payload, "groups")
+    groups = group_keys(requested_groups)
+    ctx = await _context(svc, project, pf, distinct_id, groups)
+    store_failed = ctx is None
+    if ctx is None:
+        ctx = FlagContext({}, {}, {}, frozenset(), None)
+        overrides: dict[str, str] = {}
+    else:
+        overrides, store_failed = await _overrides_for(svc, project, pf, ctx, payload, distinct_id)
     device_id = payload.get("device_id") or payload.get("$device_id")
     eval_request = EvalRequest(
         distinct_id=distinct_id,
-        person_properties=person_properties,
-        groups={k: str(v) for k, v in groups.items() if v is not None},
-        group_properties=group_properties,
+        person_properties=person_properties_for(
+            ctx.person_properties,
+            _geoip_properties(svc, request, payload),
+            _dict_of(payload, "person_properties"),
+        ),
+        groups=groups,
+        group_properties=group_properties_for(
+            requested_groups,
+            pf.group_type_index,
+            ctx.group_properties,
+            _dict_of(payload, "group_properties"),
+        ),
         device_id=device_id if isinstance(device_id, str) else None,
         hash_key_overrides=overrides,
         static_cohort_ids=ctx.static_cohort_ids,
         flag_keys=_string_list(payload, "flag_keys_to_evaluate", "flag_keys"),
-        runtime=runtime,
+        runtime=_runtime(request, payload),
         contexts=_string_list(payload, "evaluation_contexts", "evaluation_environments"),
     )
     results, failed = evaluate_checked(pf.compiled, eval_request)
-    if errors:
+    if store_failed:
         results = [_failed_if_stored(r, pf) for r in results]
     svc.metrics.flag_evaluations += len(results)
-    return results, errors or failed or pf.compiled.has_dependency_cycle
+    return results, store_failed or failed or pf.compiled.has_dependency_cycle
 
 
 def _failed_if_stored(result: FlagResult, pf: ProjectFlags) -> FlagResult:

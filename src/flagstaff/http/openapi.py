@@ -1,125 +1,317 @@
-"""The OpenAPI 3.1 document of the management API, built from its route table."""
+"""The OpenAPI 3.1 document of every route, served at /api/schema/ and rendered at /api/docs.
+
+Built from the app's route tables (the management API's ``ROUTES`` and the public routes), so
+a route cannot be served without appearing here; request and response bodies are the msgspec
+Structs of :mod:`flagstaff.http.schemas`, turned into JSON Schema components by msgspec.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.http import schemas as s
 
-_QUERY: dict[str, list[tuple[str, str, str]]] = {
-    "list_flags": [("limit", "integer", "page size"), ("offset", "integer", "rows to skip")],
-    "list_cohorts": [("limit", "integer", "page size"), ("offset", "integer", "rows to skip")],
-    "list_warnings": [("limit", "integer", "page size"), ("offset", "integer", "rows to skip")],
-    "find_person": [("distinct_id", "string", "a distinct id of the person")],
-    "find_group": [
-        ("group_type_index", "integer", "group type index, 0-4"),
-        ("group_key", "string", "the group's key"),
-    ],
-    "list_events": [
-        ("distinct_id", "string", "only this distinct id's events"),
-        ("event", "string", "only events with this name"),
-        ("after", "string", "ISO 8601: only events after this time"),
-        ("before", "string", "ISO 8601: only events before this time"),
-        ("limit", "integer", "page size, at most 1000"),
-        ("cursor", "string", "opaque cursor from the previous page's next link"),
-    ],
+_REF = "#/components/schemas/{name}"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str
+    description: str
+    where: str = "query"
+
+
+@dataclass(frozen=True)
+class Doc:
+    """How one path's operations are documented."""
+
+    summary: str
+    response: Any = None
+    """The success body's type (a tuple: one of these); None for no body."""
+    request: Any = None
+    status: int = 200
+    media: str = "application/json"
+    query: tuple[Param, ...] = ()
+    auth: bool = False
+    """A personal API key (``Authorization: Bearer phx_...``) is required."""
+    extra: tuple[tuple[int, str], ...] = ()
+    """Other answers than errors: (status, description)."""
+    errors: tuple[int, ...] = (400, 401)
+    """Error answers (each with the Error body)."""
+
+
+class PublicRouteLike(Protocol):
+    name: str
+    methods: frozenset[str]
+
+
+# management API, by handler name -------------------------------------------------------------
+
+_PAGING = (Param("limit", "integer", "page size"), Param("offset", "integer", "rows to skip"))
+_ADMIN: dict[str, Doc] = {
+    "list_projects": Doc("", s.ProjectPage),
+    "create_project": Doc("", s.CreatedProject, s.ProjectInput, 201),
+    "get_project": Doc("", s.Project),
+    "list_flags": Doc("", s.FeatureFlagPage, query=_PAGING),
+    "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
+    "get_flag": Doc("", s.FeatureFlag),
+    "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
+    "delete_flag": Doc("", None, status=204),
+    "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
+    "create_cohort": Doc("", s.Cohort, s.CohortInput, 201),
+    "get_cohort": Doc("", s.Cohort),
+    "update_cohort": Doc("", s.Cohort, s.CohortInput),
+    "delete_cohort": Doc("", None, status=204),
+    "list_cohort_members": Doc("", s.DistinctIdPage),
+    "add_cohort_members": Doc("", s.Cohort, s.DistinctIds),
+    "remove_cohort_members": Doc("", s.Cohort, s.DistinctIds),
+    "find_person": Doc(
+        "", s.PersonPage, query=(Param("distinct_id", "string", "a distinct id of the person"),)
+    ),
+    "find_group": Doc(
+        "",
+        s.Group,
+        query=(
+            Param("group_type_index", "integer", "group type index, 0-4"),
+            Param("group_key", "string", "the group's key"),
+        ),
+    ),
+    "list_group_types": Doc("", list[s.GroupType]),
+    "create_group_type": Doc(
+        "", s.GroupType, s.GroupTypeInput, 201, extra=((200, "the group type existed already"),)
+    ),
+    "list_events": Doc(
+        "",
+        s.EventPage,
+        query=(
+            Param("distinct_id", "string", "only this distinct id's events"),
+            Param("event", "string", "only events with this name"),
+            Param("after", "string", "ISO 8601: only events after this time"),
+            Param("before", "string", "ISO 8601: only events before this time"),
+            Param("limit", "integer", "page size, at most 1000"),
+            Param("cursor", "string", "opaque cursor from the previous page's next link"),
+        ),
+    ),
+    "list_warnings": Doc("", s.WarningPage, query=_PAGING),
 }
 
-_FLAG_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "key": {"type": "string"},
-        "name": {"type": "string"},
-        "active": {"type": "boolean"},
-        "filters": {"type": "object"},
-        "ensure_experience_continuity": {"type": "boolean"},
-        "evaluation_runtime": {"enum": ["all", "client", "server"]},
-        "evaluation_contexts": {"type": "array", "items": {"type": "string"}},
-        "bucketing_identifier": {"enum": ["distinct_id", "device_id"]},
-    },
+# public routes, by route name -----------------------------------------------------------------
+
+_FLAGS_QUERY = (
+    Param("v", "integer", "answer shape: 2 (and /decide 4) for detailed flags"),
+    Param("config", "boolean", "also answer posthog-js's start-up configuration"),
+)
+_FLAGS_OR_LEGACY = (s.FlagsResponse, s.LegacyFlagsResponse)  # by the v query parameter
+_FLAGS = Doc(
+    "Evaluate every flag for a distinct id (the project token is the body's api_key)",
+    _FLAGS_OR_LEGACY,
+    s.FlagsRequest,
+    query=_FLAGS_QUERY,
+)
+_DEFINITIONS = Doc(
+    "Flag definitions for SDK local evaluation (weak ETag; 304 to If-None-Match)",
+    s.LocalEvaluationResponse,
+    query=(Param("token", "string", "the project token (optional; must match the key)"),),
+    auth=True,
+    extra=((304, "not modified since the ETag given"),),
+    errors=(401, 402),
+)
+_CAPTURE = Doc(
+    "Capture events (one, or a batch), answered once stored",
+    s.CaptureResponse,
+    s.CaptureRequest,
+    query=(
+        Param("compression", "string", "gzip-js, lz64 or base64: how the body is encoded"),
+        Param("ip", "string", "1: take the client IP for $ip (posthog-js)"),
+        Param("beacon", "string", "1: answer 204 with no body (sendBeacon)"),
+        Param("_", "integer", "the client's send time in ms"),
+        Param("ver", "string", "the SDK's version"),
+        Param("data", "string", "GET: the encoded event or batch"),
+    ),
+    extra=((204, "stored (beacon=1)"),),
+)
+_PUBLIC: dict[str, Doc] = {
+    "/_health": Doc("Liveness", s.Status, errors=()),
+    "/_ready": Doc(
+        "Readiness: the store answers", s.Status, extra=((503, "store unreachable"),), errors=()
+    ),
+    "/metrics": Doc("Prometheus metrics of every worker", str, media="text/plain", errors=()),
+    "/flags": _FLAGS,
+    "/decide": Doc(
+        "PostHog's older flags endpoint: v=4 and above answer /flags?v=2's shape",
+        _FLAGS_OR_LEGACY,
+        s.FlagsRequest,
+        query=_FLAGS_QUERY,
+    ),
+    "/flags/definitions": _DEFINITIONS,
+    "/api/feature_flag/local_evaluation": _DEFINITIONS,
+    "/array/{token}/config": Doc("posthog-js start-up configuration", s.ClientConfig),
+    "/array/{token}/config.js": Doc(
+        "posthog-js start-up configuration as a script", str, media="application/javascript"
+    ),
+    "/api/projects/{project_id}/feature_flags/{key}/remote_config": Doc(
+        "The payload of a remote-config flag (JSON text as a JSON string; null without one)",
+        str | None,
+        auth=True,
+        errors=(401, 404),
+    ),
+    **{path: _CAPTURE for path in ("/e", "/i/v0/e", "/capture", "/batch", "/track", "/engage")},
+    "/s": Doc(
+        "Session recording snapshots: accepted like events", s.CaptureResponse, s.CaptureRequest
+    ),
 }
-_COHORT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "description": {"type": "string"},
-        "is_static": {"type": "boolean"},
-        "filters": {"type": "object"},
-        "distinct_ids": {"type": "array", "items": {"type": "string"}},
-    },
+# Public routes whose table entry stands for several documented paths.
+_PUBLIC_ALIASES = {
+    "/array/{token}/config": ("/array/{token}/config", "/array/{token}/config.js"),
+    "/api/projects/{id}/feature_flags/{key}/remote_config": (
+        "/api/projects/{project_id}/feature_flags/{key}/remote_config",
+    ),
 }
-_BODIES = {
-    "create_flag": _FLAG_SCHEMA,
-    "update_flag": _FLAG_SCHEMA,
-    "create_cohort": _COHORT_SCHEMA,
-    "update_cohort": _COHORT_SCHEMA,
-    "add_cohort_members": {
-        "type": "object",
-        "properties": {"distinct_ids": {"type": "array", "items": {"type": "string"}}},
-    },
-    "remove_cohort_members": {
-        "type": "object",
-        "properties": {"distinct_ids": {"type": "array", "items": {"type": "string"}}},
-    },
-    "create_project": {"type": "object", "properties": {"name": {"type": "string"}}},
+SELF_PATHS: dict[str, Doc] = {
+    "/api/schema/": Doc("This OpenAPI document", dict[str, Any], errors=()),
+    "/api/docs": Doc(
+        "This document rendered by redoc",
+        str,
+        media="text/html",
+        extra=((503, "the renderer is not installed (the answer says how)"),),
+        errors=(),
+    ),
+    "/api/docs/redoc.standalone.js": Doc(
+        "The renderer's script, installed from npm", str, media="text/javascript", errors=(503,)
+    ),
 }
+
+
+def documented_paths(public: Iterable[PublicRouteLike]) -> list[tuple[str, frozenset[str]]]:
+    """(OpenAPI path, methods) of the public routes, aliases expanded."""
+    out = []
+    for route in public:
+        methods = frozenset(route.methods) - {"HEAD", "OPTIONS"}
+        for path in _PUBLIC_ALIASES.get(route.name, (route.name,)):
+            out.append((path, methods))
+    return out
+
+
+def _operation(
+    doc: Doc, method: str, path: str, op_id: str, refs: dict[Any, Any], summary: str
+) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+        for p in re.findall(r"{(\w+)}", path)
+    ]
+    params += [
+        {"name": q.name, "in": q.where, "required": False, "schema": {"type": q.kind}}
+        | {"description": q.description}
+        for q in doc.query
+    ]
+    success: dict[str, Any] = {"description": "success"}
+    if isinstance(doc.response, tuple):
+        one_of = {"oneOf": [refs[t] for t in doc.response]}
+        success["content"] = {doc.media: {"schema": one_of}}
+    elif doc.response is not None:
+        success["content"] = {doc.media: {"schema": refs[doc.response]}}
+    responses: dict[str, Any] = {str(doc.status): success}
+    for status, description in doc.extra:
+        responses[str(status)] = {"description": description}
+    for status in doc.errors:
+        responses.setdefault(str(status), _ERROR)
+    op: dict[str, Any] = {
+        "operationId": op_id,
+        "tags": [_tag(path)],
+        "summary": summary or doc.summary,
+        "parameters": params,
+        "responses": responses,
+        "security": [{"PersonalAPIKey": []}] if doc.auth else [],
+    }
+    if doc.request is not None and method in ("POST", "PATCH", "PUT"):
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": refs[doc.request]}},
+        }
+    return op
+
+
+def _tag(path: str) -> str:
+    if path in SELF_PATHS or path in ("/_health", "/_ready", "/metrics"):
+        return "Operations"
+    flag_paths = ("/flags", "/decide", "/array", "/api/feature_flag/")
+    if path.endswith("/remote_config") or path.startswith(flag_paths):
+        return "Flags (SDKs)"
+    if path.startswith("/api/"):
+        return "Management API"
+    return "Capture (SDKs)"
+
+
 _ERROR = {
     "description": "error",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
 }
 
 
-def openapi_document(routes: Sequence[tuple[str, str, Any, str]]) -> dict[str, Any]:
+def openapi_document(
+    admin_routes: Sequence[tuple[str, str, Any, str]], public: Iterable[PublicRouteLike]
+) -> dict[str, Any]:
+    admin_docs = [
+        (method, path, handler.__name__, summary, _ADMIN.get(handler.__name__, Doc(summary)))
+        for method, path, handler, summary in admin_routes
+    ]
+    public_docs = [
+        (method, path, _PUBLIC.get(path, Doc("")))
+        for path, methods in documented_paths(public)
+        for method in sorted(methods)
+    ]
+    self_docs = [("GET", path, doc) for path, doc in SELF_PATHS.items()]
+    types: list[Any] = [s.Error]
+    for doc in [d for *_, d in admin_docs] + [d for *_, d in public_docs + self_docs]:
+        for t in (doc.response, doc.request):
+            types += t if isinstance(t, tuple) else [t] if t is not None else []
+    unique = list(dict.fromkeys(types))
+    schemas, components = msgspec.json.schema_components(unique, ref_template=_REF)
+    refs = dict(zip(unique, schemas, strict=True))
+
     paths: dict[str, dict[str, Any]] = {}
-    for method, path, handler, summary in routes:
-        name = handler.__name__
-        params: list[dict[str, Any]] = [
-            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-            for p in re.findall(r"{(\w+)}", path)
-        ]
-        params += [
-            {"name": q, "in": "query", "required": False, "schema": {"type": t}, "description": d}
-            for q, t, d in _QUERY.get(name, [])
-        ]
-        op: dict[str, Any] = {
-            "operationId": name,
-            "summary": summary,
-            "parameters": params,
-            "responses": {
-                ("204" if method == "DELETE" else "201" if name.startswith("create") else "200"): {
-                    "description": "success"
-                },
-                "400": _ERROR,
-                "401": _ERROR,
-                "404": _ERROR,
-            },
-        }
-        if name in _BODIES:
-            op["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": _BODIES[name]}},
-            }
+    for method, path, name, summary, doc in admin_docs:
+        doc = dataclasses.replace(doc, errors=(400, 401, 404))
+        op = _operation(doc, method, path, name, refs, summary)
+        op["security"] = [{"PersonalAPIKey": []}]
         paths.setdefault(path, {})[method.lower()] = op
+    for method, path, doc in public_docs + self_docs:
+        op_id = f"{method.lower()}{re.sub(r'[^A-Za-z0-9]+', '_', path).rstrip('_')}"
+        paths.setdefault(path, {})[method.lower()] = _operation(doc, method, path, op_id, refs, "")
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Flagstaff management API", "version": __version__},
-        "security": [{"PersonalAPIKey": []}],
+        "info": {
+            "title": "Flagstaff API",
+            "version": __version__,
+            "description": (
+                "PostHog's public API: flags and capture (authorised by the project token in "
+                "the body), and the management API under /api/projects/ (a personal API key)."
+            ),
+        },
         "paths": paths,
         "components": {
             "securitySchemes": {"PersonalAPIKey": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string"},
-                        "code": {"type": "string"},
-                        "detail": {"type": "string"},
-                        "attr": {"type": ["string", "null"]},
-                    },
-                    "required": ["type", "code", "detail"],
-                }
-            },
+            "schemas": components,
         },
     }
+
+
+def schema_route(document: dict[str, Any]) -> Route:
+    """GET /api/schema/: the document, encoded once."""
+    body = msgspec.json.encode(document)
+
+    async def serve_schema(request: Request) -> Response:
+        return Response(body, media_type="application/json")
+
+    return Route("/api/schema/", serve_schema)

@@ -13,20 +13,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flagstaff.http.asgi import _parse_query
+from flagstaff.http.asgi import Response, _parse_query
 from flagstaff.http.errors import ApiError
+
+JSON_HEADERS = [("content-type", "application/json")]
 
 
 class RsgiRequest:
-    """The ``Request`` of the hot handlers, read from an RSGI scope (same attributes)."""
+    """The ``Request`` of the hot handlers, read from an RSGI scope (same attributes); it
+    holds the protocol object its body is read from."""
 
-    __slots__ = ("_headers", "_query", "_scope", "body", "method", "path")
+    __slots__ = ("_headers", "_query", "_scope", "body", "method", "path", "protocol")
 
-    def __init__(self, scope: Any, body: bytes) -> None:
+    def __init__(self, scope: Any, protocol: Any) -> None:
         self._scope = scope
+        self.protocol = protocol
         self.method: str = scope.method
         self.path: str = scope.path
-        self.body = body
+        self.body = b""
         self._headers: dict[str, str] | None = None
         self._query: dict[str, str] | None = None
 
@@ -52,9 +56,10 @@ class RsgiRequest:
         return host[1:-1] if host.startswith("[") else host
 
 
-async def read_body(scope: Any, protocol: Any, limit: int) -> bytes:
+async def read_body(request: RsgiRequest, limit: int) -> bytes:
     """The whole request body; 413 as soon as it is known to be larger than ``limit``."""
-    declared = scope.headers.get("content-length")
+    protocol = request.protocol
+    declared = request._scope.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) <= limit:
         return await protocol()
     if declared is not None and declared.isdigit():
@@ -82,6 +87,16 @@ def cors_headers(scope: Any) -> list[tuple[str, str]]:
         ("access-control-allow-methods", "GET, POST, OPTIONS"),
         ("access-control-max-age", "86400"),
     ]
+
+
+def send_response(protocol: Any, response: Response, extra: list[tuple[str, str]] | None) -> None:
+    """The answer in one call (the RSGI spelling of ``asgi.send_response``)."""
+    headers = [("content-type", response.content_type.decode("latin-1"))]
+    if extra:
+        headers.extend(extra)
+    if response.headers:
+        headers.extend((k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers)
+    protocol.response_bytes(response.status, headers, response.body)
 
 
 def _address(text: str) -> tuple[str, int] | None:

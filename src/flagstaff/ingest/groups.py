@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Event
 
 MAX_GROUP_TYPES = 5
-GROUP_IDENTIFY_EVENTS = frozenset({"$groupidentify", "$group_identify"})
 
 # What each drop reason of :func:`apply_group_identify` means, for the ingestion warning.
 DROP_DETAILS = {
@@ -40,12 +42,26 @@ class GroupState:
         self.dirty = is_new
 
 
+class NewGroupType(msgspec.Struct, frozen=True):
+    """A group type a batch names for the first time, and the index it was given."""
+
+    index: int
+    name: str
+
+
+class GroupTarget(msgspec.Struct, frozen=True):
+    """The group a group identify event upserts."""
+
+    group_type: str
+    key: str
+
+
 class GroupBook:
     """Group types and the groups one batch touches, loaded by the store."""
 
     def __init__(self, types: dict[str, int], loaded: dict[tuple[int, str], GroupState]) -> None:
         self.types = dict(types)
-        self.new_types: list[tuple[int, str]] = []
+        self.new_types: list[NewGroupType] = []
         self.groups = dict(loaded)
 
     def type_index(self, group_type: str) -> int | None:
@@ -58,22 +74,22 @@ class GroupBook:
         if not free:
             return None
         self.types[group_type] = free[0]
-        self.new_types.append((free[0], group_type))
+        self.new_types.append(NewGroupType(free[0], group_type))
         return free[0]
 
     def changed(self) -> list[GroupState]:
         return [g for g in self.groups.values() if g.dirty]
 
 
-def identify_target(event: Event) -> tuple[str, str] | None:
-    """(group type, group key) of a group identify event, or None for any other event."""
+def identify_target(event: Event) -> GroupTarget | None:
+    """The group a group identify event names, or None for any other event."""
     if event.event not in GROUP_IDENTIFY_EVENTS:
         return None
     props = event.properties
     group_type, group_key = props.get("$group_type"), props.get("$group_key")
     if not isinstance(group_type, str) or not isinstance(group_key, str):
         return None
-    return group_type, group_key
+    return GroupTarget(group_type, group_key)
 
 
 def apply_group_identify(book: GroupBook, event: Event) -> str | None:
@@ -81,7 +97,7 @@ def apply_group_identify(book: GroupBook, event: Event) -> str | None:
     target = identify_target(event)
     if target is None:
         return "invalid_group_identify"
-    group_type, group_key = target
+    group_type, group_key = target.group_type, target.key
     index = book.type_index(group_type)
     if index is None:
         return "group_type_limit_reached"

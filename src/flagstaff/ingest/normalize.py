@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
+from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Envelope, Event
 from flagstaff.ingest.uuids import canonical_uuid, new_uuid7
 from flagstaff.ingest.validate import (
-    GROUP_IDENTIFY_EVENTS,
     INVALID_EVENT,
     MAX_EVENT_BYTES,
     RULED_EVENTS,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS, PROFILE_ONLY_EVENTS, SURVEY_EVENTS
+
 __all__ = [
     "EMPTY_DISTINCT_ID",
     "EVENT_TOO_LARGE",
-    "GROUP_IDENTIFY_EVENTS",
     "HISTORICAL_MIN_AGE_MS",
     "HISTORICAL_MISSING_TIMESTAMP",
     "HISTORICAL_TIMESTAMP_TOO_RECENT",
@@ -23,10 +24,8 @@ __all__ = [
     "MISSING_DISTINCT_ID",
     "MISSING_EVENT_NAME",
     "MISSING_SURVEY_ID",
-    "PERSON_EVENTS",
     "PERSON_EVENT_WITHOUT_PROFILE",
     "RULED_EVENTS",
-    "SURVEY_EVENTS",
     "Problem",
     "check_distinct_id",
     "check_event_name",
@@ -53,13 +52,7 @@ MAX_GROUP_FIELD_LENGTH = 400
 MAX_EVENT_BYTES = 1024 * 1024
 HISTORICAL_MIN_AGE_MS = 48 * 3600 * 1000
 
-SURVEY_EVENTS = frozenset({"survey sent", "survey shown", "survey dismissed"})
-GROUP_IDENTIFY_EVENTS = frozenset({"$groupidentify", "$group_identify"})
-PERSON_EVENTS = frozenset({"$identify", "$create_alias", "$merge_dangerously"}) | (
-    GROUP_IDENTIFY_EVENTS
-)
-"""Events that exist only to change persons or groups: meaningless without profile processing."""
-RULED_EVENTS = SURVEY_EVENTS | PERSON_EVENTS
+RULED_EVENTS = SURVEY_EVENTS | PROFILE_ONLY_EVENTS
 """Names `check_event_rules` has anything to say about; other events skip the call."""
 
 
@@ -95,7 +88,7 @@ def check_event_rules(
     name: str, properties: dict[str, Any], process_person: bool
 ) -> Problem | None:
     """Person-profile, group identify and survey rules for the events in `RULED_EVENTS`."""
-    if not process_person and name in PERSON_EVENTS:
+    if not process_person and name in PROFILE_ONLY_EVENTS:
         return (
             PERSON_EVENT_WITHOUT_PROFILE,
             f"{name} with $process_person_profile false cannot update a person or group",

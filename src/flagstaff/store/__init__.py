@@ -1,0 +1,1 @@
+"""Storage: the interface in ``base.py``, one package per engine (``sqlite/``, ``postgres/``)."""

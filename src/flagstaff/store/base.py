@@ -1,8 +1,12 @@
 """The storage interface the rest of Flagstaff uses, and the records it returns.
 
-One implementation per engine (``sqlite.py``, ``postgres.py``). Nothing above this module
-knows which engine is in use. Flag and cohort definitions are stored as the PostHog JSON
-objects the management API accepts, so the flag engine compiles exactly what was stored.
+One implementation per engine: :mod:`flagstaff.store.sqlite` and
+:mod:`flagstaff.store.postgres`, each a package with its schema, queries and write path.
+What both map the same way (rows to records, column lists) is in :mod:`flagstaff.store.rows`,
+and what an ingestion batch does between reading and writing in
+:mod:`flagstaff.store.ingest_batch`. Nothing above this module knows which engine is in use.
+Flag and cohort definitions are stored as the PostHog JSON objects the management API
+accepts, so the flag engine compiles exactly what was stored.
 """
 
 from __future__ import annotations
@@ -26,6 +30,28 @@ class Conflict(StoreError):
         super().__init__(message)
         self.field = field
         self.message = message
+
+    # The conflicts every engine reports, worded once.
+
+    @classmethod
+    def project_token_taken(cls) -> Conflict:
+        return cls("api_token", "a project with this token already exists")
+
+    @classmethod
+    def personal_key_taken(cls) -> Conflict:
+        return cls("value", "this personal API key already exists")
+
+    @classmethod
+    def flag_key_taken(cls, key: str) -> Conflict:
+        return cls("key", f"a feature flag with key {key!r} already exists")
+
+    @classmethod
+    def flag_version_stale(cls) -> Conflict:
+        return cls("version", "the flag changed meanwhile; read it again and retry")
+
+    @classmethod
+    def cohort_not_static(cls) -> Conflict:
+        return cls("is_static", "only static cohorts have members to add or remove")
 
 
 class NotFound(StoreError):
@@ -206,3 +232,6 @@ class Store(Protocol):
     ) -> AsyncIterator[list[StoredEvent]]: ...
     async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page: ...
     async def list_group_types(self, project_id: int) -> dict[int, str]: ...
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
+        """Map ``index`` to ``name``; False when so already; Conflict when either is taken."""
+        ...

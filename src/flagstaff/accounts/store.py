@@ -1,0 +1,96 @@
+"""What the accounts need from storage. Each engine implements it next to the Store protocol.
+
+Errors follow the Store's conventions: a duplicate email raises ``Conflict("email", ...)``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from flagstaff.accounts.records import (
+    ApiKeyInfo,
+    LoginAttempt,
+    Membership,
+    Role,
+    Session,
+    User,
+)
+
+
+class AccountStore(Protocol):
+    # users
+    async def create_user(self, email: str, password_hash: str, now_ms: int) -> User: ...
+
+    async def get_user(self, user_id: int) -> User | None: ...
+
+    async def find_user_by_email(self, email: str) -> User | None: ...
+
+    async def count_users(self) -> int: ...
+
+    async def set_password_hash(self, user_id: int, password_hash: str) -> None: ...
+
+    async def record_login(self, user_id: int, now_ms: int) -> None: ...
+
+    # memberships
+    async def set_membership(
+        self, user_id: int, project_id: int, role: Role, now_ms: int
+    ) -> Membership: ...
+
+    async def get_membership(self, user_id: int, project_id: int) -> Membership | None: ...
+
+    async def list_memberships(self, user_id: int) -> list[Membership]: ...
+
+    async def list_members(self, project_id: int) -> list[tuple[User, Membership]]: ...
+
+    async def remove_membership(self, user_id: int, project_id: int) -> bool: ...
+
+    # sessions (looked up by the SHA-256 of the cookie's token)
+    async def create_session(
+        self,
+        user_id: int,
+        token_hash: str,
+        created_at_ms: int,
+        expires_at_ms: int,
+        ip: str,
+        user_agent: str,
+    ) -> Session: ...
+
+    async def find_session(self, token_hash: str) -> Session | None: ...
+
+    async def touch_session(self, session_id: int, now_ms: int) -> None: ...
+
+    async def delete_session(self, token_hash: str) -> None: ...
+
+    async def delete_user_sessions(self, user_id: int, keep_session_id: int | None) -> int:
+        """Log a user out everywhere (after a password change, keeping the current session)."""
+        ...
+
+    async def delete_expired_sessions(self, now_ms: int, idle_before_ms: int) -> int: ...
+
+    # personal API keys (the secret is hashed by the store, as today)
+    async def create_user_key(
+        self, project_id: int, user_id: int | None, label: str, now_ms: int
+    ) -> tuple[ApiKeyInfo, str]:
+        """A new key and its secret; the secret is returned only here."""
+        ...
+
+    async def list_keys(self, project_id: int, user_id: int | None) -> list[ApiKeyInfo]:
+        """The project's keys, or one user's keys when ``user_id`` is given."""
+        ...
+
+    async def find_key(self, secret: str) -> ApiKeyInfo | None:
+        """The key with this secret, revoked ones included (the caller refuses them)."""
+        ...
+
+    async def revoke_key(self, project_id: int, key_id: int, now_ms: int) -> ApiKeyInfo | None: ...
+
+    async def mark_key_used(self, key_id: int, now_ms: int) -> None: ...
+
+    # login attempts, for throttling shared by every node
+    async def record_login_attempt(self, attempt: LoginAttempt) -> None: ...
+
+    async def recent_login_attempts(self, email: str, ip: str, since_ms: int) -> list[LoginAttempt]:
+        """Attempts for ``email`` or from ``ip`` at or after ``since_ms``, oldest first."""
+        ...
+
+    async def prune_login_attempts(self, before_ms: int) -> int: ...

@@ -1,0 +1,459 @@
+"""The console's page handlers (starlette routes), over two small interfaces: the accounts'
+:class:`AccountStore` and :class:`ConsoleData`, the read views the pages show.
+
+Pages are rendered on the server from plain data; changes are made by ``static/console.js``
+calling the documented management API with the session cookie and the CSRF header, so the
+console can do nothing the API would refuse.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, quote
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from flagstaff.accounts import cookies, csrf, passwords, sessions, throttle
+from flagstaff.accounts.roles import Action, Principal, can
+from flagstaff.accounts.store import AccountStore
+from flagstaff.activity.records import StoredActivity
+from flagstaff.activity.rollback import FlagVersion
+from flagstaff.console import session as console_session
+from flagstaff.console import templates, views
+
+STATIC_DIR = Path(__file__).parent / "static"
+STATIC_URL = "/console/static"
+MAX_FORM_BYTES = 16_384
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+class ProjectInfo(msgspec.Struct, frozen=True):
+    id: int
+    name: str
+
+
+class ConsoleData(Protocol):
+    """What the pages read. Flags and cohorts are the management API's JSON objects."""
+
+    async def project(self, project_id: int) -> ProjectInfo | None: ...
+
+    async def list_flags(self, project_id: int) -> list[dict[str, Any]]: ...
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+    async def flag_usage(self, project_id: int, now_ms: int) -> dict[str, views.FlagUsage]:
+        """Usage by flag key, from ``$feature_flag_called`` events."""
+        ...
+
+    async def group_types(self, project_id: int) -> dict[int, str]: ...
+
+    async def list_cohorts(self, project_id: int) -> list[dict[str, Any]]: ...
+
+    async def property_keys(self, project_id: int) -> list[str]:
+        """Person and group property keys seen in the project, for the builder's suggestions."""
+        ...
+
+    async def flag_activity(self, project_id: int, flag_id: int) -> list[StoredActivity]:
+        """The flag's activity records (scope FeatureFlag, item_id the flag's id)."""
+        ...
+
+    async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
+
+
+class ConsoleSettings(msgspec.Struct, frozen=True):
+    trust_forwarded: bool = False
+    session_policy: sessions.SessionPolicy = sessions.DEFAULT_POLICY
+    throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _html(body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status, headers=SECURITY_HEADERS)
+
+
+def _redirect(location: str) -> RedirectResponse:
+    return RedirectResponse(location, 303, headers=SECURITY_HEADERS)
+
+
+def safe_next(value: str | None) -> str:
+    """Only local paths are followed after login (no open redirect)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/feature_flags"
+    return value
+
+
+async def _form(request: Request) -> dict[str, str]:
+    raw = await request.body()
+    if len(raw) > MAX_FORM_BYTES:
+        return {}
+    parsed = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    return {k: v[0] for k, v in parsed.items()}
+
+
+class ConsolePages:
+    def __init__(
+        self,
+        accounts: AccountStore,
+        data: ConsoleData,
+        settings: ConsoleSettings = ConsoleSettings(),  # noqa: B008
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.accounts = accounts
+        self.data = data
+        self.settings = settings
+        self.clock = clock
+
+    # helpers -------------------------------------------------------------------------------
+
+    def _secure(self, request: Request) -> bool:
+        return cookies.request_is_secure(
+            request.url.scheme, request.headers, self.settings.trust_forwarded
+        )
+
+    async def _auth(self, request: Request) -> console_session.Authenticated | None:
+        return await console_session.resolve(
+            self.accounts,
+            request.cookies.get(cookies.SESSION_COOKIE),
+            self.clock(),
+            self.settings.session_policy,
+        )
+
+    async def _page_context(
+        self, request: Request
+    ) -> tuple[console_session.Authenticated, Principal, ProjectInfo] | Response:
+        auth = await self._auth(request)
+        if auth is None:
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return _redirect(f"/login?next={quote(target, safe='')}")
+        wanted = request.query_params.get("project")
+        project_id = int(wanted) if wanted and wanted.isdigit() else None
+        memberships = await self.accounts.list_memberships(auth.user.id)
+        principal = console_session.principal_for(auth, memberships, project_id)
+        project = await self.data.project(principal.project_id) if principal else None
+        if principal is None or project is None:
+            return self._error_page(
+                auth, 403, "No access", "You are not a member of this project. Ask an admin."
+            )
+        return auth, principal, project
+
+    def _base(
+        self, auth: console_session.Authenticated, principal: Principal, project: ProjectInfo
+    ) -> dict[str, Any]:
+        return {
+            "user": auth.user,
+            "csrf_token": auth.csrf_token,
+            "project": project,
+            "role": principal.role.value,
+            "static_url": STATIC_URL,
+        }
+
+    def _error_page(
+        self, auth: console_session.Authenticated | None, status: int, title: str, message: str
+    ) -> Response:
+        body = templates.render(
+            "error.html",
+            user=auth.user if auth else None,
+            csrf_token=auth.csrf_token if auth else "",
+            project=None,
+            role="",
+            static_url=STATIC_URL,
+            nav="",
+            title=title,
+            message=message,
+        )
+        return _html(body, status)
+
+    # pages ---------------------------------------------------------------------------------
+
+    async def home(self, request: Request) -> Response:
+        auth = await self._auth(request)
+        return _redirect("/feature_flags" if auth else "/login")
+
+    def _login_page(
+        self, request: Request, status: int, error: str, email: str, next_path: str
+    ) -> Response:
+        token = request.cookies.get(csrf.LOGIN_CSRF_COOKIE) or csrf.new_login_csrf()
+        body = templates.render(
+            "login.html",
+            user=None,
+            csrf_token="",
+            project=None,
+            role="",
+            static_url=STATIC_URL,
+            nav="",
+            login_csrf=token,
+            error=error,
+            email=email,
+            next=next_path,
+        )
+        response = _html(body, status)
+        response.headers.append(
+            "set-cookie",
+            cookies.set_cookie_header(
+                csrf.LOGIN_CSRF_COOKIE,
+                token,
+                max_age_s=3600,
+                secure=self._secure(request),
+                same_site="Strict",
+            ),
+        )
+        return response
+
+    async def login_form(self, request: Request) -> Response:
+        if await self._auth(request) is not None:
+            return _redirect(safe_next(request.query_params.get("next")))
+        return self._login_page(request, 200, "", "", safe_next(request.query_params.get("next")))
+
+    async def login(self, request: Request) -> Response:
+        form = await _form(request)
+        email = form.get("email", "")
+        next_path = safe_next(form.get("next"))
+        if not csrf.login_csrf_valid(
+            request.cookies.get(csrf.LOGIN_CSRF_COOKIE), form.get(csrf.CSRF_FIELD)
+        ) or not csrf.origin_allowed(request.headers, request.url.netloc):
+            return self._login_page(
+                request, 403, "The form expired; please log in again.", email, next_path
+            )
+        outcome = await console_session.log_in(
+            self.accounts,
+            email,
+            form.get("password", ""),
+            request.client.host if request.client else "",
+            request.headers.get("user-agent", ""),
+            self.clock(),
+            self.settings.session_policy,
+            self.settings.throttle_policy,
+        )
+        if outcome.session is None:
+            response = self._login_page(request, outcome.status, outcome.error, email, next_path)
+            if outcome.retry_after_s:
+                response.headers["retry-after"] = str(outcome.retry_after_s)
+            return response
+        secure = self._secure(request)
+        response = _redirect(next_path)
+        max_age = self.settings.session_policy.lifetime_ms // 1000
+        response.headers.append(
+            "set-cookie", cookies.session_cookie(outcome.session.token, max_age, secure)
+        )
+        response.headers.append("set-cookie", cookies.clear_cookie(csrf.LOGIN_CSRF_COOKIE, secure))
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        token = request.cookies.get(cookies.SESSION_COOKIE)
+        auth = await self._auth(request)
+        if auth is not None and token:
+            form = await _form(request)
+            if not csrf.csrf_valid(token, form.get(csrf.CSRF_FIELD)):
+                return self._error_page(
+                    auth, 403, "Not logged out", "The form expired; reload and try again."
+                )
+            await self.accounts.delete_session(sessions.hash_session_token(token))
+        response = _redirect("/login")
+        response.headers.append(
+            "set-cookie", cookies.clear_cookie(cookies.SESSION_COOKIE, self._secure(request))
+        )
+        return response
+
+    async def flags(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        now = self.clock()
+        flags = await self.data.list_flags(project.id)
+        usage = await self.data.flag_usage(project.id, now)
+        filters = views.ListFilters.from_query(request.query_params)
+        rows = views.flag_rows(flags, usage, filters, now)
+        body = templates.render(
+            "flags.html",
+            **self._base(auth, principal, project),
+            nav="flags",
+            filters=filters,
+            rows=rows,
+            total=sum(1 for f in flags if not f.get("deleted")),
+            tags=views.all_tags(flags),
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return _html(body)
+
+    async def _editor(
+        self,
+        context: tuple[console_session.Authenticated, Principal, ProjectInfo],
+        flag: dict[str, Any] | None,
+    ) -> Response:
+        auth, principal, project = context
+        flags = await self.data.list_flags(project.id)
+        cohorts = await self.data.list_cohorts(project.id)
+        group_types = await self.data.group_types(project.id)
+        flag_id = flag.get("id") if flag else None
+        builder = {
+            "group_types": sorted(group_types.items()),
+            "cohorts": [c for c in cohorts if not c.get("deleted")],
+            "other_flags": [
+                {"id": f["id"], "key": f["key"]}
+                for f in sorted(flags, key=lambda f: str(f.get("key")))
+                if not f.get("deleted") and f.get("id") != flag_id
+            ],
+            "property_keys": sorted(await self.data.property_keys(project.id)),
+        }
+        body = templates.render(
+            "flag_edit.html",
+            **self._base(auth, principal, project),
+            nav="flags",
+            flag=views.editor_model(flag),
+            ctx=builder,
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return _html(body)
+
+    async def new_flag(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, _ = context
+        if not can(principal.role, Action.EDIT):
+            return self._error_page(auth, 403, "No access", "Viewers cannot create feature flags.")
+        return await self._editor(context, None)
+
+    async def _existing_flag(
+        self, request: Request, auth: console_session.Authenticated, project: ProjectInfo
+    ) -> dict[str, Any] | Response:
+        raw = request.path_params.get("flag_id", "")
+        flag = await self.data.get_flag(project.id, int(raw)) if raw.isdigit() else None
+        if flag is None or flag.get("deleted"):
+            return self._error_page(auth, 404, "Not found", "There is no such feature flag.")
+        return flag
+
+    async def edit_flag(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        flag = await self._existing_flag(request, context[0], context[2])
+        if isinstance(flag, Response):
+            return flag
+        return await self._editor(context, flag)
+
+    async def _account_page(
+        self,
+        context: tuple[console_session.Authenticated, Principal, ProjectInfo],
+        message: str = "",
+        failed: bool = False,
+        status: int = 200,
+    ) -> Response:
+        auth, principal, project = context
+        admin = can(principal.role, Action.MANAGE)
+        keys = await self.accounts.list_keys(project.id, None if admin else auth.user.id)
+        owners = (
+            {u.id: u.email for u, _ in await self.accounts.list_members(project.id)}
+            if admin
+            else {}
+        )
+        body = templates.render(
+            "account.html",
+            **self._base(auth, principal, project),
+            nav="account",
+            keys=sorted(keys, key=lambda k: (k.revoked, -k.created_at_ms)),
+            show_owner=admin,
+            owners=owners,
+            password_message=message,
+            password_failed=failed,
+            min_password=passwords.MIN_PASSWORD_LENGTH,
+        )
+        return _html(body, status)
+
+    async def account(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        return await self._account_page(context)
+
+    async def change_password(self, request: Request) -> Response:
+        """A plain form post (session + CSRF field): checks the current password, stores the
+        new hash and ends the user's other sessions."""
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth = context[0]
+        form = await _form(request)
+        token = request.cookies.get(cookies.SESSION_COOKIE) or ""
+        problem = console_session.csrf_problem(
+            "POST", request.headers, request.url.netloc, token, form.get(csrf.CSRF_FIELD)
+        )
+        if problem is not None:
+            return await self._account_page(context, "The form expired; try again.", True, 403)
+        if not passwords.verify_password(
+            auth.user.password_hash, form.get("current_password", "")
+        ).ok:
+            return await self._account_page(
+                context, "The current password is not right.", True, 400
+            )
+        new = form.get("new_password", "")
+        weakness = passwords.password_problem(new)
+        if weakness is not None:
+            return await self._account_page(context, weakness.capitalize() + ".", True, 400)
+        await self.accounts.set_password_hash(auth.user.id, passwords.hash_password(new))
+        ended = await self.accounts.delete_user_sessions(auth.user.id, auth.session.id)
+        note = f" {ended} other session(s) were logged out." if ended else ""
+        return await self._account_page(context, "Your password was changed." + note)
+
+    async def flag_history(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        flag = await self._existing_flag(request, auth, project)
+        if isinstance(flag, Response):
+            return flag
+        activities = await self.data.flag_activity(project.id, flag["id"])
+        versions = await self.data.flag_versions(project.id, flag["id"])
+        body = templates.render(
+            "flag_history.html",
+            **self._base(auth, principal, project),
+            nav="flags",
+            flag=flag,
+            entries=views.history_entries(activities, versions, flag["version"]),
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return _html(body)
+
+
+def console_routes(
+    accounts: AccountStore,
+    data: ConsoleData,
+    settings: ConsoleSettings = ConsoleSettings(),  # noqa: B008
+    clock: Callable[[], int] = _now_ms,
+) -> list[BaseRoute]:
+    """The console's routes, to be placed in front of the management API's starlette app."""
+    pages = ConsolePages(accounts, data, settings, clock)
+    return [
+        Route("/", pages.home, methods=["GET"]),
+        Route("/login", pages.login_form, methods=["GET"]),
+        Route("/login", pages.login, methods=["POST"]),
+        Route("/logout", pages.logout, methods=["POST"]),
+        Route("/account", pages.account, methods=["GET"]),
+        Route("/account/password", pages.change_password, methods=["POST"]),
+        Route("/feature_flags", pages.flags, methods=["GET"]),
+        Route("/feature_flags/new", pages.new_flag, methods=["GET"]),
+        Route("/feature_flags/{flag_id}", pages.edit_flag, methods=["GET"]),
+        Route("/feature_flags/{flag_id}/history", pages.flag_history, methods=["GET"]),
+        Mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static"),
+    ]

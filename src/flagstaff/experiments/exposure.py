@@ -1,0 +1,747 @@
+"""Exposure and attribution, kept up to date one event at a time.
+
+The rules are PostHog's. A person is exposed by their first ``$feature_flag_called`` with
+``$feature_flag`` equal to the experiment's flag key, between the start and the end date; the
+variant is ``$feature_flag_response``. With a custom exposure event (``exposure_criteria.
+exposure_config``) it is that event, matching its property filters, and the variant is
+``$feature/<flag key>``. Only configured variants and the holdout's ``holdout-<id>`` expose;
+other responses (``false``, unknown keys) are ignored. A person later seen with another variant
+is excluded from every metric and counted (``multiple_variant_handling: exclude``, the default)
+or keeps the first variant (``first_seen``). Metric events count from the person's first
+exposure to the end date (and within the metric's conversion window, if it has one). Persons
+are the caller's resolved person ids, so identities merged by ``$identify``/``$create_alias``
+count once; a merge that happens after both identities were seen is applied with
+``merge_persons``.
+
+State: per person, the exposure (variant, time, excluded) and a few numbers per metric (funnel
+step reached; a count or a sum; a sum and a count for averages); per variant, running totals:
+exposed persons, and per metric the sufficient statistics (``sum``, ``sum_squares``, and for
+ratios the denominator's and the cross product). A person's change updates the totals by the
+difference, so the totals are always current and reading them costs nothing per person.
+
+Events are expected in time order per person, as SDKs send them. A metric event that arrives
+before its person's exposure is not kept (it could only count if the exposure turned out
+earlier); a recompute over stored events in time order gives the exact answer.
+
+Storage: ``ExperimentState`` (persons and totals) encodes with msgpack. A store can keep the
+whole state, or load only the persons a batch touches (``relevant_persons``,
+``load_persons``), add the batch, and write back what ``drain`` returns: the persons changed
+and the totals' increments, to add to the stored totals in the same transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import msgspec
+
+from flagstaff.experiments.model import (
+    DEFAULT_EXPOSURE_EVENT,
+    EventsNode,
+    ExperimentDefinition,
+    FunnelMetric,
+    MeanMetric,
+    Metric,
+    PropertyFilter,
+    holdout_variant_key,
+)
+from flagstaff.flags.operators import compile_test
+from flagstaff.flags.values import to_number
+
+__all__ = [
+    "ExperimentAccumulator",
+    "ExperimentChanges",
+    "ExperimentEvent",
+    "ExperimentSpec",
+    "ExperimentState",
+    "ExperimentSummary",
+    "ExperimentTotals",
+    "MetricTotals",
+    "PersonState",
+    "VariantStatistics",
+    "VariantTotals",
+    "decode_state",
+    "encode_state",
+    "summarize",
+]
+
+_T = TypeVar("_T")
+
+FLAG_PROPERTY = "$feature_flag"
+FLAG_RESPONSE_PROPERTY = "$feature_flag_response"
+FEATURE_PROPERTY_PREFIX = "$feature/"
+
+
+class ExperimentEvent(msgspec.Struct):
+    """One stored event as attribution reads it; ``person_id`` is already resolved."""
+
+    person_id: str
+    distinct_id: str
+    event: str
+    timestamp_ms: int
+    properties: dict[str, Any]
+
+
+class PersonState(msgspec.Struct, array_like=True):
+    variant: str
+    exposed_ms: int
+    excluded: bool
+    slots: list[float]
+    """Per metric, in the spec's order: see ``_Rule.width``."""
+
+
+class MetricTotals(msgspec.Struct, array_like=True):
+    """Sufficient statistics of one metric over one variant's exposed persons."""
+
+    sum: float = 0.0
+    sum_squares: float = 0.0
+    denominator_sum: float = 0.0
+    denominator_sum_squares: float = 0.0
+    numerator_denominator_sum_product: float = 0.0
+    step_counts: list[int] = msgspec.field(default_factory=list)
+
+
+class VariantTotals(msgspec.Struct, array_like=True):
+    exposed: int
+    metrics: list[MetricTotals]
+
+
+class ExperimentTotals(msgspec.Struct):
+    variants: dict[str, VariantTotals] = msgspec.field(default_factory=dict)
+    multiple_variant_persons: int = 0
+    """Persons excluded because they were seen with more than one variant."""
+
+
+class ExperimentState(msgspec.Struct):
+    fingerprint: str
+    """The spec's fingerprint when the state was built; another one means: recompute."""
+    persons: dict[str, PersonState] = msgspec.field(default_factory=dict)
+    totals: ExperimentTotals = msgspec.field(default_factory=ExperimentTotals)
+
+
+class ExperimentChanges(msgspec.Struct):
+    """What changed since the last ``drain``: persons to upsert, totals to add."""
+
+    experiment_id: int
+    persons: dict[str, PersonState]
+    totals_increment: ExperimentTotals
+
+
+class VariantStatistics(msgspec.Struct, kw_only=True):
+    key: str
+    number_of_samples: int
+    sum: float
+    sum_squares: float
+    denominator_sum: float | None = None
+    denominator_sum_squares: float | None = None
+    numerator_denominator_sum_product: float | None = None
+    step_counts: list[int] | None = None
+
+
+class ExperimentSummary(msgspec.Struct, kw_only=True):
+    """Per-variant sufficient statistics of every metric (uuid -> variants)."""
+
+    exposures: dict[str, int]
+    multiple_variant_persons: int
+    holdout_variants: list[str]
+    metrics: dict[str, list[VariantStatistics]]
+
+
+_encoder = msgspec.msgpack.Encoder()
+_state_decoder = msgspec.msgpack.Decoder(ExperimentState)
+
+
+def encode_state(state: ExperimentState) -> bytes:
+    return _encoder.encode(state)
+
+
+def decode_state(data: bytes) -> ExperimentState:
+    return _state_decoder.decode(data)
+
+
+def _copy(value: _T, kind: type[_T]) -> _T:
+    return msgspec.msgpack.decode(_encoder.encode(value), type=kind)
+
+
+Matcher = Callable[[dict[str, Any]], bool]
+Contribution = tuple[float, float | None, int]
+"""What a person adds to a metric's totals: value, denominator value (ratios), steps reached."""
+Change = tuple[Contribution, Contribution]
+
+
+def _matcher(filters: Iterable[PropertyFilter]) -> Matcher | None:
+    """All filters must hold; None when there are none (the common case)."""
+    tests = []
+    for prop in filters:
+        test, if_missing = compile_test(prop.operator, prop.value)
+        tests.append((prop.key, test, if_missing))
+    if not tests:
+        return None
+
+    def matches(properties: dict[str, Any]) -> bool:
+        for key, test, if_missing in tests:
+            if key in properties:
+                if not test(properties[key]):
+                    return False
+            elif not if_missing:
+                return False
+        return True
+
+    return matches
+
+
+class _Source:
+    """A compiled ``EventsNode``: its filter and its per-person value over ``width`` slots."""
+
+    __slots__ = ("event", "matcher", "math", "prop", "width")
+
+    def __init__(self, node: EventsNode) -> None:
+        self.event = node.event
+        self.math = node.math
+        self.prop = node.math_property
+        self.matcher = _matcher(node.properties)
+        self.width = 2 if node.math == "avg" else 1
+
+    def increment(self, properties: dict[str, Any]) -> float | None:
+        """What one matching event adds (None: the event does not count)."""
+        if self.matcher is not None and not self.matcher(properties):
+            return None
+        if self.math == "total":
+            return 1.0
+        return to_number(properties.get(self.prop)) if self.prop is not None else None
+
+    def add(self, slots: list[float], at: int, increment: float) -> None:
+        slots[at] += increment
+        if self.math == "avg":
+            slots[at + 1] += 1.0
+
+    def value(self, slots: list[float], at: int) -> float:
+        if self.math == "avg":
+            count = slots[at + 1]
+            return slots[at] / count if count else 0.0
+        return slots[at]
+
+
+class _Rule:
+    """One compiled metric: where its slots are, how events update them, what a person
+    contributes: ``(value, denominator value or None, funnel steps reached)``."""
+
+    __slots__ = (
+        "index",
+        "metric_type",
+        "offset",
+        "simple",
+        "sources",
+        "steps",
+        "width",
+        "window_ms",
+    )
+
+    def __init__(self, index: int, offset: int, metric: Metric) -> None:
+        self.index = index
+        self.offset = offset
+        window = metric.window_seconds()
+        self.window_ms = None if window is None else int(window * 1000)
+        if isinstance(metric, FunnelMetric):
+            self.metric_type = "funnel"
+            self.steps = [(node.event, _matcher(node.properties)) for node in metric.series]
+            self.sources: list[_Source] = []
+            self.width = 1
+        else:
+            self.metric_type = "mean" if isinstance(metric, MeanMetric) else "ratio"
+            self.steps = []
+            nodes = (
+                [metric.source]
+                if isinstance(metric, MeanMetric)
+                else [metric.numerator, metric.denominator]
+            )
+            self.sources = [_Source(node) for node in nodes]
+            self.width = sum(source.width for source in self.sources)
+        self.simple = self.sources[0] if self.width == 1 and not self.steps else None
+        """The one source of a count or sum metric: updated in place, without contributions."""
+
+    def events(self) -> set[str]:
+        if self.steps:
+            return {event for event, _ in self.steps}
+        return {source.event for source in self.sources}
+
+    def update(self, slots: list[float], event: str, properties: dict[str, Any]) -> Change | None:
+        """Apply one event to the person's slots: (contribution before, after), or None when
+        the event changes nothing (the common case, checked before any arithmetic)."""
+        if self.steps:
+            reached = int(slots[self.offset])
+            if reached >= len(self.steps):
+                return None
+            name, matcher = self.steps[reached]
+            if name != event or (matcher is not None and not matcher(properties)):
+                return None
+            before = self.contribution(slots)
+            slots[self.offset] = reached + 1
+            return before, self.contribution(slots)
+        before = None
+        at = self.offset
+        for source in self.sources:
+            if source.event == event:
+                increment = source.increment(properties)
+                if increment is not None:
+                    if before is None:
+                        before = self.contribution(slots)
+                    source.add(slots, at, increment)
+            at += source.width
+        if before is None:
+            return None
+        return before, self.contribution(slots)
+
+    def contribution(self, slots: list[float]) -> Contribution:
+        if self.steps:
+            reached = int(slots[self.offset])
+            return (1.0 if reached == len(self.steps) else 0.0), None, reached
+        first = self.sources[0]
+        value = first.value(slots, self.offset)
+        if len(self.sources) == 1:
+            return value, None, 0
+        return value, self.sources[1].value(slots, self.offset + first.width), 0
+
+    def merge(self, into: list[float], other: list[float]) -> None:
+        """Combine two identities' slots: counts and sums add; a funnel keeps the further
+        step (exact only by recompute, as step order across identities is unknown)."""
+        end = self.offset + self.width
+        if self.steps:
+            into[self.offset] = max(into[self.offset], other[self.offset])
+            return
+        for at in range(self.offset, end):
+            into[at] += other[at]
+
+    def empty_totals(self) -> MetricTotals:
+        return MetricTotals(step_counts=[0] * len(self.steps))
+
+
+def _add_contribution(totals: MetricTotals, contribution: Contribution, sign: int) -> None:
+    value, denominator, reached = contribution
+    if value:
+        totals.sum += sign * value
+        totals.sum_squares += sign * value * value
+    if denominator is not None:
+        totals.denominator_sum += sign * denominator
+        totals.denominator_sum_squares += sign * denominator * denominator
+        totals.numerator_denominator_sum_product += sign * value * denominator
+    for step in range(reached):
+        totals.step_counts[step] += sign
+
+
+def _counting_fields(metric: Metric) -> dict[str, Any]:
+    """What decides a metric's numbers (a new name or goal needs no recompute)."""
+    fields = msgspec.to_builtins(metric)
+    fields.pop("name", None)
+    fields.pop("goal", None)
+    return fields
+
+
+def _millis(moment: Any) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
+
+
+class ExperimentSpec:
+    """An experiment compiled for attribution: which events matter and how."""
+
+    def __init__(
+        self,
+        experiment_id: int,
+        definition: ExperimentDefinition,
+        *,
+        test_account_filters: Iterable[PropertyFilter] = (),
+    ) -> None:
+        self.experiment_id = experiment_id
+        self.flag_key = definition.feature_flag_key
+        self.start_ms = _millis(definition.start_date)
+        self.end_ms = _millis(definition.end_date)
+        self.variant_keys = [variant.key for variant in definition.variants]
+        self.holdout_key = (
+            None if definition.holdout_id is None else holdout_variant_key(definition.holdout_id)
+        )
+        self.valid_variants = frozenset(
+            self.variant_keys + ([self.holdout_key] if self.holdout_key else [])
+        )
+        criteria = definition.exposure_criteria
+        config = criteria.exposure_config
+        if config is None or config.event == DEFAULT_EXPOSURE_EVENT:
+            self.exposure_event = DEFAULT_EXPOSURE_EVENT
+            self.variant_property = FLAG_RESPONSE_PROPERTY
+            exposure_filters: list[PropertyFilter] = list(config.properties) if config else []
+        else:
+            self.exposure_event = config.event
+            self.variant_property = FEATURE_PROPERTY_PREFIX + self.flag_key
+            exposure_filters = list(config.properties)
+        test_filters = list(test_account_filters) if criteria.filterTestAccounts else []
+        self.exposure_matcher = _matcher(exposure_filters + test_filters)
+        self.exclude_multiple = criteria.multiple_variant_handling == "exclude"
+        self.metric_uuids: list[str] = []
+        self.rules: list[_Rule] = []
+        offset = 0
+        for index, metric in enumerate([*definition.metrics, *definition.metrics_secondary]):
+            rule = _Rule(index, offset, metric)
+            offset += rule.width
+            self.rules.append(rule)
+            self.metric_uuids.append(metric.uuid)
+        self.width = offset
+        self.rules_by_event: dict[str, list[_Rule]] = {}
+        for rule in self.rules:
+            for event in rule.events():
+                self.rules_by_event.setdefault(event, []).append(rule)
+        self.fingerprint = hashlib.sha256(
+            msgspec.json.encode(
+                [
+                    self.flag_key,
+                    self.start_ms,
+                    self.end_ms,
+                    self.variant_keys,
+                    self.holdout_key,
+                    criteria,
+                    test_filters,
+                    [_counting_fields(m) for m in definition.metrics],
+                    [_counting_fields(m) for m in definition.metrics_secondary],
+                ]
+            )
+        ).hexdigest()[:32]
+
+    def new_state(self) -> ExperimentState:
+        return ExperimentState(fingerprint=self.fingerprint)
+
+    def empty_variant(self) -> VariantTotals:
+        return VariantTotals(0, [rule.empty_totals() for rule in self.rules])
+
+    def in_window(self, timestamp_ms: int) -> bool:
+        if self.start_ms is None or timestamp_ms < self.start_ms:
+            return False
+        return self.end_ms is None or timestamp_ms <= self.end_ms
+
+
+class _Running:
+    """One experiment's spec and state inside the accumulator."""
+
+    __slots__ = ("dirty", "since_drain", "spec", "state")
+
+    def __init__(self, spec: ExperimentSpec, state: ExperimentState) -> None:
+        self.spec = spec
+        self.state = state
+        self.dirty: set[str] = set()
+        self.since_drain = _copy(state.totals, ExperimentTotals)
+
+    def variant_totals(self, variant: str) -> VariantTotals:
+        totals = self.state.totals.variants.get(variant)
+        if totals is None:
+            totals = self.state.totals.variants[variant] = self.spec.empty_variant()
+        return totals
+
+    def _remove(self, person: PersonState) -> None:
+        totals = self.variant_totals(person.variant)
+        totals.exposed -= 1
+        for rule in self.spec.rules:
+            _add_contribution(totals.metrics[rule.index], rule.contribution(person.slots), -1)
+
+    def _insert(self, person: PersonState) -> None:
+        totals = self.variant_totals(person.variant)
+        totals.exposed += 1
+        for rule in self.spec.rules:
+            _add_contribution(totals.metrics[rule.index], rule.contribution(person.slots), 1)
+
+    def expose(self, person_id: str, variant: str, timestamp_ms: int) -> None:
+        persons = self.state.persons
+        person = persons.get(person_id)
+        if person is None:
+            persons[person_id] = PersonState(variant, timestamp_ms, False, [0.0] * self.spec.width)
+            self.variant_totals(variant).exposed += 1  # zero values add nothing else
+        elif person.excluded:
+            return
+        elif person.variant != variant:
+            if not self.spec.exclude_multiple:
+                return
+            self._remove(person)
+            person.excluded = True
+            self.state.totals.multiple_variant_persons += 1
+        elif timestamp_ms < person.exposed_ms:
+            person.exposed_ms = timestamp_ms
+        else:
+            return
+        self.dirty.add(person_id)
+
+    def measure(self, person: PersonState, rules: list[_Rule], event: ExperimentEvent) -> None:
+        """Apply a metric event of an exposed person (the caller looked the person up)."""
+        if person.excluded:
+            return
+        timestamp = event.timestamp_ms
+        if timestamp < person.exposed_ms:
+            return
+        end = self.spec.end_ms
+        if end is not None and timestamp > end:
+            return
+        changed = False
+        for rule in rules:
+            if rule.window_ms is not None and timestamp > person.exposed_ms + rule.window_ms:
+                continue
+            simple = rule.simple
+            if simple is not None:
+                increment = simple.increment(event.properties)
+                if increment is not None:
+                    slots = person.slots
+                    old = slots[rule.offset]
+                    new = slots[rule.offset] = old + increment
+                    metric = self.variant_totals(person.variant).metrics[rule.index]
+                    metric.sum += increment
+                    metric.sum_squares += new * new - old * old
+                    changed = True
+                continue
+            change = rule.update(person.slots, event.event, event.properties)
+            if change is not None:
+                metric = self.variant_totals(person.variant).metrics[rule.index]
+                _add_contribution(metric, change[0], -1)
+                _add_contribution(metric, change[1], 1)
+                changed = True
+        if changed:
+            self.dirty.add(event.person_id)
+
+    def merge(self, source_id: str, target_id: str) -> None:
+        persons = self.state.persons
+        source = persons.pop(source_id, None)
+        if source is None:
+            return
+        self.dirty.add(source_id)
+        self.dirty.add(target_id)
+        target = persons.get(target_id)
+        if target is None:
+            persons[target_id] = source
+            return
+        totals = self.state.totals
+        if source.excluded and target.excluded:
+            totals.multiple_variant_persons -= 1
+            return
+        if source.excluded or target.excluded:
+            kept = target if source.excluded else source
+            self._remove(kept)
+            target.excluded = True
+            return
+        self._remove(source)
+        self._remove(target)
+        if source.variant != target.variant and self.spec.exclude_multiple:
+            target.excluded = True
+            totals.multiple_variant_persons += 1
+            return
+        if source.exposed_ms < target.exposed_ms:
+            target.variant = source.variant
+            target.exposed_ms = source.exposed_ms
+        for rule in self.spec.rules:
+            rule.merge(target.slots, source.slots)
+        self._insert(target)
+
+
+class ExperimentAccumulator:
+    """The running experiments of one project, fed every ingested event.
+
+    An event that concerns no experiment costs one dict lookup on its name (two for a
+    ``$feature_flag_called`` of a flag without an experiment).
+    """
+
+    def __init__(
+        self,
+        specs: Iterable[ExperimentSpec],
+        states: Mapping[int, ExperimentState] | None = None,
+    ) -> None:
+        self._running: dict[int, _Running] = {}
+        for spec in specs:
+            state = (states or {}).get(spec.experiment_id)
+            if state is None or state.fingerprint != spec.fingerprint:
+                state = spec.new_state()
+            self._running[spec.experiment_id] = _Running(spec, state)
+        self._flag_calls: dict[str, list[_Running]] = {}
+        self._custom_exposures: dict[str, list[_Running]] = {}
+        self._metrics: dict[str, list[tuple[_Running, list[_Rule]]]] = {}
+        for running in self._running.values():
+            spec = running.spec
+            if spec.exposure_event == DEFAULT_EXPOSURE_EVENT:
+                self._flag_calls.setdefault(spec.flag_key, []).append(running)
+            else:
+                self._custom_exposures.setdefault(spec.exposure_event, []).append(running)
+            for event, rules in spec.rules_by_event.items():
+                self._metrics.setdefault(event, []).append((running, rules))
+        self._routed = (
+            frozenset([DEFAULT_EXPOSURE_EVENT] if self._flag_calls else [])
+            | frozenset(self._custom_exposures)
+            | frozenset(self._metrics)
+        )
+
+    def concerns(self, event_name: str) -> bool:
+        return event_name in self._routed
+
+    def add(self, event: ExperimentEvent) -> None:
+        name = event.event
+        if name not in self._routed:
+            return
+        properties = event.properties
+        if name == DEFAULT_EXPOSURE_EVENT:
+            flag_key = properties.get(FLAG_PROPERTY)
+            if type(flag_key) is str:
+                for running in self._flag_calls.get(flag_key, ()):
+                    self._expose(running, event)
+        custom = self._custom_exposures.get(name)
+        if custom is not None:
+            for running in custom:
+                self._expose(running, event)
+        measured = self._metrics.get(name)
+        if measured is not None:
+            person_id = event.person_id
+            for running, rules in measured:
+                person = running.state.persons.get(person_id)
+                if person is not None:
+                    running.measure(person, rules, event)
+
+    def add_many(self, events: Iterable[ExperimentEvent]) -> None:
+        for event in events:
+            self.add(event)
+
+    @staticmethod
+    def _expose(running: _Running, event: ExperimentEvent) -> None:
+        spec = running.spec
+        if not spec.in_window(event.timestamp_ms):
+            return
+        properties = event.properties
+        variant = properties.get(spec.variant_property)
+        if type(variant) is not str or variant not in spec.valid_variants:
+            return
+        if spec.exposure_matcher is not None and not spec.exposure_matcher(properties):
+            return
+        running.expose(event.person_id, variant, event.timestamp_ms)
+
+    def merge_persons(self, source_person_id: str, target_person_id: str) -> None:
+        """Two persons became one (``target`` stays): combine their state everywhere."""
+        if source_person_id == target_person_id:
+            return
+        for running in self._running.values():
+            running.merge(source_person_id, target_person_id)
+
+    def relevant_persons(self, events: Iterable[ExperimentEvent]) -> dict[int, set[str]]:
+        """For a store loading persons per batch: which persons each experiment may touch."""
+        wanted: dict[int, set[str]] = {}
+        for event in events:
+            name = event.event
+            if name not in self._routed:
+                continue
+            targets: list[_Running] = []
+            if name == DEFAULT_EXPOSURE_EVENT:
+                flag_key = event.properties.get(FLAG_PROPERTY)
+                if type(flag_key) is str:
+                    targets.extend(self._flag_calls.get(flag_key, ()))
+            targets.extend(self._custom_exposures.get(name, ()))
+            targets.extend(running for running, _ in self._metrics.get(name, ()))
+            for running in targets:
+                wanted.setdefault(running.spec.experiment_id, set()).add(event.person_id)
+        return wanted
+
+    def load_persons(self, experiment_id: int, persons: Mapping[str, PersonState]) -> None:
+        """Bring stored persons into memory (their totals are already in the stored totals)."""
+        self._running[experiment_id].state.persons.update(persons)
+
+    def state(self, experiment_id: int) -> ExperimentState:
+        return self._running[experiment_id].state
+
+    def spec(self, experiment_id: int) -> ExperimentSpec:
+        return self._running[experiment_id].spec
+
+    def drain(self) -> list[ExperimentChanges]:
+        """Persons changed and totals added since the last drain, per experiment."""
+        changes = []
+        for experiment_id, running in self._running.items():
+            if not running.dirty:
+                continue
+            persons = running.state.persons
+            changed = {pid: persons[pid] for pid in running.dirty if pid in persons}
+            current = running.state.totals
+            increment = _difference(current, running.since_drain)
+            running.since_drain = _copy(current, ExperimentTotals)
+            running.dirty = set()
+            changes.append(ExperimentChanges(experiment_id, changed, increment))
+        return changes
+
+    def summary(self, experiment_id: int) -> ExperimentSummary:
+        running = self._running[experiment_id]
+        return summarize(running.spec, running.state.totals)
+
+
+def _difference(current: ExperimentTotals, before: ExperimentTotals) -> ExperimentTotals:
+    variants: dict[str, VariantTotals] = {}
+    for key, now in current.variants.items():
+        then = before.variants.get(key)
+        if then is None:
+            variants[key] = _copy(now, VariantTotals)
+            continue
+        metrics = [
+            MetricTotals(
+                a.sum - b.sum,
+                a.sum_squares - b.sum_squares,
+                a.denominator_sum - b.denominator_sum,
+                a.denominator_sum_squares - b.denominator_sum_squares,
+                a.numerator_denominator_sum_product - b.numerator_denominator_sum_product,
+                [x - y for x, y in zip(a.step_counts, b.step_counts, strict=True)],
+            )
+            for a, b in zip(now.metrics, then.metrics, strict=True)
+        ]
+        variants[key] = VariantTotals(now.exposed - then.exposed, metrics)
+    return ExperimentTotals(
+        variants, current.multiple_variant_persons - before.multiple_variant_persons
+    )
+
+
+def add_totals(into: ExperimentTotals, increment: ExperimentTotals) -> None:
+    """Add an increment from ``drain`` to stored totals (what a store does in SQL)."""
+    into.multiple_variant_persons += increment.multiple_variant_persons
+    for key, extra in increment.variants.items():
+        totals = into.variants.get(key)
+        if totals is None:
+            into.variants[key] = _copy(extra, VariantTotals)
+            continue
+        totals.exposed += extra.exposed
+        for metric, more in zip(totals.metrics, extra.metrics, strict=True):
+            metric.sum += more.sum
+            metric.sum_squares += more.sum_squares
+            metric.denominator_sum += more.denominator_sum
+            metric.denominator_sum_squares += more.denominator_sum_squares
+            metric.numerator_denominator_sum_product += more.numerator_denominator_sum_product
+            metric.step_counts = [
+                x + y for x, y in zip(metric.step_counts, more.step_counts, strict=True)
+            ]
+
+
+def summarize(spec: ExperimentSpec, totals: ExperimentTotals) -> ExperimentSummary:
+    """Per-variant sufficient statistics from totals: every configured variant and the
+    holdout appear, with zeros when nobody was exposed to them yet."""
+    keys = list(spec.variant_keys)
+    if spec.holdout_key is not None:
+        keys.append(spec.holdout_key)
+    exposures: dict[str, int] = {}
+    metrics: dict[str, list[VariantStatistics]] = {uuid: [] for uuid in spec.metric_uuids}
+    for key in keys:
+        variant = totals.variants.get(key) or spec.empty_variant()
+        exposures[key] = variant.exposed
+        for rule, metric in zip(spec.rules, variant.metrics, strict=True):
+            ratio = rule.metric_type == "ratio"
+            metrics[spec.metric_uuids[rule.index]].append(
+                VariantStatistics(
+                    key=key,
+                    number_of_samples=variant.exposed,
+                    sum=metric.sum,
+                    sum_squares=metric.sum_squares,
+                    denominator_sum=metric.denominator_sum if ratio else None,
+                    denominator_sum_squares=metric.denominator_sum_squares if ratio else None,
+                    numerator_denominator_sum_product=(
+                        metric.numerator_denominator_sum_product if ratio else None
+                    ),
+                    step_counts=list(metric.step_counts) if rule.steps else None,
+                )
+            )
+    return ExperimentSummary(
+        exposures=exposures,
+        multiple_variant_persons=totals.multiple_variant_persons,
+        holdout_variants=[spec.holdout_key] if spec.holdout_key else [],
+        metrics=metrics,
+    )

@@ -1,0 +1,315 @@
+"""The request and response shapes of every route, as msgspec Structs, for /api/schema/.
+
+These types document the wire format (PostHog's); handlers build their bodies with faster
+means (pre-encoded fragments, dicts), and the API tests hold both to the same shapes. Fields
+whose names are not identifiers (``$anon_distinct_id``) are renamed with ``msgspec.field``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import field
+
+
+class Error(msgspec.Struct):
+    """Every error answer: a status code and this body naming the problem."""
+
+    type: str
+    code: str
+    detail: str
+    attr: str | None = None
+
+
+class Status(msgspec.Struct):
+    status: str
+
+
+# /flags, /decide ----------------------------------------------------------------------------
+
+
+class FlagsRequest(msgspec.Struct, omit_defaults=True):
+    """The body of POST /flags and /decide (JSON, or compressed/base64 as the SDKs send it);
+    GET takes the same fields as query parameters."""
+
+    distinct_id: str
+    api_key: str | None = None
+    token: str | None = None
+    anon_distinct_id: str | None = field(default=None, name="$anon_distinct_id")
+    device_id: str | None = field(default=None, name="$device_id")
+    groups: dict[str, str | int] | None = None
+    person_properties: dict[str, Any] | None = None
+    group_properties: dict[str, dict[str, Any]] | None = None
+    flag_keys_to_evaluate: list[str] | None = None
+    evaluation_contexts: list[str] | None = None
+    evaluation_environments: list[str] | None = None
+    disable_flags: bool | None = None
+    geoip_disable: bool | None = None
+    timezone: str | None = None
+
+
+class FlagReason(msgspec.Struct):
+    code: str
+    condition_index: int
+    description: str | None = None
+
+
+class FlagMetadata(msgspec.Struct, omit_defaults=True):
+    id: int
+    version: int
+    description: str | None = None
+    payload: Any = None
+
+
+class FlagDetail(msgspec.Struct, omit_defaults=True):
+    key: str
+    enabled: bool
+    reason: FlagReason
+    metadata: FlagMetadata
+    variant: str | None = None
+    failed: bool | None = None
+
+
+class FlagsResponse(msgspec.Struct, omit_defaults=True):
+    """/flags?v=2 (and /decide?v=4): one detailed entry per flag."""
+
+    flags: dict[str, FlagDetail]
+    errorsWhileComputingFlags: bool
+    requestId: str
+    evaluatedAt: int
+    quotaLimited: list[str] | None = None
+
+
+class LegacyFlagsResponse(msgspec.Struct, omit_defaults=True):
+    """/flags without v=2, /decide below v=4: values and payloads by key."""
+
+    featureFlags: dict[str, bool | str]
+    featureFlagPayloads: dict[str, Any]
+    errorsWhileComputingFlags: bool
+    requestId: str
+    quotaLimited: list[str] | None = None
+
+
+# local evaluation, remote config ---------------------------------------------------------------
+
+
+class LocalEvaluationResponse(msgspec.Struct):
+    """Flag definitions for the SDKs' local evaluation (answered 304 to a matching ETag)."""
+
+    flags: list[dict[str, Any]]
+    group_type_mapping: dict[str, str]
+    cohorts: dict[str, Any]
+
+
+class ClientConfig(msgspec.Struct, omit_defaults=True):
+    """posthog-js start-up configuration: /array/<token>/config, or inside config.js."""
+
+    token: str
+    supportedCompression: list[str]
+    hasFeatureFlags: bool
+    config: dict[str, Any] | None = None
+    sessionRecording: bool | dict[str, Any] = False
+    surveys: bool | list[Any] = False
+    heatmaps: bool = False
+    siteApps: list[Any] = []
+
+
+# capture --------------------------------------------------------------------------------------
+
+
+class CaptureEvent(msgspec.Struct, omit_defaults=True):
+    event: str
+    distinct_id: str | int | None = None
+    properties: dict[str, Any] | None = None
+    timestamp: str | None = None
+    offset: int | None = None
+    uuid: str | None = None
+    set: dict[str, Any] | None = field(default=None, name="$set")
+    set_once: dict[str, Any] | None = field(default=None, name="$set_once")
+
+
+class CaptureRequest(msgspec.Struct, omit_defaults=True):
+    """One event, or ``batch`` (also ``data`` from posthog-js: base64, gzip or lz64 encoded,
+    as a body or a ``data=`` form field)."""
+
+    api_key: str | None = None
+    token: str | None = None
+    event: str | None = None
+    distinct_id: str | int | None = None
+    properties: dict[str, Any] | None = None
+    timestamp: str | None = None
+    batch: list[CaptureEvent] | None = None
+    sent_at: str | None = None
+    historical_migration: bool | None = None
+
+
+class CaptureResponse(msgspec.Struct):
+    """Sent once the events are durably stored (events dropped by the rules included)."""
+
+    status: int
+
+
+# management API ---------------------------------------------------------------------------------
+
+
+class FeatureFlagInput(msgspec.Struct, omit_defaults=True):
+    """A flag to create, or the fields to change (PATCH, PUT)."""
+
+    key: str | None = None
+    name: str | None = None
+    active: bool | None = None
+    filters: dict[str, Any] | None = None
+    ensure_experience_continuity: bool | None = None
+    evaluation_runtime: Literal["all", "client", "server"] | None = None
+    evaluation_contexts: list[str] | None = None
+    bucketing_identifier: Literal["distinct_id", "device_id"] | None = None
+    tags: list[str] | None = None
+    deleted: bool | None = None
+
+
+class FeatureFlag(msgspec.Struct):
+    id: int
+    key: str
+    name: str
+    active: bool
+    deleted: bool
+    filters: dict[str, Any]
+    version: int
+    created_at: str
+    updated_at: str
+    ensure_experience_continuity: bool
+    evaluation_runtime: str
+    evaluation_contexts: list[str]
+    bucketing_identifier: str
+    tags: list[str]
+
+
+class CohortInput(msgspec.Struct, omit_defaults=True):
+    name: str | None = None
+    description: str | None = None
+    is_static: bool | None = None
+    filters: dict[str, Any] | None = None
+    distinct_ids: list[str] | None = None
+    deleted: bool | None = None
+
+
+class Cohort(msgspec.Struct):
+    id: int
+    name: str
+    description: str
+    is_static: bool
+    deleted: bool
+    filters: dict[str, Any] | None
+    version: int
+    count: int
+    created_at: str
+    updated_at: str
+
+
+class DistinctIds(msgspec.Struct):
+    distinct_ids: list[str]
+
+
+class ProjectInput(msgspec.Struct):
+    name: str
+
+
+class Project(msgspec.Struct):
+    id: int
+    uuid: str
+    name: str
+    api_token: str
+    created_at: str
+
+
+class CreatedProject(Project):
+    """Shown once: a personal API key for the new project."""
+
+    personal_api_key: str
+
+
+class Person(msgspec.Struct):
+    id: str
+    uuid: str
+    distinct_ids: list[str]
+    properties: dict[str, Any]
+    is_identified: bool
+    created_at: str
+
+
+class Group(msgspec.Struct):
+    group_type_index: int
+    group_type: str
+    group_key: str
+    group_properties: dict[str, Any]
+    created_at: str
+
+
+class GroupTypeInput(msgspec.Struct):
+    group_type: str
+    group_type_index: int | None = None
+
+
+class GroupType(msgspec.Struct):
+    group_type: str
+    group_type_index: int
+    name_singular: str | None
+    name_plural: str | None
+    detail_dashboard: int | None
+    default_columns: list[str] | None
+    created_at: str | None
+
+
+class StoredEvent(msgspec.Struct):
+    id: str
+    uuid: str
+    event: str
+    distinct_id: str
+    properties: dict[str, Any]
+    timestamp: str
+    received_at: str
+    historical: bool
+    person: dict[str, str] | None
+
+
+class IngestionWarning(msgspec.Struct):
+    id: int
+    type: str
+    details: dict[str, Any]
+    timestamp: str
+
+
+class Page(msgspec.Struct):
+    count: int
+    next: str | None
+    previous: str | None
+
+
+class FeatureFlagPage(Page):
+    results: list[FeatureFlag]
+
+
+class CohortPage(Page):
+    results: list[Cohort]
+
+
+class ProjectPage(Page):
+    results: list[Project]
+
+
+class PersonPage(Page):
+    results: list[Person]
+
+
+class DistinctIdPage(Page):
+    results: list[str]
+
+
+class WarningPage(Page):
+    results: list[IngestionWarning]
+
+
+class EventPage(msgspec.Struct):
+    next: str | None
+    results: list[StoredEvent]

@@ -1,0 +1,205 @@
+"""In-memory stand-ins for the console's two interfaces (AccountStore, ConsoleData)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import msgspec
+
+from flagstaff.accounts.api_keys import key_prefix
+from flagstaff.accounts.records import (
+    ApiKeyInfo,
+    LoginAttempt,
+    Membership,
+    Role,
+    Session,
+    User,
+)
+from flagstaff.activity.records import StoredActivity
+from flagstaff.activity.rollback import FlagVersion
+from flagstaff.console.routes import ProjectInfo
+from flagstaff.console.views import FlagUsage
+
+
+class MemoryAccounts:
+    def __init__(self) -> None:
+        self.users: dict[int, User] = {}
+        self.memberships: dict[tuple[int, int], Membership] = {}
+        self.sessions: dict[str, Session] = {}
+        self.attempts: list[LoginAttempt] = []
+        self.keys: dict[int, ApiKeyInfo] = {}
+        self.secrets: dict[str, int] = {}
+
+    async def create_user(self, email: str, password_hash: str, now_ms: int) -> User:
+        user = User(len(self.users) + 1, email, password_hash, now_ms)
+        self.users[user.id] = user
+        return user
+
+    async def get_user(self, user_id: int) -> User | None:
+        return self.users.get(user_id)
+
+    async def find_user_by_email(self, email: str) -> User | None:
+        return next((u for u in self.users.values() if u.email == email), None)
+
+    async def count_users(self) -> int:
+        return len(self.users)
+
+    async def set_password_hash(self, user_id: int, password_hash: str) -> None:
+        user = self.users[user_id]
+        self.users[user_id] = User(user.id, user.email, password_hash, user.created_at_ms)
+
+    async def record_login(self, user_id: int, now_ms: int) -> None:
+        return None
+
+    async def set_membership(
+        self, user_id: int, project_id: int, role: Role, now_ms: int
+    ) -> Membership:
+        membership = Membership(user_id, project_id, role, now_ms)
+        self.memberships[(user_id, project_id)] = membership
+        return membership
+
+    async def get_membership(self, user_id: int, project_id: int) -> Membership | None:
+        return self.memberships.get((user_id, project_id))
+
+    async def list_memberships(self, user_id: int) -> list[Membership]:
+        return [m for (u, _), m in self.memberships.items() if u == user_id]
+
+    async def list_members(self, project_id: int) -> list[tuple[User, Membership]]:
+        return [(self.users[u], m) for (u, p), m in self.memberships.items() if p == project_id]
+
+    async def remove_membership(self, user_id: int, project_id: int) -> bool:
+        return self.memberships.pop((user_id, project_id), None) is not None
+
+    async def create_session(
+        self,
+        user_id: int,
+        token_hash: str,
+        created_at_ms: int,
+        expires_at_ms: int,
+        ip: str,
+        user_agent: str,
+    ) -> Session:
+        session = Session(
+            len(self.sessions) + 1,
+            user_id,
+            token_hash,
+            created_at_ms,
+            created_at_ms,
+            expires_at_ms,
+            ip,
+            user_agent,
+        )
+        self.sessions[token_hash] = session
+        return session
+
+    async def find_session(self, token_hash: str) -> Session | None:
+        return self.sessions.get(token_hash)
+
+    async def touch_session(self, session_id: int, now_ms: int) -> None:
+        for key, s in self.sessions.items():
+            if s.id == session_id:
+                self.sessions[key] = Session(
+                    s.id, s.user_id, s.token_hash, s.created_at_ms, now_ms, s.expires_at_ms
+                )
+
+    async def delete_session(self, token_hash: str) -> None:
+        self.sessions.pop(token_hash, None)
+
+    async def delete_user_sessions(self, user_id: int, keep_session_id: int | None) -> int:
+        doomed = [
+            k for k, s in self.sessions.items() if s.user_id == user_id and s.id != keep_session_id
+        ]
+        for key in doomed:
+            del self.sessions[key]
+        return len(doomed)
+
+    async def delete_expired_sessions(self, now_ms: int, idle_before_ms: int) -> int:
+        return 0
+
+    async def create_user_key(
+        self, project_id: int, user_id: int | None, label: str, now_ms: int
+    ) -> tuple[ApiKeyInfo, str]:
+        secret = f"phx_{secrets.token_urlsafe(24)}"
+        info = ApiKeyInfo(
+            id=len(self.keys) + 1,
+            project_id=project_id,
+            label=label,
+            prefix=key_prefix(secret),
+            mask=f"{secret[:4]}...{secret[-4:]}",
+            created_at_ms=now_ms,
+            user_id=user_id,
+        )
+        self.keys[info.id] = info
+        self.secrets[secret] = info.id
+        return info, secret
+
+    async def list_keys(self, project_id: int, user_id: int | None) -> list[ApiKeyInfo]:
+        return [
+            k
+            for k in self.keys.values()
+            if k.project_id == project_id and (user_id is None or k.user_id == user_id)
+        ]
+
+    async def find_key(self, secret: str) -> ApiKeyInfo | None:
+        key_id = self.secrets.get(secret)
+        return None if key_id is None else self.keys[key_id]
+
+    async def revoke_key(self, project_id: int, key_id: int, now_ms: int) -> ApiKeyInfo | None:
+        info = self.keys.get(key_id)
+        if info is None or info.project_id != project_id:
+            return None
+        self.keys[key_id] = msgspec.structs.replace(info, revoked_at_ms=now_ms)
+        return self.keys[key_id]
+
+    async def mark_key_used(self, key_id: int, now_ms: int) -> None:
+        self.keys[key_id] = msgspec.structs.replace(self.keys[key_id], last_used_ms=now_ms)
+
+    async def record_login_attempt(self, attempt: LoginAttempt) -> None:
+        self.attempts.append(attempt)
+
+    async def recent_login_attempts(self, email: str, ip: str, since_ms: int) -> list[LoginAttempt]:
+        return [
+            a for a in self.attempts if (a.email == email or a.ip == ip) and a.at_ms >= since_ms
+        ]
+
+    async def prune_login_attempts(self, before_ms: int) -> int:
+        return 0
+
+
+class MemoryData:
+    def __init__(self, flags: list[dict[str, Any]] | None = None) -> None:
+        self.flags = flags or []
+        self.usage: dict[str, FlagUsage] = {}
+        self.cohorts: list[dict[str, Any]] = [{"id": 3, "name": "Beta <testers>"}]
+        self.types: dict[int, str] = {0: "company"}
+        self.keys = ["email", "plan"]
+        self.activity: list[StoredActivity] = []
+        self.versions: dict[int, list[FlagVersion]] = {}
+
+    async def project(self, project_id: int) -> ProjectInfo | None:
+        return ProjectInfo(project_id, "Default project") if project_id == 1 else None
+
+    async def list_flags(self, project_id: int) -> list[dict[str, Any]]:
+        return self.flags
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+        return next((f for f in self.flags if f["id"] == flag_id), None)
+
+    async def flag_usage(self, project_id: int, now_ms: int) -> dict[str, FlagUsage]:
+        return self.usage
+
+    async def group_types(self, project_id: int) -> dict[int, str]:
+        return self.types
+
+    async def list_cohorts(self, project_id: int) -> list[dict[str, Any]]:
+        return self.cohorts
+
+    async def property_keys(self, project_id: int) -> list[str]:
+        return self.keys
+
+    async def flag_activity(self, project_id: int, flag_id: int) -> list[StoredActivity]:
+        return [a for a in self.activity if a.record.item_id == str(flag_id)]
+
+    async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
+        return self.versions.get(flag_id, [])

@@ -1,0 +1,177 @@
+"""The results response: PostHog's per-metric shape, method fields, holdouts, SRM, warnings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flagstaff.experiments.exposure import (
+    ExperimentAccumulator,
+    ExperimentEvent,
+    ExperimentSpec,
+    ExperimentSummary,
+    VariantStatistics,
+)
+from flagstaff.experiments.model import parse_experiment
+from flagstaff.experiments.results import build_results, to_json
+from flagstaff.experiments.stats import ProportionStatistic, bayesian
+
+START = 1_704_067_200_000
+
+
+def definition(method: str = "bayesian", **overrides: Any) -> Any:
+    data: dict[str, Any] = {
+        "name": "Pricing",
+        "feature_flag_key": "pricing",
+        "start_date": "2024-01-01T00:00:00Z",
+        "stats_config": {"method": method},
+        "holdout_id": 9,
+        "metrics": [
+            {"uuid": "rev", "metric_type": "mean", "source": {"event": "purchase"}},
+        ],
+        "metrics_secondary": [
+            {"uuid": "conv", "metric_type": "funnel", "series": [{"event": "purchase"}]},
+        ],
+    }
+    data.update(overrides)
+    return parse_experiment(data)
+
+
+def summary_with(rows: dict[str, tuple[int, float, float]], funnel: dict[str, float]) -> Any:
+    return ExperimentSummary(
+        exposures={key: n for key, (n, _, _) in rows.items()},
+        multiple_variant_persons=3,
+        holdout_variants=["holdout-9"],
+        metrics={
+            "rev": [
+                VariantStatistics(key=key, number_of_samples=n, sum=s, sum_squares=q)
+                for key, (n, s, q) in rows.items()
+            ],
+            "conv": [
+                VariantStatistics(
+                    key=key,
+                    number_of_samples=rows[key][0],
+                    sum=converted,
+                    sum_squares=converted,
+                    step_counts=[int(converted)],
+                )
+                for key, converted in funnel.items()
+            ],
+        },
+    )
+
+
+# PostHog's pinned example (test_bayesian.py::test_realistic_example): control n=2507
+# sum=1196.87 sum_squares=37377.9767, test n=2461 sum=1922.7 sum_squares=94698.29:
+# chance to win 0.95759, credible interval [-0.0873, 1.36026]; frequentist p 0.08487,
+# confidence interval [-0.0875, 1.36048].
+ROWS = {
+    "control": (2507, 1196.87, 37377.9767),
+    "test": (2461, 1922.7, 94698.29),
+    "holdout-9": (260, 120.0, 900.0),
+}
+FUNNEL = {"control": 300.0, "test": 340.0, "holdout-9": 2.0}
+
+
+def test_bayesian_results_in_posthogs_shape() -> None:
+    results = build_results(definition(), summary_with(ROWS, FUNNEL))
+    assert results.stats_method == "bayesian"
+    assert results.exposures == {"control": 2507, "test": 2461}
+    assert results.holdout_exposures == {"holdout-9": 260}
+    assert results.multiple_variant_persons == 3
+    metric = results.metrics[0]
+    assert (metric.uuid, metric.metric_type, metric.goal) == ("rev", "mean", "increase")
+    assert metric.baseline.key == "control"
+    assert metric.baseline.mean == pytest.approx(1196.87 / 2507)
+    assert metric.baseline.validation_failures == []
+    (test,) = metric.variant_results
+    assert (test.key, test.number_of_samples, test.sum, test.sum_squares) == (
+        "test",
+        2461,
+        1922.7,
+        94698.29,
+    )
+    assert test.method == "bayesian"
+    assert test.chance_to_win == pytest.approx(0.95759, abs=1e-4)
+    assert test.credible_interval is not None
+    assert test.credible_interval[0] == pytest.approx(-0.0873, abs=1e-4)
+    assert test.credible_interval[1] == pytest.approx(1.36026, abs=1e-4)
+    assert test.significant is True
+    assert test.p_value is None and test.confidence_interval is None
+    (holdout,) = metric.holdout_results
+    assert holdout.key == "holdout-9" and holdout.chance_to_win is not None
+
+    funnel = results.metrics_secondary[0]
+    (variant,) = funnel.variant_results
+    expected = bayesian(ProportionStatistic(2461, 340), ProportionStatistic(2507, 300))
+    assert variant.chance_to_win == pytest.approx(expected.chance_to_win)
+    assert variant.mean == pytest.approx(340 / 2461)
+    assert variant.step_counts == [340]
+    # The holdout converted twice: under PostHog's minimum of 5, no statistics.
+    assert funnel.holdout_results[0].validation_failures == ["not-enough-metric-data"]
+    assert funnel.holdout_results[0].chance_to_win is None
+
+    payload = to_json(results)
+    assert payload["metrics"][0]["variant_results"][0]["credible_interval"][1] == pytest.approx(
+        1.36026, abs=1e-4
+    )
+
+
+def test_frequentist_results() -> None:
+    results = build_results(definition("frequentist"), summary_with(ROWS, FUNNEL))
+    (test,) = results.metrics[0].variant_results
+    assert test.method == "frequentist"
+    assert test.p_value == pytest.approx(0.08487, abs=1e-4)
+    assert test.confidence_interval is not None
+    assert test.confidence_interval[0] == pytest.approx(-0.0875, abs=1e-4)
+    assert test.confidence_interval[1] == pytest.approx(1.36048, abs=1e-4)
+    assert test.significant is False
+    assert test.chance_to_win is None
+
+
+def test_srm_and_warnings() -> None:
+    results = build_results(definition(), summary_with(ROWS, FUNNEL))
+    assert results.sample_ratio_mismatch is not None
+    assert not results.sample_ratio_mismatch.mismatch  # 2507 against 2461 at 50/50
+    codes = [warning.code for warning in results.warnings]
+    assert codes == ["multiple-variant-persons"]
+
+    skewed = dict(ROWS, test=(2000, 1500.0, 70000.0))
+    results = build_results(definition(), summary_with(skewed, FUNNEL))
+    assert results.sample_ratio_mismatch is not None and results.sample_ratio_mismatch.mismatch
+    assert "sample-ratio-mismatch" in [warning.code for warning in results.warnings]
+
+
+def test_too_few_samples_give_posthogs_validation_failures() -> None:
+    rows = {"control": (40, 10.0, 30.0), "test": (60, 0.0, 0.0), "holdout-9": (0, 0.0, 0.0)}
+    results = build_results(
+        definition(start_date=None), summary_with(rows, {"control": 3.0, "test": 0.0})
+    )
+    metric = results.metrics[0]
+    assert metric.baseline.validation_failures == ["not-enough-exposures"]
+    assert metric.variant_results[0].validation_failures == []
+    assert metric.variant_results[0].chance_to_win is None  # no usable baseline
+    warnings = {(w.code, w.variant) for w in results.warnings}
+    assert ("not-started", None) in warnings
+    assert ("not-enough-exposures", "control") in warnings
+    assert results.metrics[0].holdout_results[0].validation_failures == ["not-enough-exposures"]
+
+
+def test_from_events_to_results() -> None:
+    exp = definition(holdout_id=None, metrics_secondary=[])
+    acc = ExperimentAccumulator([ExperimentSpec(1, exp)])
+    for index in range(200):
+        variant = "control" if index % 2 else "test"
+        person = f"p{index}"
+        props = {"$feature_flag": "pricing", "$feature_flag_response": variant}
+        acc.add(ExperimentEvent(person, person, "$feature_flag_called", START + index, props))
+        for order in range(index % 3 + (1 if variant == "test" else 0)):
+            acc.add(ExperimentEvent(person, person, "purchase", START + 1000 + order, {}))
+    results = build_results(exp, acc.summary(1))
+    assert results.exposures == {"control": 100, "test": 100}
+    metric = results.metrics[0]
+    assert metric.baseline.sum == sum(i % 3 for i in range(1, 200, 2))
+    assert metric.variant_results[0].sum == sum(i % 3 + 1 for i in range(0, 200, 2))
+    assert metric.variant_results[0].chance_to_win is not None
+    assert metric.variant_results[0].chance_to_win > 0.99
