@@ -201,7 +201,7 @@ class FlagstaffApp:
                 protocol.response_bytes(exc.status, rsgi.JSON_HEADERS, exc.body())
                 self._done("/api", request, exc.status, started)
                 return
-            status = await rsgi.call_asgi(self.admin, scope, protocol, body)
+            status = await rsgi.call_asgi(self._admin, scope, protocol, body)
             self._done("/api", request, status, started)
             return
         response = await self._answer(route, request, rsgi.read_body, request)

@@ -61,6 +61,7 @@ from flagstaff.store.rows import (
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.person_version import FlagContextCache, PersonVersion
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import Writer, connect
 
@@ -83,6 +84,8 @@ class SQLiteStore:
         self._writer = Writer(path)
         self._db: sqlite3.Connection | None = None
         self._ingest_client = IngestClient(ingest_socket) if ingest_socket else None
+        self._person_version: PersonVersion | None = None
+        self._contexts: FlagContextCache | None = None
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -91,6 +94,10 @@ class SQLiteStore:
 
         migrate(self.path)
         self._db = connect(self.path, readonly=True)
+        self._person_version = PersonVersion(self.path)
+        self._contexts = FlagContextCache(self._person_version)
+        # Any write of this process may touch persons, overrides or cohort members.
+        self._writer.after_commit = self._person_version.bump
         self._writer.start(asyncio.get_running_loop())
 
     async def close(self) -> None:
@@ -100,6 +107,10 @@ class SQLiteStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+        self._contexts = None
+        if self._person_version is not None:
+            self._person_version.close()
+            self._person_version = None
 
     async def listen_definitions(self, callback: Callable[[int | None], None]) -> None:
         """Nothing to listen to: every worker reads the same file and polls its version."""
@@ -414,6 +425,31 @@ class SQLiteStore:
         *,
         overrides: bool = False,
         static_cohorts: bool = False,
+    ) -> FlagContext:
+        """The stored person, overrides, static cohorts and groups; served from this worker's
+        cache while the person version has not moved (read-your-writes, see person_version)."""
+        cache = self._contexts
+        if cache is None:
+            return self._read_flag_context(
+                project_id, distinct_id, groups, overrides, static_cohorts
+            )
+        key = (project_id, distinct_id, overrides, static_cohorts, *groups.items())
+        context = cache.get(key)
+        if context is None:
+            version = cache.version
+            context = self._read_flag_context(
+                project_id, distinct_id, groups, overrides, static_cohorts
+            )
+            cache.put(key, context, version)
+        return context
+
+    def _read_flag_context(
+        self,
+        project_id: int,
+        distinct_id: str,
+        groups: dict[int, str],
+        overrides: bool,
+        static_cohorts: bool,
     ) -> FlagContext:
         db = self.db
         row = db.execute(
