@@ -58,6 +58,12 @@ def main() -> None:
     parser.add_argument("--routes", default=",".join(ROUTES))
     parser.add_argument("--persons", type=int, default=10_000)
     parser.add_argument(
+        "--active",
+        type=int,
+        default=0,
+        help="/flags bodies for only the first N persons (repeat visits: a warm cache)",
+    )
+    parser.add_argument(
         "--cold",
         action="store_true",
         help="move the person version before each /flags run (a $set event), so each request "
@@ -68,7 +74,7 @@ def main() -> None:
     variants = [_variant(v) for v in args.variant]
     flags, cohorts = scaled_definitions(50)
     people = build_people(random.Random(11), args.persons)
-    bodies = _flags_bodies(people[:20_000])
+    bodies = _flags_bodies(people[: args.active or 20_000])
     servers: dict[str, tuple[Server, Path]] = {}
     try:
         for name, env in variants:
@@ -115,14 +121,17 @@ def main() -> None:
                     per_request.setdefault((name, route), []).append(cpu / done * 1e6)
                     rates.setdefault((name, route), []).append(result.requests_per_s * per)
         print(f"\nCPU us per request (per event for /batch/), median of {args.rounds} rounds")
-        print(f"{'variant':<12}" + "".join(f"{r:>22}" for r in routes))
+        print(f"{'variant':<12}" + "".join(f"{r:>34}" for r in routes))
         for name, _env in variants:
             cells = []
             for route in routes:
-                us = statistics.median(per_request[(name, route)])
+                runs = per_request[(name, route)]
                 rate = statistics.median(rates[(name, route)])
-                cells.append(f"{us:10.1f} us {rate:8.0f}/s")
-            print(f"{name:<12}" + "".join(f"{c:>22}" for c in cells))
+                cells.append(
+                    f"{statistics.median(runs):7.1f} us ({min(runs):.0f}-{max(runs):.0f})"
+                    f" {rate:6.0f}/s"
+                )
+            print(f"{name:<12}" + "".join(f"{c:>34}" for c in cells))
     finally:
         for srv, _root in servers.values():
             srv.stop()

@@ -17,6 +17,8 @@ from flagstaff.http.asgi import Response, _parse_query
 from flagstaff.http.errors import ApiError
 
 JSON_HEADERS = [("content-type", "application/json")]
+_TYPES = {b"application/json": "application/json", b"text/plain": "text/plain"}
+"""The usual content types, already as text (RSGI takes ``str`` headers)."""
 
 
 class RsgiRequest:
@@ -91,7 +93,8 @@ def cors_headers(scope: Any) -> list[tuple[str, str]]:
 
 def send_response(protocol: Any, response: Response, extra: list[tuple[str, str]] | None) -> None:
     """The answer in one call (the RSGI spelling of ``asgi.send_response``)."""
-    headers = [("content-type", response.content_type.decode("latin-1"))]
+    content_type = response.content_type
+    headers = [("content-type", _TYPES.get(content_type) or content_type.decode("latin-1"))]
     if extra:
         headers.extend(extra)
     if response.headers:
