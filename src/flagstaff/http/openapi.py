@@ -170,6 +170,26 @@ _PUBLIC: dict[str, Doc] = {
     "/s": Doc(
         "Session recording snapshots: accepted like events", s.CaptureResponse, s.CaptureRequest
     ),
+    "/api/web_experiments": Doc(
+        "Web experiments posthog-js loads (an empty list until the product exists)",
+        s.WebExperimentList,
+        query=(Param("token", "string", "the project token"),),
+        errors=(401,),
+    ),
+    "/api/product_tours": Doc(
+        "Product tours posthog-js loads (an empty list until the product exists)",
+        s.ProductTourList,
+        query=(Param("token", "string", "the project token"),),
+        errors=(401,),
+    ),
+    "/static/{name}": Doc(
+        "posthog-js's lazily loaded bundles (surveys.js, recorder.js, array.js...) from the "
+        "installed npm package; /static/{version}/{name} serves that version only",
+        str,
+        media="application/javascript",
+        query=(Param("v", "string", "posthog-js's version: a versioned URL is cached a year"),),
+        errors=(404,),
+    ),
 }
 # Public routes whose table entry stands for several documented paths.
 _PUBLIC_ALIASES = {

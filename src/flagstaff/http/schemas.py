@@ -313,3 +313,15 @@ class WarningPage(Page):
 class EventPage(msgspec.Struct):
     next: str | None
     results: list[StoredEvent]
+
+
+class WebExperimentList(msgspec.Struct):
+    """posthog-js's web experiments (none are served yet)."""
+
+    experiments: list[dict[str, Any]]
+
+
+class ProductTourList(msgspec.Struct):
+    """posthog-js's product tours (none are served yet)."""
+
+    product_tours: list[dict[str, Any]]
