@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flagstaff import logs
 from flagstaff.http.asgi import Response, _parse_query
 from flagstaff.http.errors import ApiError
 
@@ -126,6 +127,7 @@ async def call_asgi(app: Any, scope: Any, protocol: Any, body: bytes) -> int:
         "server": _address(scope.server),
     }
     sent_body = False
+    started = False
     status = 500
     headers: list[tuple[str, str]] = []
     stream: Any = None
@@ -139,8 +141,9 @@ async def call_asgi(app: Any, scope: Any, protocol: Any, body: bytes) -> int:
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
-        nonlocal status, headers, stream
+        nonlocal status, headers, stream, started
         if message["type"] == "http.response.start":
+            started = True
             status = message["status"]
             headers = [
                 (k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])
@@ -156,5 +159,13 @@ async def call_asgi(app: Any, scope: Any, protocol: Any, body: bytes) -> int:
         if chunk:
             await stream.send_bytes(chunk)
 
-    await app(asgi_scope, receive, send)
+    try:
+        await app(asgi_scope, receive, send)
+    except Exception:
+        # Starlette re-raises after its error handler has answered; answer only if it did not.
+        if not started:
+            logs.logger.exception("unhandled error on %s", scope.path)
+            body = ApiError(500, "server_error", "the server failed to answer").body()
+            protocol.response_bytes(500, JSON_HEADERS, body)
+            return 500
     return status
