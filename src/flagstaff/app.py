@@ -35,6 +35,7 @@ from flagstaff.http.asgi import (
 from flagstaff.http.auth import personal_key_auth
 from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
+from flagstaff.http.limits import RETRY_AFTER_SECONDS, BodyReaders, MemoryBudget
 from flagstaff.http.openapi import openapi_document, schema_route
 from flagstaff.services import Services
 
@@ -91,6 +92,13 @@ PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG)
 """Public routes found by a path prefix rather than the dict look-up."""
 
 
+_RETRY_AFTER = [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
+
+
+def _content_length(value: str | None) -> int:
+    return int(value) if value is not None and value.isdigit() else 0
+
+
 class FlagstaffApp:
     def __init__(self, settings: Settings, services: Services | None = None) -> None:
         self.settings = settings
@@ -105,6 +113,8 @@ class FlagstaffApp:
         self._body_limit = settings.body_limit
         # One boolean per request when off: the access log costs nothing unless asked for.
         self._access_log = settings.access_log or settings.log_level == "debug"
+        self.readers = BodyReaders(settings.body_timeout_seconds, settings.max_requests // 2)
+        self.budget = MemoryBudget(settings.memory_budget_mb * 1024 * 1024)
 
     def _route_for(self, path: str) -> PublicRoute | None:
         key = path.rstrip("/") or "/"
@@ -125,10 +135,11 @@ class FlagstaffApp:
         self,
         route: PublicRoute,
         request: AnyRequest,
-        read: Callable[[Any, int], Awaitable[bytes]],
+        read: Callable[[Any, int, BodyReaders], Awaitable[bytes]],
         source: Any,
     ) -> Response:
-        """The answer of a public route; ``read(source, limit)`` reads the body of a POST."""
+        """The answer of a public route; ``read(source, limit, readers)`` reads a POST's body
+        (with the body timeouts and, for large bodies, within the worker's memory budget)."""
         method = request.method
         if method == "OPTIONS" and route.cors:
             return Response(b"", 200, content_type=b"text/plain")
@@ -136,15 +147,28 @@ class FlagstaffApp:
             return Response(
                 error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
             )
+        cost = 0
         try:
             if method == "POST":
-                request.body = await read(source, self._body_limit)
+                limit = self._body_limit
+                declared = _content_length(request.headers.get("content-length"))
+                if declared > limit:
+                    raise ApiError(
+                        413, "payload_too_large", f"the request body is larger than {limit} bytes"
+                    )
+                cost = self.budget.admit(declared)
+                request.body = await read(source, limit, self.readers)
+                if not cost:
+                    cost = self.budget.admit(len(request.body))
             return await route.handler(self.services, request)  # type: ignore[arg-type]
         except ApiError as exc:
-            return Response(exc.body(), exc.status)
+            retry = _RETRY_AFTER if exc.status == 503 else None
+            return Response(exc.body(), exc.status, headers=retry)
         except Exception:
             logs.logger.exception("unhandled error on %s", request.path)
             return Response(error_body(500, "server_error", "the server failed to answer"), 500)
+        finally:
+            self.budget.release(cost)
 
     def _done(self, name: str, request: AnyRequest, status: int, started: float) -> None:
         """Metrics and logs after a request has been answered."""
@@ -196,7 +220,7 @@ class FlagstaffApp:
         request = rsgi.RsgiRequest(scope, protocol)
         if route is None:
             try:
-                body = await rsgi.read_body(request, self._body_limit)
+                body = await rsgi.read_body(request, self._body_limit, self.readers)
             except ApiError as exc:
                 protocol.response_bytes(exc.status, rsgi.JSON_HEADERS, exc.body())
                 self._done("/api", request, exc.status, started)

@@ -22,7 +22,7 @@ import msgspec
 
 from flagstaff import __version__, logs
 from flagstaff.bootstrap import bootstrap
-from flagstaff.config import Settings
+from flagstaff.config import Settings, secure_data_dir
 from flagstaff.services import make_store
 from flagstaff.store.base import Store
 
@@ -76,10 +76,11 @@ INTERFACE_ENV = "FLAGSTAFF_INTERFACE"
 def cmd_serve(args: argparse.Namespace) -> int:
     from granian import Granian
     from granian.constants import Interfaces, Loops
+    from granian.http import HTTP1Settings
 
     settings = _settings(args)
     logs.configure(settings.log_level, settings.access_log)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings.data_dir)
     for notice in _with_store(settings, lambda store: bootstrap(store, settings)):
         logs.always(logging.WARNING, notice.message, **notice.fields)
     shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
@@ -110,6 +111,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         websockets=False,
         log_enabled=settings.log_level == "debug",
         backlog=2048,
+        backpressure=settings.max_requests,
+        http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
     )
     try:
         server.serve()

@@ -68,6 +68,14 @@ class Settings:
     init_project_token: str | None = None
     init_personal_api_key: str | None = None
     definitions_refresh_seconds: float = 0.25
+    max_requests: int = 2048
+    """Requests (connections) one worker handles at once; more wait in the listen backlog."""
+    header_timeout_ms: int = 5000
+    """Time a client has to send a request's headers (the server closes the connection)."""
+    body_timeout_seconds: float = 10.0
+    """Longest wait for the next piece of a request body before answering 408."""
+    memory_budget_mb: int = 256
+    """Memory one worker may spend decoding large bodies at once; beyond it 503 + Retry-After."""
     ingest_socket: str | None = None
     """Set by ``flagstaff serve``: the Unix socket of the SQLite ingest writer process."""
 
@@ -105,6 +113,12 @@ class Settings:
             ("postgres://", "postgresql://", "sqlite://")
         ):
             raise ConfigError("database url must start with postgresql:// or sqlite://")
+        if self.max_requests < 16:
+            raise ConfigError(f"max requests must be at least 16, got {self.max_requests}")
+        if not 100 <= self.header_timeout_ms <= 60_000:
+            raise ConfigError("header timeout must be between 100 and 60000 ms")
+        if self.memory_budget_mb < 16:
+            raise ConfigError("memory budget must be at least 16 MB")
         if self.body_limit < 1024:
             raise ConfigError("body limit must be at least 1024 bytes")
 
@@ -119,6 +133,17 @@ class Settings:
                 value = "true" if value else "false"
             env[ENV_PREFIX + f.name.upper()] = str(value)
         return env
+
+
+def secure_data_dir(path: Path) -> None:
+    """Create the data dir readable by this user only (0700), its files 0600, and make every
+    file the service creates from now on (databases, journals, sockets) private too."""
+    os.umask(0o077)
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    for child in path.iterdir():
+        if child.is_file():
+            child.chmod(0o600)
 
 
 def _convert(name: str, annotation: Any, raw: str) -> Any:

@@ -192,8 +192,20 @@ TIMES = [
         NOW - 700,
     ),
     (
-        "offset ignored without sent_at",
+        "offset wins over a timestamp without sent_at",
         {"timestamp": "2026-05-28T19:26:40Z", "offset": 700},
+        None,
+        NOW - 700,
+    ),
+    (
+        "zero offset wins over a timestamp",
+        {"timestamp": "2026-05-28T19:26:40Z", "offset": 0},
+        NOW - 5000,
+        NOW,
+    ),
+    (
+        "null offset ignored",
+        {"timestamp": "2026-05-28T19:26:40Z", "offset": None},
         None,
         NOW - HOUR,
     ),
@@ -201,7 +213,7 @@ TIMES = [
     ("zero offset", {"offset": 0}, None, NOW),
     ("bool offset ignored", {"offset": True}, None, NOW),
     ("invalid timestamp -> now", {"timestamp": "garbage"}, NOW - 5000, NOW),
-    ("invalid timestamp with offset -> now", {"timestamp": "garbage", "offset": 99}, None, NOW),
+    ("invalid timestamp with offset", {"timestamp": "garbage", "offset": 99}, None, NOW - 99),
     ("numeric timestamp -> now", {"timestamp": 1_780_000_000}, None, NOW),
     ("22h ahead kept", {"timestamp": iso(NOW + 22 * HOUR)}, None, NOW + 22 * HOUR),
     ("24h ahead -> now", {"timestamp": iso(NOW + 24 * HOUR)}, None, NOW),
@@ -212,7 +224,13 @@ TIMES = [
         NOW + 5000,
         NOW - HOUR,
     ),
-    ("past year 1", {"timestamp": "0001-01-01T00:00:00+01:00"}, None, NOW),
+    ("before year 1 -> epoch", {"timestamp": "0001-01-01T00:00:00+01:00"}, None, 0),
+    ("year 1 kept", {"timestamp": "0001-01-01T00:00:00Z"}, None, -62_135_596_800_000),
+    ("skewed before year 1 -> epoch", {"timestamp": "0001-01-01T00:00:00Z"}, NOW + HOUR, 0),
+    ("year 9999 is in the future -> now", {"timestamp": "9999-12-31T23:59:59Z"}, None, NOW),
+    ("offset before year 1 -> epoch", {"offset": 600_000_000_000_000}, None, 0),
+    ("huge float offset -> epoch", {"offset": 1e300}, None, 0),
+    ("year 99999 unparseable -> now", {"timestamp": "99999-01-01T00:00:00Z"}, None, NOW),
 ]
 
 
@@ -492,3 +510,34 @@ def test_recorded_sdk_requests_normalize_without_drops(path: Path) -> None:
             assert result.set is not None and result.set["email"] == "ada@example.com"
         if not env.historical:
             assert abs(result.timestamp_ms - env.sent_at_ms) < 60_000
+
+
+# --- hostile events (issue 18) ------------------------------------------------------------
+
+
+def _nested(depth: int, kind: type = dict) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"a": value} if kind is dict else [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [300, 1000, 5000])
+@pytest.mark.parametrize(
+    "where",
+    ["properties", "distinct_id", "$set", "item"],
+)
+def test_deeply_nested_event_is_dropped_not_raised(depth: int, where: str) -> None:
+    deep = _nested(depth, list if where == "item" else dict)
+    if where == "item":
+        raw: Any = deep
+    elif where == "properties":
+        raw = event(properties={"deep": deep})
+    else:
+        raw = event(**{where: deep})
+    result = normalize_event(raw, ENV, now_ms=NOW, ip=None, geoip=None)
+    assert isinstance(result, Drop)
+    assert result.reason == "invalid_event"
+    assert len(result.digest) == 16
+    if where == "properties":
+        assert (result.event, result.distinct_id) == ("clicked", "user-1")

@@ -433,3 +433,70 @@ def test_recorded_sdk_bodies_decode(path: Path) -> None:
     )
     items = payload["batch"] if isinstance(payload, dict) and "batch" in payload else payload
     assert [item["event"] for item in items] == recorded["events"]
+
+
+# --- hostile bodies (issue 18) ------------------------------------------------------------
+
+
+_decompressobj = zlib.decompressobj
+
+
+class _CountingInflater:
+    """Wraps a zlib decompressor and adds up the input bytes it is handed."""
+
+    fed = 0
+
+    def __init__(self, wbits: int) -> None:
+        self._inner = _decompressobj(wbits)
+
+    def decompress(self, data: Any, max_length: int = 0) -> bytes:
+        _CountingInflater.fed += len(data)
+        return self._inner.decompress(data, max_length)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_many_gzip_members_cost_linear_in_the_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Empty members: zlib is never handed the rest of the body per member, and 100,000 of them
+    (2 MB) stop at the member cap."""
+    import flagstaff.http.payload as payload
+
+    monkeypatch.setattr(payload.zlib, "decompressobj", _CountingInflater)
+    _CountingInflater.fed = 0
+    empty = gzip.compress(b"", mtime=0)
+    body = empty * 100_000 + gzip.compress(BATCH_JSON, mtime=0)
+    with pytest.raises(PayloadError) as info:
+        decode(body, limit=4 << 20)
+    assert info.value.code == "invalid_gzip"
+    assert _CountingInflater.fed <= 4 * 1000 * len(empty)
+    _CountingInflater.fed = 0
+    body = empty * 998 + gzip.compress(BATCH_JSON, mtime=0)
+    assert decode(body) == BATCH
+    assert _CountingInflater.fed <= 4 * len(body)
+
+
+def test_many_members_with_content_join_once() -> None:
+    parts = [BATCH_JSON[i : i + 7] for i in range(0, len(BATCH_JSON), 7)]
+    assert decode(b"".join(gzip.compress(p, mtime=0) for p in parts)) == BATCH
+
+
+@pytest.mark.parametrize("body", [b"abcde", b"hello world", b"QUJD="])
+def test_json_labelled_text_is_reported_as_invalid_json(body: bytes) -> None:
+    with pytest.raises(PayloadError) as info:
+        decode_body(
+            body, content_type="application/json", content_encoding=None, query={}, limit=1 << 20
+        )
+    assert info.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage!", b'{"a": 1,,}', b"%%%%"],
+)
+def test_errors_name_the_problem_without_internals(body: bytes) -> None:
+    with pytest.raises(PayloadError) as info:
+        decode_body(body, content_type=None, content_encoding=None, query={}, limit=1 << 20)
+    detail = info.value.detail
+    for internal in ("Error -3", "while decompressing", "line 1", "column", "char ", "Incorrect"):
+        assert internal not in detail, detail

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from flagstaff import logs
 from flagstaff.http import admin_models
 from flagstaff.http.errors import ApiError
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
@@ -36,14 +37,28 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(data), status, media_type="application/json")
 
 
+MAX_BODY_BYTES = 2 * 1024 * 1024
+"""Management bodies (a flag, a cohort, a list of distinct ids) are far smaller than this."""
+MAX_ID = 2**63 - 1
+
+
 async def _body(request: Request) -> Any:
-    raw = await request.body()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(
+                413, "payload_too_large", f"the request body is larger than {MAX_BODY_BYTES} bytes"
+            )
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw:
         return {}
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, "parse_error", f"the body is not valid JSON: {exc}") from None
+    except (msgspec.DecodeError, RecursionError):
+        raise ApiError(400, "parse_error", "the body is not valid JSON") from None
 
 
 def _int_param(request: Request, name: str, default: int, maximum: int | None = None) -> int:
@@ -54,16 +69,16 @@ def _int_param(request: Request, name: str, default: int, maximum: int | None = 
         value = int(raw)
     except ValueError:
         raise ApiError(400, "invalid_input", f"{name} must be an integer", name) from None
-    if value < 0:
-        raise ApiError(400, "invalid_input", f"{name} must not be negative", name)
+    if not 0 <= value <= MAX_ID:
+        raise ApiError(400, "invalid_input", f"{name} must be between 0 and {MAX_ID}", name)
     return min(value, maximum) if maximum is not None else value
 
 
 def _path_int(request: Request, name: str) -> int:
-    try:
-        return int(request.path_params[name])
-    except (KeyError, ValueError):
-        raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}") from None
+    raw = request.path_params.get(name, "")
+    if not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
+        raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}")
+    return int(raw)
 
 
 def _paginated(request: Request, count: int, results: list[Any], limit: int, offset: int) -> Any:
@@ -166,6 +181,14 @@ async def get_flag(ctx: AdminContext, request: Request) -> Any:
 async def update_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     flag = admin_models.flag_from_input(await _body(request), current)
+    return await ctx.store.update_flag(ctx.project_id, current["id"], flag)
+
+
+async def replace_flag(ctx: AdminContext, request: Request) -> Any:
+    """PUT, a full update as in PostHog's API: fields left out take their defaults."""
+    current = await _existing_flag(ctx, request)
+    flag = admin_models.flag_from_input(await _body(request))
+    flag = {**current, **flag, "version": current.get("version")}
     return await ctx.store.update_flag(ctx.project_id, current["id"], flag)
 
 
@@ -330,6 +353,8 @@ async def list_events(ctx: AdminContext, request: Request) -> Any:
         try:
             ts, seq = raw_cursor.split("_", 1)
             cursor = (int(ts), int(seq))
+            if not all(abs(part) <= MAX_ID for part in cursor):
+                raise ValueError(raw_cursor)
         except ValueError:
             raise ApiError(
                 400, "invalid_input", "cursor is not one this API gave", "cursor"
@@ -381,6 +406,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("POST", P + "/feature_flags/", create_flag, "Create a feature flag"),
     ("GET", P + "/feature_flags/{flag_id}/", get_flag, "Get a feature flag"),
     ("PATCH", P + "/feature_flags/{flag_id}/", update_flag, "Update a feature flag"),
+    ("PUT", P + "/feature_flags/{flag_id}/", replace_flag, "Replace a feature flag (full update)"),
     ("DELETE", P + "/feature_flags/{flag_id}/", delete_flag, "Soft-delete a feature flag"),
     ("GET", P + "/cohorts/", list_cohorts, "List cohorts"),
     ("POST", P + "/cohorts/", create_cohort, "Create a dynamic or static cohort"),
@@ -474,6 +500,11 @@ def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Rou
             ApiError(status, code, str(detail)).body(), status, media_type="application/json"
         )
 
+    async def on_unhandled(request: Request, exc: Exception) -> Response:
+        logs.logger.exception("unhandled error on %s", request.url.path, exc_info=exc)
+        body = ApiError(500, "server_error", "the server failed to answer").body()
+        return Response(body, 500, media_type="application/json")
+
     from starlette.exceptions import HTTPException
 
     routes = [
@@ -482,5 +513,9 @@ def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Rou
     ]
     return Starlette(
         routes=routes,
-        exception_handlers={ApiError: on_api_error, HTTPException: on_http_error},
+        exception_handlers={
+            ApiError: on_api_error,
+            HTTPException: on_http_error,
+            Exception: on_unhandled,
+        },
     )

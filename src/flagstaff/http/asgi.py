@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from flagstaff.http.errors import ApiError
+from flagstaff.http.limits import BodyReaders, BodyTimeout
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -40,7 +41,7 @@ class Request:
         self.path: str = scope["path"]
         self.body = body
         self._headers: dict[str, str] | None = None
-        self._query: dict[str, str] | None = None
+        self._query: Mapping[str, str] | None = None
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -53,8 +54,7 @@ class Request:
     @property
     def query(self) -> Mapping[str, str]:
         if self._query is None:
-            raw = self.scope.get("query_string", b"")
-            self._query = _parse_query(raw) if raw else {}
+            self._query = parse_query(self.scope.get("query_string", b""))
         return self._query
 
     @property
@@ -63,10 +63,23 @@ class Request:
         return client[0] if client else None
 
 
+_CACHED_QUERY_BYTES = 256
+"""Longer query strings are parsed each time: the cache holds at most 1,024 x 256 bytes."""
+
+
+def parse_query(raw: bytes) -> Mapping[str, str]:
+    """A query string's parameters (the short ones memoised); callers must not modify it."""
+    if not raw:
+        return {}
+    if len(raw) <= _CACHED_QUERY_BYTES:
+        return _parse_query(raw)
+    return _parse_query.__wrapped__(raw)
+
+
 @functools.lru_cache(maxsize=1024)
 def _parse_query(raw: bytes) -> dict[str, str]:
-    """Memoised: SDKs send the same few query strings (``v=2``, ``compression=gzip-js``...).
-    Callers must not modify the returned mapping."""
+    """Memoised: SDKs send the same few short query strings (``v=2``, ``compression=gzip-js``,
+    ``ip=1&_=<ms>&ver=...``). Callers must not modify the returned mapping."""
     return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
 
 
@@ -90,8 +103,20 @@ def json_response(data: Any, status: int = 200) -> Response:
     return Response(_encode(data), status)
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body; 413 as soon as it grows past ``limit``."""
+async def read_body(receive: Receive, limit: int, readers: BodyReaders | None = None) -> bytes:
+    """The whole request body; 413 as soon as it grows past ``limit``.
+
+    With ``readers``, every wait for body bytes has their timeout (408 when it passes) and an
+    idle upload can be shed to make room for others (see :mod:`flagstaff.http.limits`).
+    """
+    if readers is None:
+        return await _read_chunks(receive, limit, None)
+    guard = BodyTimeout(readers, id(receive))
+    async with guard:
+        return await _read_chunks(receive, limit, guard)
+
+
+async def _read_chunks(receive: Receive, limit: int, guard: BodyTimeout | None) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -108,6 +133,8 @@ async def read_body(receive: Receive, limit: int) -> bytes:
             chunks.append(chunk)
         if not message.get("more_body", False):
             break
+        if guard is not None:
+            guard.readers.progress(guard.id, guard.reader)
     if len(chunks) == 1:
         return chunks[0]
     return b"".join(chunks)

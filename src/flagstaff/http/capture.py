@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from flagstaff import logs
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
@@ -83,10 +84,9 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
     if events or drops:
         try:
             outcome = await svc.store.ingest(project.id, events, drops)
-        except StoreError as exc:
-            raise ApiError(
-                503, "store_unavailable", f"the events were not stored, retry: {exc}"
-            ) from None
+        except StoreError:
+            logs.logger.exception("ingest failed")
+            raise ApiError(503, "store_unavailable", "the events were not stored, retry") from None
         metrics = svc.metrics
         metrics.events_ingested += outcome.ingested
         metrics.events_duplicate += outcome.duplicates

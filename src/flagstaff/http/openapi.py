@@ -67,6 +67,7 @@ _ADMIN: dict[str, Doc] = {
     "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
     "get_flag": Doc("", s.FeatureFlag),
     "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
+    "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
     "delete_flag": Doc("", None, status=204),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
     "create_cohort": Doc("", s.Cohort, s.CohortInput, 201),

@@ -45,6 +45,7 @@ _HINTS: dict[str, str] = {
 }
 
 _FORM_MIME = "application/x-www-form-urlencoded"
+_JSON_MIME = "application/json"
 _FORM_PREFIX = re.compile(rb"(?:^|&)(?:data|compression|ver|_|ip)=")
 _B64_CHARS = re.compile(rb"[A-Za-z0-9+/=_\-\s]*")
 _B64_LOOSE_CHARS = re.compile(rb"[A-Za-z0-9+/= ]*")
@@ -106,7 +107,13 @@ def decode_body(
             hint = _hint(fields.get("compression", b"").decode("ascii", "replace"))
     if hint is None:
         hint = _hint(content_encoding)
-    return _parse_json(_unwrap(data, hint, limit))
+    try:
+        return _parse_json(_unwrap(data, hint, limit))
+    except PayloadError as exc:
+        if exc.code == "invalid_base64" and hint is None and _is_json_type(content_type):
+            # Text labelled as JSON that is neither JSON nor a known encoding: say so.
+            raise PayloadError(400, "invalid_json", "body is not valid JSON") from None
+        raise
 
 
 def decode_query_data(query: Mapping[str, str], limit: int) -> Any | None:
@@ -124,6 +131,10 @@ def _hint(value: str | None) -> str | None:
     if not value:
         return None
     return _HINTS.get(value.strip().lower())
+
+
+def _is_json_type(content_type: str | None) -> bool:
+    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == _JSON_MIME  # type: ignore[union-attr]
 
 
 def _is_form(body: bytes, content_type: str | None) -> bool:
@@ -198,26 +209,53 @@ def _is_zlib_header(data: bytes) -> bool:
     return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
+_FEED_START = 32
+MAX_GZIP_MEMBERS = 1000
+"""SDKs send one gzip member; concatenated members are legal, but not by the thousand."""
+_FEED_MAX = 64 * 1024
+
+
 def _inflate(data: bytes, wbits: int, limit: int, code: str) -> bytes:
-    """Inflate gzip (wbits 31, every member) or zlib (wbits 15) data to at most `limit` bytes."""
-    out = b""
-    rest = data
+    """Inflate gzip (wbits 31, every member) or zlib (wbits 15) data to at most `limit` bytes.
+
+    The input is fed in slices that start small and double while a member goes on, so what
+    zlib copies back as `unused_data` at the end of each member is never more than twice what
+    that member consumed: the cost stays linear in the input however many members it holds.
+    """
     kind = "gzip" if wbits == 31 else "deflate"
+    view = memoryview(data)
+    parts: list[bytes] = []
+    produced = 0
+    pos = 0
+    members = 0
     while True:
         inflater = zlib.decompressobj(wbits)
-        try:
-            # max_length is at least 1 here: 0 would mean "no limit".
-            chunk = inflater.decompress(rest, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise PayloadError(400, code, f"corrupt {kind} data: {exc}") from None
-        out = out + chunk if out else chunk
-        if len(out) > limit:
-            raise _too_large(f"decompressed {kind} body", limit)
-        if not inflater.eof:
-            raise PayloadError(400, code, f"truncated {kind} data")
-        rest = inflater.unused_data
-        if wbits != 31 or rest[:2] != _GZIP_MAGIC:
-            return out
+        feed = _FEED_START
+        while not inflater.eof:
+            if pos >= len(data):
+                raise PayloadError(400, code, f"truncated {kind} data")
+            end = min(pos + feed, len(data))
+            try:
+                # max_length is at least 1 here: 0 would mean "no limit".
+                chunk = inflater.decompress(view[pos:end], limit + 1 - produced)
+            except zlib.error:
+                raise PayloadError(400, code, f"corrupt {kind} data") from None
+            if inflater.unconsumed_tail:
+                # Output hit the cap before this slice was used up.
+                raise _too_large(f"decompressed {kind} body", limit)
+            produced += len(chunk)
+            if produced > limit:
+                raise _too_large(f"decompressed {kind} body", limit)
+            if chunk:
+                parts.append(chunk)
+            pos = end - len(inflater.unused_data)
+            feed = min(feed * 2, _FEED_MAX)
+        if wbits != 31 or data[pos : pos + 2] != _GZIP_MAGIC:
+            break
+        members += 1
+        if members >= MAX_GZIP_MEMBERS:
+            raise PayloadError(400, code, f"gzip body has over {MAX_GZIP_MEMBERS} members")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _looks_base64(data: bytes) -> bool:
@@ -239,8 +277,8 @@ def _b64decode(data: bytes) -> bytes:
     compact += b"=" * (-len(compact) % 4)
     try:
         return binascii.a2b_base64(compact, strict_mode=True)
-    except binascii.Error as exc:
-        raise PayloadError(400, "invalid_base64", f"corrupt base64 body: {exc}") from None
+    except binascii.Error:
+        raise PayloadError(400, "invalid_base64", "corrupt base64 body") from None
 
 
 # LZ-string reads its bit stream least significant bit first, from 6-bit characters taken most
@@ -383,5 +421,5 @@ def _parse_json_leniently(data: bytes) -> Any:
         )
     except RecursionError:
         raise PayloadError(400, "invalid_json", "JSON body is nested too deeply") from None
-    except ValueError as exc:
-        raise PayloadError(400, "invalid_json", f"body is not valid JSON: {exc}") from None
+    except ValueError:
+        raise PayloadError(400, "invalid_json", "body is not valid JSON") from None

@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from granian.rsgi import ProtocolClosed, ProtocolError
+
 from flagstaff import logs
-from flagstaff.http.asgi import Response, _parse_query
+from flagstaff.http.asgi import Response, parse_query
 from flagstaff.http.errors import ApiError
+from flagstaff.http.limits import BodyReaders, BodyTimeout
 
 JSON_HEADERS = [("content-type", "application/json")]
 _TYPES = {b"application/json": "application/json", b"text/plain": "text/plain"}
@@ -35,7 +38,7 @@ class RsgiRequest:
         self.path: str = scope.path
         self.body = b""
         self._headers: dict[str, str] | None = None
-        self._query: dict[str, str] | None = None
+        self._query: Mapping[str, str] | None = None
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -46,8 +49,7 @@ class RsgiRequest:
     @property
     def query(self) -> Mapping[str, str]:
         if self._query is None:
-            raw = self._scope.query_string
-            self._query = _parse_query(raw.encode("latin-1")) if raw else {}
+            self._query = parse_query(self._scope.query_string.encode("latin-1"))
         return self._query
 
     @property
@@ -59,24 +61,50 @@ class RsgiRequest:
         return host[1:-1] if host.startswith("[") else host
 
 
-async def read_body(request: RsgiRequest, limit: int) -> bytes:
-    """The whole request body; 413 as soon as it is known to be larger than ``limit``."""
+async def read_body(request: RsgiRequest, limit: int, readers: BodyReaders | None = None) -> bytes:
+    """The whole request body; 413 as soon as it is known to be larger than ``limit``.
+
+    With ``readers``, as on ASGI (``asgi.read_body``): a wait for body bytes that passes their
+    timeout answers 408, and an idle upload can be shed to make room for others. A body of up
+    to :data:`ONE_READ` bytes with a declared length is read in one call, so its whole read
+    has the timeout; longer ones are read in chunks, each restarting the clock.
+    """
+    if readers is None:
+        return await _read(request, limit, None)
+    guard = BodyTimeout(readers, id(request))
+    async with guard:
+        return await _read(request, limit, guard)
+
+
+ONE_READ = 64 * 1024
+
+
+async def _read(request: RsgiRequest, limit: int, guard: BodyTimeout | None) -> bytes:
     protocol = request.protocol
     declared = request._scope.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) <= limit:
-        return await protocol()
-    if declared is not None and declared.isdigit():
-        raise ApiError(413, "payload_too_large", f"the request body is larger than {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in protocol:
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(
-                413, "payload_too_large", f"the request body is larger than {limit} bytes"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        if declared is not None and declared.isdigit():
+            size = int(declared)
+            if size > limit:
+                raise _too_large(limit)
+            if size <= ONE_READ:
+                return await protocol()  # type: ignore[no-any-return]
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in protocol:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+            if guard is not None:
+                guard.readers.progress(guard.id, guard.reader)
+    except (ProtocolClosed, ProtocolError):
+        raise ApiError(400, "client_disconnected", "the client went away mid-request") from None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "payload_too_large", f"the request body is larger than {limit} bytes")
 
 
 def cors_headers(scope: Any) -> list[tuple[str, str]]:

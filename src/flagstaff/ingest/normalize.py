@@ -10,7 +10,9 @@ import email.utils
 import functools
 import hashlib
 import ipaddress
+import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,6 +122,8 @@ def _events_token(events: list[Any]) -> Any:
                         token = properties.get("token")
                     if not isinstance(token, str):
                         continue
+        if not isinstance(token, str):  # compared below: never a (deep) structure
+            raise TokenError("invalid_token", "project token must be a string")
         if found is None:
             found = token
         elif token != found:
@@ -185,44 +189,64 @@ def resolve_timestamp_ms(
     sent_at_ms: int | None,
     now_ms: int,
 ) -> int:
-    """PostHog's event time: `now + (timestamp - sent_at)` corrects the client's clock skew.
+    """PostHog's event time (its capture service's rules, docs/compat-notes.md "Event time").
 
-    Without `sent_at` the timestamp is used as is; `offset` (ms before sending) gives
-    `now - offset` and, as in PostHog, wins over a skew-corrected timestamp but not over a bare
-    one. An unparseable timestamp, a time beyond year 9999 or more than 23 hours ahead -> now.
+    An `offset` (ms before sending, 0 included) gives `now - offset` and wins over everything.
+    Otherwise a timestamp with a `sent_at` gives `now + (timestamp - sent_at)` (the client's clock
+    skew corrected), a timestamp alone is used as is, and an unparseable or missing one is now.
+    A result more than 23 hours ahead becomes now; one outside years 1 to 9999 the Unix epoch.
     """
-    if timestamp_given:
-        if timestamp_ms is None:
-            return now_ms
-        if sent_at_ms is None:
-            result = timestamp_ms
-        elif offset_ms:
-            result = now_ms - offset_ms
-        else:
-            result = now_ms + timestamp_ms - sent_at_ms
-    elif offset_ms:
+    if offset_ms is not None:
         result = now_ms - offset_ms
+    elif not timestamp_given or timestamp_ms is None:
+        return now_ms
+    elif sent_at_ms is None:
+        result = timestamp_ms
     else:
+        result = now_ms + timestamp_ms - sent_at_ms
+    if result - now_ms > FUTURE_LIMIT_MS:
         return now_ms
-    if result - now_ms > FUTURE_LIMIT_MS or not _MIN_MS <= result <= _MAX_MS:
-        return now_ms
+    if not _MIN_MS <= result <= _MAX_MS:
+        return 0
     return result
 
 
 def _offset_ms(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, float) and value == value and abs(value) < 1e15:
+    if isinstance(value, float) and math.isfinite(value):
         return int(value)
     return None
+
+
+_DIGEST_NODES = 10_000
 
 
 def _digest(raw: Any) -> str:
     try:
         data = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        data = repr(raw).encode("utf-8", "backslashreplace")
+    except TypeError:  # too deep or not encodable: never recurse on it
+        data = _shape(raw)
     return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _shape(raw: Any) -> bytes:
+    """A bounded, non-recursive fingerprint of a value orjson cannot encode."""
+    out: list[str] = []
+    stack = [raw]
+    while stack and len(out) < _DIGEST_NODES:
+        value = stack.pop()
+        if isinstance(value, dict):
+            out.append(f"{{{len(value)}")
+            for key, item in value.items():
+                out.append(str(key)[:64])
+                stack.append(item)
+        elif isinstance(value, list):
+            out.append(f"[{len(value)}")
+            stack.extend(value)
+        else:
+            out.append(repr(value)[:64])
+    return "\x00".join(out).encode("utf-8", "backslashreplace")
 
 
 def _drop(
@@ -239,6 +263,16 @@ def _drop(
         _digest(raw),
         event,
         distinct_id,
+    )
+
+
+def _plain_name_and_id(raw: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The event name and distinct id for a drop, when they are plain strings."""
+    name = raw.get("event")
+    found_id = raw.get("distinct_id")
+    return (
+        name[:MAX_EVENT_NAME_LENGTH] if isinstance(name, str) and name else None,
+        _stringify_distinct_id(found_id) if isinstance(found_id, str) and found_id else None,
     )
 
 
@@ -273,6 +307,18 @@ def _unset_keys(*values: Any) -> list[str] | None:
     return keys
 
 
+@dataclass(frozen=True, slots=True)
+class _PersonUpdates:
+    """The `$set`, `$set_once` and `$unset` an event carries (top level merged in)."""
+
+    set: dict[str, Any] | None = None
+    set_once: dict[str, Any] | None = None
+    unset: list[str] | None = None
+
+
+_NO_UPDATES = _PersonUpdates()
+
+
 def normalize_event(
     raw: Any,
     env: Envelope,
@@ -285,21 +331,81 @@ def normalize_event(
 
     `raw["properties"]` is enriched in place (`$ip`, `$geoip_*`, merged `$set`/`$set_once`) and
     becomes `Event.properties`. `geoip(ip)` returns `$geoip_*` properties; they only fill gaps and
-    are skipped when the event sets `$geoip_disable`.
+    are skipped when the event sets `$geoip_disable`. Each step below returns a Drop to stop.
+    """
+    limits = _check_limits(raw)
+    if limits is not None:
+        return limits
+    name = _event_name(raw)
+    if type(name) is Drop:
+        return name
+    properties = _properties(raw, name)
+    if type(properties) is Drop:
+        return properties
+    distinct_id = _distinct_id(raw, properties, name)
+    if type(distinct_id) is Drop:
+        return distinct_id
+    process_person = properties.get("$process_person_profile") is not False
+    if name in RULED_EVENTS:
+        problem = check_event_rules(name, properties, process_person)
+        if problem is not None:
+            return _drop(problem, raw, name, distinct_id)
+    timestamp_ms = _event_time(raw, properties, env, now_ms, name, distinct_id)
+    if type(timestamp_ms) is Drop:
+        return timestamp_ms
+    _enrich(properties, ip, geoip)
+    updates = _person_updates(raw, properties, name)
+    return Event(
+        canonical_uuid(raw.get("uuid")) or new_uuid7(),
+        name,
+        distinct_id,
+        properties,
+        timestamp_ms,
+        now_ms,
+        updates.set,
+        updates.set_once,
+        updates.unset,
+        process_person,
+        env.historical,
+    )
+
+
+def _check_limits(raw: Any) -> Drop | None:
+    """Shape, nesting and size, before any step that could walk the event.
+
+    orjson refuses nesting over 254 levels without recursing, so nothing after this ever walks
+    a structure deeper than that.
     """
     if not isinstance(raw, dict):
         return _drop((INVALID_EVENT, f"batch item is a {type(raw).__name__}, not an object"), raw)
+    try:
+        encoded_bytes = len(_dumps(raw))
+    except TypeError:  # orjson.JSONEncodeError: nested over 254 levels, or a lone surrogate
+        problem = (INVALID_EVENT, "event is nested too deeply or cannot be encoded")
+        return _drop(problem, raw, *_plain_name_and_id(raw))
+    if encoded_bytes > MAX_EVENT_BYTES:
+        return _drop(check_size(encoded_bytes) or ("", ""), raw, *_plain_name_and_id(raw))
+    return None
+
+
+def _event_name(raw: dict[str, Any]) -> str | Drop:
     name = raw.get("event")
     if not isinstance(name, str) or not name:
         return _drop(check_event_name(name) or (INVALID_EVENT, ""), raw)
-    if len(name) > MAX_EVENT_NAME_LENGTH:
-        name = name[:MAX_EVENT_NAME_LENGTH]
+    return name[:MAX_EVENT_NAME_LENGTH] if len(name) > MAX_EVENT_NAME_LENGTH else name
+
+
+def _properties(raw: dict[str, Any], name: str) -> dict[str, Any] | Drop:
     properties = raw.get("properties")
     if properties is None:
-        properties = {}
-    elif not isinstance(properties, dict):
+        return {}
+    if not isinstance(properties, dict):
         return _drop((INVALID_EVENT, "event properties must be an object"), raw, name)
+    return properties
 
+
+def _distinct_id(raw: dict[str, Any], properties: dict[str, Any], name: str) -> str | Drop:
+    """`distinct_id`, else `$distinct_id`, else `properties.distinct_id`, as text."""
     found_id = raw.get("distinct_id")
     if found_id is None:
         found_id = raw.get("$distinct_id")
@@ -307,21 +413,25 @@ def normalize_event(
             found_id = properties.get("distinct_id")
     if found_id is None or found_id == "":
         return _drop(check_distinct_id(found_id) or ("", ""), raw, name)
-    distinct_id = _stringify_distinct_id(found_id)
+    return _stringify_distinct_id(found_id)
 
-    process_person = properties.get("$process_person_profile") is not False
-    if name in RULED_EVENTS:
-        problem = check_event_rules(name, properties, process_person)
-        if problem is not None:
-            return _drop(problem, raw, name, distinct_id)
 
+def _event_time(
+    raw: dict[str, Any],
+    properties: dict[str, Any],
+    env: Envelope,
+    now_ms: int,
+    name: str,
+    distinct_id: str,
+) -> int | Drop:
+    """The event's time (see :func:`resolve_timestamp_ms`); historical batches' age rule."""
     timestamp = raw.get("timestamp")
     parsed_ms = parse_iso_ms(timestamp) if timestamp and isinstance(timestamp, str) else None
     offset = raw.get("offset")
     timestamp_ms = resolve_timestamp_ms(
         parsed_ms,
         bool(timestamp),
-        _offset_ms(offset) if offset else None,
+        None if offset is None else _offset_ms(offset),
         None if properties.get("$ignore_sent_at") else env.sent_at_ms,
         now_ms,
     )
@@ -329,13 +439,13 @@ def normalize_event(
         problem = check_historical(None if parsed_ms is None else timestamp_ms, now_ms)
         if problem is not None:
             return _drop(problem, raw, name, distinct_id)
-    try:
-        encoded_bytes = len(_dumps(raw))
-    except TypeError:  # orjson.JSONEncodeError: nested over 254 levels, or a lone surrogate
-        return _drop((INVALID_EVENT, "event cannot be encoded as JSON"), raw, name, distinct_id)
-    if encoded_bytes > MAX_EVENT_BYTES:
-        return _drop(check_size(encoded_bytes) or ("", ""), raw, name, distinct_id)
+    return timestamp_ms
 
+
+def _enrich(
+    properties: dict[str, Any], ip: str | None, geoip: Callable[[str], dict[str, Any]] | None
+) -> None:
+    """`$ip` from the request when the event has none; `$geoip_*` gaps filled from `$ip`."""
     if ip and not properties.get("$ip"):
         properties["$ip"] = ip
     if geoip is not None and not properties.get("$geoip_disable"):
@@ -345,29 +455,21 @@ def normalize_event(
                 if key not in properties:
                     properties[key] = value
 
-    # Kept for anonymous events too: the person rules still apply them when the distinct id
-    # already belongs to an identified person.
-    set_ = set_once = unset = None
-    if name not in GROUP_IDENTIFY_EVENTS:
-        if "$set" in properties or "$set" in raw:
-            set_ = _merge_top_level(properties, "$set", raw.get("$set"))
-        if "$set_once" in properties or "$set_once" in raw:
-            set_once = _merge_top_level(properties, "$set_once", raw.get("$set_once"))
-        if "$unset" in properties or "$unset" in raw:
-            unset = _unset_keys(properties.get("$unset"), raw.get("$unset"))
 
-    return Event(
-        canonical_uuid(raw.get("uuid")) or new_uuid7(),
-        name,
-        distinct_id,
-        properties,
-        timestamp_ms,
-        now_ms,
-        set_,
-        set_once,
-        unset,
-        process_person,
-        env.historical,
+def _person_updates(raw: dict[str, Any], properties: dict[str, Any], name: str) -> _PersonUpdates:
+    """Kept for anonymous events too: the person rules still apply them when the distinct id
+    already belongs to an identified person. Group identify events carry none."""
+    if name in GROUP_IDENTIFY_EVENTS:
+        return _NO_UPDATES
+    has_set = "$set" in properties or "$set" in raw
+    has_set_once = "$set_once" in properties or "$set_once" in raw
+    has_unset = "$unset" in properties or "$unset" in raw
+    if not (has_set or has_set_once or has_unset):
+        return _NO_UPDATES
+    return _PersonUpdates(
+        _merge_top_level(properties, "$set", raw.get("$set")) if has_set else None,
+        _merge_top_level(properties, "$set_once", raw.get("$set_once")) if has_set_once else None,
+        _unset_keys(properties.get("$unset"), raw.get("$unset")) if has_unset else None,
     )
 
 

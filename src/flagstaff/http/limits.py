@@ -1,0 +1,157 @@
+"""Limits that keep anonymous traffic from stalling a worker: slow bodies, big bodies, memory.
+
+- :class:`BodyReaders` puts a timeout on every wait for body bytes and, when too many requests
+  wait at once, sheds the one idle longest, so slow or stalled uploads cannot hold every slot
+  of the worker (granian's ``backpressure``) and real clients keep getting answers.
+- :class:`MemoryBudget` admits large bodies by the memory their decoding may take: beyond the
+  worker's budget the request is refused with 503 and ``Retry-After``, which the SDKs retry.
+- :func:`release_memory` hands freed heap back to the system after large requests (glibc keeps
+  it otherwise, so a burst would leave the worker's memory at its peak).
+
+See docs/operations.md for the figures and the settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import sys
+from types import TracebackType
+
+from flagstaff.http.errors import ApiError
+
+__all__ = ["BodyReaders", "MemoryBudget", "release_memory"]
+
+DECODE_FACTOR = 6
+"""Peak memory of decoding a body, per body byte (raw + inflated text + parsed objects)."""
+LARGE_BODY = 1024 * 1024
+"""Bodies below this are admitted without counting: SDK batches are far smaller."""
+RETRY_AFTER_SECONDS = 2
+TRIM_AFTER_BYTES = 8 * 1024 * 1024
+"""Large bodies decoded since the last trim before memory is handed back to the system."""
+
+
+class _Reader:
+    __slots__ = ("timeout",)
+
+    def __init__(self, timeout: asyncio.Timeout) -> None:
+        self.timeout = timeout
+
+
+class BodyReaders:
+    """The requests of one worker that are waiting for body bytes."""
+
+    def __init__(self, timeout: float, max_waiting: int) -> None:
+        self.timeout = timeout
+        self.max_waiting = max_waiting
+        self._waiting: dict[int, _Reader] = {}
+        self.shed = 0
+
+    def begin(self, reader_id: int) -> _Reader:
+        """Register a reader (most recent last); shed the idlest one if there are too many."""
+        loop = asyncio.get_running_loop()
+        timeout = asyncio.timeout(loop.time() + self.timeout)
+        waiting = self._waiting
+        if len(waiting) >= self.max_waiting:
+            idlest = next(iter(waiting))
+            waiting.pop(idlest).timeout.reschedule(loop.time())
+            self.shed += 1
+        reader = waiting[reader_id] = _Reader(timeout)
+        return reader
+
+    def progress(self, reader_id: int, reader: _Reader) -> None:
+        """Bytes arrived: the reader's clock restarts and it moves to the back of the queue."""
+        waiting = self._waiting
+        if waiting.pop(reader_id, None) is not None:
+            waiting[reader_id] = reader
+        reader.timeout.reschedule(asyncio.get_running_loop().time() + self.timeout)
+
+    def end(self, reader_id: int) -> None:
+        self._waiting.pop(reader_id, None)
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+
+class MemoryBudget:
+    """Bytes a worker may spend at once on decoding bodies of at least :data:`LARGE_BODY`."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self.in_use = 0
+        self.refused = 0
+        self._since_trim = 0
+
+    def admit(self, body_bytes: int) -> int:
+        """Reserve memory for decoding a body; 0 for small bodies. Raises a 503 beyond budget."""
+        if body_bytes < LARGE_BODY:
+            return 0
+        cost = body_bytes * DECODE_FACTOR
+        if self.in_use and self.in_use + cost > self.budget:
+            self.refused += 1
+            raise ApiError(
+                503,
+                "server_busy",
+                "too many large requests are being decoded right now: retry shortly",
+            )
+        self.in_use += cost
+        return cost
+
+    def release(self, cost: int) -> None:
+        if not cost:
+            return
+        self.in_use -= cost
+        self._since_trim += cost
+        if self.in_use == 0 and self._since_trim >= TRIM_AFTER_BYTES * DECODE_FACTOR:
+            self._since_trim = 0
+            release_memory()
+
+
+def _load_malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def release_memory() -> None:
+    """Return free heap pages to the system (glibc ``malloc_trim``); a no-op elsewhere."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+class BodyTimeout:
+    """``async with`` around the body reads of one request (see :meth:`BodyReaders.begin`)."""
+
+    __slots__ = ("_exit_type", "id", "reader", "readers")
+
+    def __init__(self, readers: BodyReaders, reader_id: int) -> None:
+        self.readers = readers
+        self.id = reader_id
+        self.reader = readers.begin(reader_id)
+
+    async def __aenter__(self) -> BodyTimeout:
+        await self.reader.timeout.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.readers.end(self.id)
+        try:
+            await self.reader.timeout.__aexit__(exc_type, exc, tb)
+        except TimeoutError:
+            raise ApiError(408, "body_timeout", "the request body did not arrive in time") from None
