@@ -51,7 +51,7 @@ class BodyReaders:
     def begin(self, reader_id: int) -> _Reader:
         """Register a reader (most recent last); shed the idlest one if there are too many."""
         loop = asyncio.get_running_loop()
-        timeout = asyncio.timeout(loop.time() + self.timeout)
+        timeout = asyncio.timeout_at(loop.time() + self.timeout)
         waiting = self._waiting
         if len(waiting) >= self.max_waiting:
             idlest = next(iter(waiting))

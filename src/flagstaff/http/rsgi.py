@@ -10,6 +10,7 @@ first (within the limit), so nothing in it had to change.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,6 +72,12 @@ async def read_body(request: RsgiRequest, limit: int, readers: BodyReaders | Non
     """
     if readers is None:
         return await _read(request, limit, None)
+    # granian runs RSGI handlers on its own scheduler, whose task ignores cancel(): the read
+    # runs as an asyncio task of its own, which the timeout can cancel.
+    return await asyncio.get_running_loop().create_task(_timed_read(request, limit, readers))
+
+
+async def _timed_read(request: RsgiRequest, limit: int, readers: BodyReaders) -> bytes:
     guard = BodyTimeout(readers, id(request))
     async with guard:
         return await _read(request, limit, guard)
