@@ -83,6 +83,10 @@ def public_routes() -> dict[str, PublicRoute]:
     return routes
 
 
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that change nothing; any other request to the management API that is not refused
+with a 4xx bumps the node's change counter."""
+
 _ARRAY = PublicRoute("/array/{token}/config", flags.array_config_endpoint, _GET, True)
 _STATIC = PublicRoute("/static/{name}", static.static_endpoint, _GET, True)
 _REMOTE_CONFIG = PublicRoute(
@@ -234,11 +238,18 @@ class FlagstaffApp:
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
         status = 500
+        writes = scope["method"] not in _SAFE_METHODS
+        changes = self.services.changes
 
         async def tracking_send(message: dict[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if writes and not 400 <= status < 500:
+                    # Before the answer leaves: whoever sees it, then asks any worker, is
+                    # answered from the changed data. A refused request (401, 404, invalid
+                    # input) wrote nothing; after a 500 nobody knows, so it bumps too.
+                    changes.bump()
             await send(message)
 
         await self.admin(scope, receive, tracking_send)

@@ -1,21 +1,23 @@
 """Per-worker caches in front of the store: projects by token, compiled flag definitions.
 
-Definitions are recompiled only when the project's definitions version changes; the version
-is re-read at most every ``refresh_seconds``, so a change made through any worker (or node)
-is served everywhere within that interval plus its compile time, with no restart.
+Both follow the node's change counter (:mod:`flagstaff.changes`): a request that finds it
+moved since an entry was filled re-reads the store before answering, so a management write
+is served by every worker from the next request on. Definitions are recompiled only when the
+project's definitions version changed; the version is also re-read at least every
+``refresh_seconds``, which bounds how long a change nobody signalled can go unseen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import time
 from typing import Any
 
 import msgspec
 
 from flagstaff import logs
+from flagstaff.changes import ChangeCounter
 from flagstaff.flags import CompiledFlags, compile_flags
 from flagstaff.flags.local_evaluation import local_evaluation_cohorts, local_evaluation_flags
 from flagstaff.store.base import Definitions, Project, Store
@@ -24,12 +26,22 @@ _NEGATIVE_TTL = 1.0
 
 
 class ProjectCache:
-    def __init__(self, store: Store) -> None:
+    """Projects by token. Emptied whenever the node's change counter moves, so a project
+    created or changed anywhere is served as it now is on the next request."""
+
+    def __init__(self, store: Store, changes: ChangeCounter) -> None:
         self._store = store
+        self._changes = changes.cell
+        self._stamp = -1
         self._by_token: dict[str, Project] = {}
         self._unknown: dict[str, float] = {}
 
     async def by_token(self, token: str) -> Project | None:
+        stamp = self._changes.value
+        if stamp != self._stamp:
+            self._by_token.clear()
+            self._unknown.clear()
+            self._stamp = stamp
         project = self._by_token.get(token)
         if project is not None:
             return project
@@ -38,6 +50,8 @@ class ProjectCache:
         if missed is not None and now - missed < _NEGATIVE_TTL:
             return None
         project = await self._store.get_project_by_token(token)
+        if self._changes.value != stamp:
+            return project  # read while a change landed: answer it, but do not keep it
         if project is None:
             if len(self._unknown) > 10_000:
                 self._unknown.clear()
@@ -108,63 +122,114 @@ def _reads_properties(filters: dict[str, Any]) -> bool:
     return False
 
 
-class DefinitionsCache:
-    """Compiled definitions per project.
+class _Entry:
+    """A project's compiled definitions, the change counter they were checked at, and when
+    the store's version must be checked again at the latest (monotonic seconds)."""
 
-    A new version is compiled on a thread while requests keep the previous one, so a big
-    flag set (hundreds of milliseconds to compile) does not stall the worker's event loop; only
-    a project seen for the first time waits for its compile.
+    __slots__ = ("due", "flags", "stamp")
+
+    def __init__(self, flags: ProjectFlags, stamp: int, due: float) -> None:
+        self.flags = flags
+        self.stamp = stamp
+        self.due = due
+
+
+class _Refresh:
+    """One in-flight check (and, when the version moved, load and compile) of a project."""
+
+    __slots__ = ("stamp", "started", "task")
+
+    def __init__(self, stamp: int, started: float) -> None:
+        self.stamp = stamp
+        self.started = started
+        self.task: asyncio.Task[ProjectFlags] | None = None
+
+
+class DefinitionsCache:
+    """Compiled definitions per project, never older than the last change this node knows of.
+
+    A request answers from the cache only when the node's change counter still has the value
+    the entry was checked at and the entry's periodic check is not due. Otherwise it waits
+    for a check of the store's definitions version, and when that moved, for the load and
+    compile of the new version (on a thread, so other projects and capture keep running):
+    requests of one project share one check. So every request that starts after a write was
+    answered on this node (or after this node heard of it) sees it, and a change nobody
+    signalled (another node whose NOTIFY was lost) shows within ``refresh_seconds``.
+
+    When a check or compile fails and a version is cached, that version keeps serving, the
+    failure is logged and the check is retried ``refresh_seconds`` later.
     """
 
-    def __init__(self, store: Store, refresh_seconds: float) -> None:
+    def __init__(self, store: Store, refresh_seconds: float, changes: ChangeCounter) -> None:
         self._store = store
         self._refresh = refresh_seconds
-        self._entries: dict[int, tuple[float, ProjectFlags]] = {}
-        self._compiling: dict[int, asyncio.Task[ProjectFlags]] = {}
+        self._changes = changes.cell
+        self._entries: dict[int, _Entry] = {}
+        self._refreshing: dict[int, _Refresh] = {}
 
     async def get(self, project_id: int) -> ProjectFlags:
         entry = self._entries.get(project_id)
+        if (
+            entry is not None
+            and entry.stamp == self._changes.value
+            and time.monotonic() < entry.due
+        ):
+            return entry.flags
+        return await self._checked(project_id)
+
+    async def _checked(self, project_id: int) -> ProjectFlags:
+        stamp = self._changes.value
         now = time.monotonic()
-        if entry is None:
-            return await asyncio.shield(self._compile(project_id))
-        checked, flags = entry
-        if now - checked < self._refresh or project_id in self._compiling:
-            return flags
-        self._entries[project_id] = (now, flags)
-        version = await self._store.definitions_version(project_id)
-        if version != flags.definitions.version:
-            self._compile(project_id)
-        return flags
+        while True:
+            refresh = self._refreshing.get(project_id)
+            if refresh is None or refresh.task is None or refresh.task.done():
+                refresh = self._start(project_id)
+            assert refresh.task is not None
+            flags = await asyncio.shield(refresh.task)
+            # A check that began before this request's change was known (or too long ago)
+            # may have missed it: wait for it, then run another.
+            if refresh.stamp >= stamp and refresh.started >= now - self._refresh:
+                return flags
 
-    def _compile(self, project_id: int) -> asyncio.Task[ProjectFlags]:
-        task = self._compiling.get(project_id)
-        if task is None:
-            task = asyncio.create_task(self._load(project_id))
-            self._compiling[project_id] = task
-            task.add_done_callback(lambda done: self._compiled(project_id, done))
-        return task
+    def _start(self, project_id: int) -> _Refresh:
+        refresh = _Refresh(self._changes.value, time.monotonic())
+        refresh.task = asyncio.create_task(self._run(project_id, refresh))
+        self._refreshing[project_id] = refresh
+        refresh.task.add_done_callback(lambda _: self._finished(project_id, refresh))
+        return refresh
 
-    async def _load(self, project_id: int) -> ProjectFlags:
-        definitions = await self._store.definitions(project_id)
-        flags = await asyncio.to_thread(ProjectFlags, definitions)
-        self._entries[project_id] = (time.monotonic(), flags)
-        return flags
-
-    def _compiled(self, project_id: int, task: asyncio.Task[ProjectFlags]) -> None:
-        if self._compiling.get(project_id) is task:
-            del self._compiling[project_id]
-        if not task.cancelled() and task.exception() is not None:
+    async def _run(self, project_id: int, refresh: _Refresh) -> ProjectFlags:
+        due = refresh.started + self._refresh
+        entry = self._entries.get(project_id)
+        try:
+            if entry is not None:
+                version = await self._store.definitions_version(project_id)
+                if version == entry.flags.definitions.version:
+                    self._entries[project_id] = _Entry(entry.flags, refresh.stamp, due)
+                    return entry.flags
+            definitions = await self._store.definitions(project_id)
+            flags = await asyncio.to_thread(ProjectFlags, definitions)
+        except Exception as exc:
+            if entry is None:
+                raise
             logs.logger.error(
-                "compiling the flag definitions of project %s failed: %s",
+                "checking the flag definitions of project %s failed; serving version %s: %s",
+                project_id,
+                entry.flags.definitions.version,
+                exc,
+            )
+            self._entries[project_id] = _Entry(entry.flags, refresh.stamp, due)
+            return entry.flags
+        self._entries[project_id] = _Entry(flags, refresh.stamp, due)
+        return flags
+
+    def _finished(self, project_id: int, refresh: _Refresh) -> None:
+        if self._refreshing.get(project_id) is refresh:
+            del self._refreshing[project_id]
+        task = refresh.task
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            logs.logger.error(
+                "loading the flag definitions of project %s failed: %s",
                 project_id,
                 task.exception(),
             )
-
-    def invalidate(self, project_id: int | None) -> None:
-        """Re-check one project's definitions (None: all) on the next request, e.g. on a
-        change pushed by the store; until the new version is compiled, the old one serves."""
-        targets = list(self._entries) if project_id is None else [project_id]
-        for pid in targets:
-            entry = self._entries.get(pid)
-            if entry is not None:
-                self._entries[pid] = (-math.inf, entry[1])

@@ -22,6 +22,7 @@ import msgspec
 
 from flagstaff import __version__, logs
 from flagstaff.bootstrap import bootstrap
+from flagstaff.changes import ChangeCounter
 from flagstaff.config import Settings, secure_data_dir
 from flagstaff.services import make_store
 from flagstaff.store.base import Store
@@ -42,6 +43,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]]) -> T:
+    """Run ``fn`` on an open store, then bump the data dir's change counter so a server on
+    the same data dir serves what the command wrote from its next request on. Every command
+    bumps: a needless bump costs each worker one version read."""
+
     async def run() -> T:
         store = make_store(settings)
         await store.open()
@@ -49,6 +54,10 @@ def _with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]]) -> T:
             return await fn(store)
         finally:
             await store.close()
+            if settings.data_dir.is_dir():
+                counter = ChangeCounter(settings.data_dir)
+                counter.bump()
+                counter.close()
 
     return asyncio.run(run())
 

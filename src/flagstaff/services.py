@@ -7,6 +7,7 @@ import contextlib
 from typing import Any
 
 from flagstaff.caches import DefinitionsCache, ProjectCache
+from flagstaff.changes import ChangeCounter
 from flagstaff.config import Settings
 from flagstaff.geoip import GeoIP, open_geoip
 from flagstaff.metrics import Metrics, MetricsFiles
@@ -36,8 +37,12 @@ class Services:
         self.store: Store = store or make_store(settings)
         self.metrics = Metrics()
         self.metrics_files = MetricsFiles(settings.data_dir / "metrics")
-        self.projects = ProjectCache(self.store)
-        self.definitions = DefinitionsCache(self.store, settings.definitions_refresh_seconds)
+        self.changes = ChangeCounter(settings.data_dir)
+        """Bumped by every management write; read by the caches on every request."""
+        self.projects = ProjectCache(self.store, self.changes)
+        self.definitions = DefinitionsCache(
+            self.store, settings.definitions_refresh_seconds, self.changes
+        )
         self.quotas = Quotas(
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
         )
@@ -51,10 +56,15 @@ class Services:
 
     async def start(self) -> None:
         await self.store.open()
-        await self.store.listen_definitions(self.definitions.invalidate)
+        await self.store.listen_definitions(self._changed_elsewhere)
         if not self.settings.geoip_disable:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())
+
+    def _changed_elsewhere(self, project_id: int | None) -> None:
+        """Another node changed definitions (or the listener reconnected and may have missed
+        some): every worker of this node re-checks on its next request."""
+        self.changes.bump()
 
     async def stop(self) -> None:
         if self._flusher is not None:
@@ -66,6 +76,7 @@ class Services:
             self.metrics_files.write(self.metrics, force=True)
         if self.geoip is not None:
             self.geoip.close()
+        self.changes.close()
 
     async def _flush_metrics(self) -> None:
         while True:
