@@ -52,7 +52,7 @@ from flagstaff.store.sqlite.ingest import (
     plan_ingest,
 )
 from flagstaff.store.sqlite.person_cache import PersonCache
-from flagstaff.store.sqlite.person_version import PersonVersion
+from flagstaff.store.sqlite.person_version import person_version
 from flagstaff.store.sqlite.protocol import HEADER, request_decoder, request_encoder, take_frames
 from flagstaff.store.sqlite.writer import connect, write_transaction
 
@@ -136,7 +136,7 @@ class IngestServer:
         self.db_path = db_path
         self.socket_path = socket_path
         self.cache = PersonCache()
-        self.person_version = PersonVersion(db_path)
+        self.person_version = person_version(db_path)
         self.conn: sqlite3.Connection | None = None
         self._lock_fd = -1
         self._selector = selectors.DefaultSelector()

@@ -1,63 +1,29 @@
 """The data dir's person version: one number that every commit changing persons, distinct ids,
 groups, hash-key overrides or static cohort members increments, shared by every process.
 
-It lives in ``<db>.person-version``, mapped into each process's memory: reading it is one
+It is a :class:`~flagstaff.changes.ChangeCounter` in ``<db>.person-version``: reading it is one
 8-byte load, so a worker can check it on every /flags request and keep the stored flag
 contexts it read (:class:`FlagContextCache`) for as long as it has not moved. Writers
-increment it right after their ``COMMIT``, still holding the data dir's writer lock (so
-increments never race) and before any request is answered: an ``$identify`` or ``$set``
-acknowledged with a 200 has moved it, and the next /flags request on any worker reads the
-person again (read-your-writes).
+increment it right after their ``COMMIT``, before any request is answered: an ``$identify``
+or ``$set`` acknowledged with a 200 has moved it, and the next /flags request on any worker
+reads the person again (read-your-writes).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import mmap
-import os
 from pathlib import Path
 from typing import Any
 
+from flagstaff.changes import ChangeCounter
 from flagstaff.store.base import FlagContext
 
-_SIZE = 8
 MAX_CONTEXTS = 20_000
 """Flag contexts one worker keeps (a few KB each); the cache starts over beyond it."""
 
 
-def version_path(db_path: Path) -> Path:
-    return Path(str(db_path) + ".person-version")
-
-
-class PersonVersion:
-    """The shared counter of one database file, opened (created if needed) on construction.
-
-    Hot paths read :attr:`cell` ``.value``. :meth:`bump` must be called with the writer lock
-    held (see ``writer.write_transaction``).
-    """
-
-    def __init__(self, db_path: Path) -> None:
-        self.path = version_path(db_path)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_size < _SIZE:
-                os.ftruncate(fd, _SIZE)
-            self._map: mmap.mmap | None = mmap.mmap(fd, _SIZE)
-        finally:
-            os.close(fd)
-        self.cell = ctypes.c_uint64.from_buffer(self._map)
-
-    def bump(self) -> None:
-        self.cell.value += 1
-
-    def close(self) -> None:
-        if self._map is not None:
-            cell, self.cell = self.cell, ctypes.c_uint64(0)
-            del cell
-            with contextlib.suppress(BufferError):
-                self._map.close()
-            self._map = None
+def person_version(db_path: Path) -> ChangeCounter:
+    """The person version of one database file (``<db>.person-version`` beside it)."""
+    return ChangeCounter(db_path.parent, db_path.name + ".person-version")
 
 
 class FlagContextCache:
@@ -65,7 +31,7 @@ class FlagContextCache:
 
     __slots__ = ("_cell", "_contexts", "_seen", "hits", "misses")
 
-    def __init__(self, version: PersonVersion) -> None:
+    def __init__(self, version: ChangeCounter) -> None:
         self._cell = version.cell
         self._seen = -1
         self._contexts: dict[Any, FlagContext] = {}

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from flagstaff.accounts import keys
+from flagstaff.changes import ChangeCounter
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import (
     Conflict,
@@ -61,7 +62,7 @@ from flagstaff.store.rows import (
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.ingest import apply_ingest
-from flagstaff.store.sqlite.person_version import FlagContextCache, PersonVersion
+from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import Writer, connect
 
@@ -84,7 +85,7 @@ class SQLiteStore:
         self._writer = Writer(path)
         self._db: sqlite3.Connection | None = None
         self._ingest_client = IngestClient(ingest_socket) if ingest_socket else None
-        self._person_version: PersonVersion | None = None
+        self._person_version: ChangeCounter | None = None
         self._contexts: FlagContextCache | None = None
 
     # lifecycle -------------------------------------------------------------------------
@@ -94,7 +95,7 @@ class SQLiteStore:
 
         migrate(self.path)
         self._db = connect(self.path, readonly=True)
-        self._person_version = PersonVersion(self.path)
+        self._person_version = person_version(self.path)
         self._contexts = FlagContextCache(self._person_version)
         # Any write of this process may touch persons, overrides or cohort members.
         self._writer.after_commit = self._person_version.bump

@@ -56,7 +56,7 @@ def writer_lock(fd: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def write_transaction(
-    conn: sqlite3.Connection, lock_fd: int, after_commit: Callable[[], None] | None = None
+    conn: sqlite3.Connection, lock_fd: int, after_commit: Callable[[], object] | None = None
 ) -> Iterator[None]:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the writer lock; rolled back if anything fails.
 
@@ -87,7 +87,7 @@ class Writer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
         self.writes = 0
-        self.after_commit: Callable[[], None] | None = None
+        self.after_commit: Callable[[], object] | None = None
         """Called after each commit, under the writer lock (the store bumps the person version)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
