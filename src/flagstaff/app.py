@@ -1,10 +1,11 @@
 """Builds the application: hot public routes on a thin dispatcher, /api/ on starlette.
 
-Public routes (flags, capture, operations) are found by one dict look-up on the path without
-its trailing slash; everything else goes to the starlette management app. The app speaks both
-of granian's interfaces: RSGI (what ``flagstaff serve`` runs, see :mod:`flagstaff.http.rsgi`)
-and ASGI (any ASGI server). Both call the same :meth:`FlagstaffApp._answer`; only reading the
-body and sending the answer differ.
+Public routes (flags, SDK definitions, capture, product lists, operations) are found by one
+dict look-up on the path without its trailing slash, and :data:`PATTERN_ROUTES` (posthog-js
+config, static bundles, remote config) by their prefix; everything else goes to the starlette
+management app. The app speaks both of granian's interfaces: RSGI (what ``flagstaff serve``
+runs, see :mod:`flagstaff.http.rsgi`) and ASGI (any ASGI server). Both call the same
+:meth:`FlagstaffApp._answer`; only reading the body and sending the answer differ.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from flagstaff import logs
 from flagstaff.config import Settings
-from flagstaff.http import capture, flags, ops, products, rsgi, static
+from flagstaff.http import capture, flags, ops, products, rsgi, static, surveys
 from flagstaff.http.admin import ROUTES, build_admin
 from flagstaff.http.asgi import (
     Receive,
@@ -76,6 +77,8 @@ def public_routes() -> dict[str, PublicRoute]:
     for path, handler in (
         ("/api/web_experiments", products.web_experiments_endpoint),
         ("/api/product_tours", products.product_tours_endpoint),
+        ("/api/surveys", surveys.surveys_endpoint),
+        ("/api/early_access_features", surveys.early_access_endpoint),
     ):
         routes[path] = PublicRoute(path, handler, _GET, True)
     for path in ("/e", "/i/v0/e", "/capture", "/batch", "/track", "/engage", "/s"):

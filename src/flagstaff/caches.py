@@ -1,4 +1,5 @@
-"""Per-worker caches in front of the store: projects by token, compiled flag definitions.
+"""Per-worker caches in front of the store: projects by token, compiled flag definitions, what
+posthog-js reads of surveys and early access features.
 
 Both follow the node's change counter (:mod:`flagstaff.changes`): a request that finds it
 moved since an entry was filled re-reads the store before answering, so a management write
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -20,7 +22,8 @@ from flagstaff import logs
 from flagstaff.changes import ChangeCounter
 from flagstaff.flags import CompiledFlags, compile_flags
 from flagstaff.flags.local_evaluation import local_evaluation_cohorts, local_evaluation_flags
-from flagstaff.store.base import Definitions, Project, Store
+from flagstaff.store.base import Definitions, Project, Store, SurveysSnapshot
+from flagstaff.surveys.public import has_active_survey
 
 _NEGATIVE_TTL = 1.0
 
@@ -233,3 +236,48 @@ class DefinitionsCache:
                 project_id,
                 task.exception(),
             )
+
+
+class _SurveysEntry(msgspec.Struct):
+    snapshot: SurveysSnapshot
+    version: int
+    stamp: int
+    due: float
+
+
+class SurveysCache:
+    """The surveys and early access features posthog-js reads, per project.
+
+    Like :class:`DefinitionsCache`: an entry serves while the node's change counter keeps the
+    value it was checked at and its periodic check is not due; then the project's definitions
+    version is read, and the snapshot reloaded when it moved. Every survey or feature save
+    bumps that version, and so does ingestion when a survey reaches its ``responses_limit``
+    (which no management write signals: it shows within ``refresh_seconds``).
+    """
+
+    def __init__(self, store: Store, refresh_seconds: float, changes: ChangeCounter) -> None:
+        self._store = store
+        self._refresh = refresh_seconds
+        self._changes = changes.cell
+        self._entries: dict[int, _SurveysEntry] = {}
+
+    async def get(self, project_id: int, *, reload: bool = False) -> SurveysSnapshot:
+        entry = self._entries.get(project_id)
+        now = time.monotonic()
+        stamp = self._changes.value
+        if entry is not None and not reload and entry.stamp == stamp and now < entry.due:
+            return entry.snapshot
+        version = await self._store.definitions_version(project_id)
+        if entry is not None and not reload and entry.version == version:
+            snapshot = entry.snapshot
+        else:
+            snapshot = await self._store.surveys_snapshot(project_id)
+        self._entries[project_id] = _SurveysEntry(snapshot, version, stamp, now + self._refresh)
+        return snapshot
+
+    async def any_active(self, project_id: int) -> bool:
+        """The remote config's ``surveys``: a survey is active now."""
+        snapshot = await self.get(project_id)
+        if not snapshot.surveys:
+            return False
+        return has_active_survey(snapshot.surveys, datetime.now(UTC), snapshot.responses)

@@ -1,4 +1,5 @@
-"""The ``flagstaff`` command: serve, project, key, flags import/export, events export."""
+"""The ``flagstaff`` command: serve, migrate, project create/list, key create,
+flags import/export/explain, events export."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What one worker's handlers share: settings, the store, caches, metrics and GeoIP."""
+"""What one worker's handlers share: settings, the store (chosen by :func:`make_store`), the
+change counter, caches, quotas, metrics and GeoIP."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from flagstaff.caches import DefinitionsCache, ProjectCache
+from flagstaff.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.changes import ChangeCounter
 from flagstaff.config import Settings
 from flagstaff.geoip import GeoIP, open_geoip
@@ -45,6 +46,7 @@ class Services:
         self.definitions = DefinitionsCache(
             self.store, settings.definitions_refresh_seconds, self.changes
         )
+        self.surveys = SurveysCache(self.store, settings.definitions_refresh_seconds, self.changes)
         self.quotas = Quotas(
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
         )

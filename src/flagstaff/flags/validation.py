@@ -24,6 +24,7 @@ from flagstaff.flags.operators import (
 )
 from flagstaff.flags.regex import is_valid_pattern
 from flagstaff.flags.values import to_number, to_text
+from flagstaff.ingest.groups import MAX_GROUP_TYPES
 
 SEMVER_OPERATORS = SEMVER_COMPARISONS | SEMVER_RANGES
 
@@ -34,7 +35,6 @@ MAX_KEY_LENGTH = 400
 PROPERTY_TYPES = frozenset({"person", "group", "cohort", "flag"})
 RUNTIMES = frozenset({"server", "client", "all"})
 BUCKETING_IDENTIFIERS = frozenset({"distinct_id", "device_id"})
-MAX_GROUP_TYPE_INDEX = 4
 
 
 def _is_number(value: Any) -> bool:
@@ -57,8 +57,8 @@ def _check_group_index(path: str, value: Any, errors: Errors) -> None:
         return
     if not isinstance(value, int) or isinstance(value, bool):
         errors.append((path, "Must be an integer or null."))
-    elif not 0 <= value <= MAX_GROUP_TYPE_INDEX:
-        errors.append((path, f"Must be between 0 and {MAX_GROUP_TYPE_INDEX}."))
+    elif not 0 <= value < MAX_GROUP_TYPES:
+        errors.append((path, f"Must be between 0 and {MAX_GROUP_TYPES - 1}."))
 
 
 def _is_date(value: Any) -> bool:

@@ -20,7 +20,12 @@ from starlette.routing import Route
 
 from flagstaff import logs
 from flagstaff.http import admin_models
+from flagstaff.http import surveys as survey_routes
 from flagstaff.http.errors import ApiError
+from flagstaff.http.rest import MAX_ID
+from flagstaff.http.rest import int_param as _int_param
+from flagstaff.http.rest import json_body as _body
+from flagstaff.http.rest import paginated as _paginated
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, NotFound, PersonalKey, Store, StoredEvent
 
@@ -37,62 +42,11 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(data), status, media_type="application/json")
 
 
-MAX_BODY_BYTES = 2 * 1024 * 1024
-"""Management bodies (a flag, a cohort, a list of distinct ids) are far smaller than this."""
-MAX_ID = 2**63 - 1
-
-
-async def _body(request: Request) -> Any:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(
-                413, "payload_too_large", f"the request body is larger than {MAX_BODY_BYTES} bytes"
-            )
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw:
-        return {}
-    try:
-        return msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        raise ApiError(400, "parse_error", "the body is not valid JSON") from None
-
-
-def _int_param(request: Request, name: str, default: int, maximum: int | None = None) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, "invalid_input", f"{name} must be an integer", name) from None
-    if not 0 <= value <= MAX_ID:
-        raise ApiError(400, "invalid_input", f"{name} must be between 0 and {MAX_ID}", name)
-    return min(value, maximum) if maximum is not None else value
-
-
 def _path_int(request: Request, name: str) -> int:
     raw = request.path_params.get(name, "")
     if not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
         raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}")
     return int(raw)
-
-
-def _paginated(request: Request, count: int, results: list[Any], limit: int, offset: int) -> Any:
-    def link(new_offset: int) -> str:
-        query = dict(request.query_params)
-        query.update(limit=str(limit), offset=str(new_offset))
-        return f"{request.url.replace(query=urlencode(query))}"
-
-    return {
-        "count": count,
-        "next": link(offset + limit) if offset + limit < count else None,
-        "previous": link(max(offset - limit, 0)) if offset > 0 else None,
-        "results": results,
-    }
 
 
 def _ms_to_iso(ms: int) -> str:
@@ -437,6 +391,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ),
     ("GET", P + "/events/", list_events, "List events, newest first, cursor paginated"),
     ("GET", P + "/ingestion_warnings/", list_warnings, "List ingestion warnings"),
+    *survey_routes.ROUTES,
 ]
 
 Authenticate = Callable[[Request], Awaitable[PersonalKey]]

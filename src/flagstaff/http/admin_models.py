@@ -5,21 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from flagstaff.activity.rollback import FLAG_WRITABLE_FIELDS
 from flagstaff.flags import validate_flag
+from flagstaff.flags.validation import BUCKETING_IDENTIFIERS, RUNTIMES
 from flagstaff.http.errors import ApiError
+from flagstaff.ingest.groups import MAX_GROUP_TYPES
 
-_WRITABLE_FLAG_FIELDS = (
-    "key",
-    "name",
-    "filters",
-    "active",
-    "deleted",
-    "ensure_experience_continuity",
-    "evaluation_runtime",
-    "evaluation_contexts",
-    "bucketing_identifier",
-    "tags",
-)
 _FLAG_DEFAULTS: dict[str, Any] = {
     "name": "",
     "active": True,
@@ -48,7 +39,7 @@ def flag_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[st
     """
     body = _require_object(body)
     base = dict(_FLAG_DEFAULTS) if current is None else dict(current)
-    changes = {k: body[k] for k in _WRITABLE_FLAG_FIELDS if k in body}
+    changes = {k: body[k] for k in FLAG_WRITABLE_FIELDS if k in body}
     if "evaluation_contexts" not in changes and "evaluation_tags" in body:
         changes["evaluation_contexts"] = body["evaluation_tags"]
     if "filters" not in changes and "rollout_percentage" in body and current is None:
@@ -86,12 +77,14 @@ def _flag_field_errors(flag: dict[str, Any]) -> list[tuple[str, str]]:
     for name in ("active", "deleted", "ensure_experience_continuity"):
         if not isinstance(flag.get(name), bool):
             errors.append((name, "must be true or false"))
-    if flag.get("evaluation_runtime") not in ("all", "client", "server", None):
+    runtime = flag.get("evaluation_runtime")
+    if runtime is not None and runtime not in RUNTIMES:
         errors.append(("evaluation_runtime", "must be one of all, client, server"))
     contexts = flag.get("evaluation_contexts")
     if not isinstance(contexts, list) or not all(isinstance(c, str) for c in contexts):
         errors.append(("evaluation_contexts", "must be a list of strings"))
-    if flag.get("bucketing_identifier") not in ("distinct_id", "device_id", None):
+    bucketing = flag.get("bucketing_identifier")
+    if bucketing is not None and bucketing not in BUCKETING_IDENTIFIERS:
         errors.append(("bucketing_identifier", "must be distinct_id or device_id"))
     if not isinstance(flag.get("filters"), dict):
         errors.append(("filters", "must be an object"))
@@ -186,9 +179,12 @@ def group_type_from_input(body: Any) -> tuple[str, int | None]:
         )
     index = body.get("group_type_index")
     if index is not None and (
-        not isinstance(index, int) or isinstance(index, bool) or not 0 <= index <= 4
+        not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_GROUP_TYPES
     ):
         raise ApiError(
-            400, "invalid_input", "group_type_index must be an integer 0-4", "group_type_index"
+            400,
+            "invalid_input",
+            f"group_type_index must be an integer 0-{MAX_GROUP_TYPES - 1}",
+            "group_type_index",
         )
     return name, index

@@ -62,6 +62,14 @@ class Request:
         client = self.scope.get("client")
         return client[0] if client else None
 
+    @property
+    def forwarded_for(self) -> str | None:
+        """``X-Forwarded-For``, or the ``http_x_forwarded_for`` header some proxies send."""
+        headers = self._headers
+        if headers is None:  # parsed already on the hot routes: skip a second property call
+            headers = self.headers
+        return headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
+
 
 _CACHED_QUERY_BYTES = 256
 """Longer query strings are parsed each time: the cache holds at most 1,024 x 256 bytes."""

@@ -61,9 +61,9 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
     if project is None:
         raise ApiError(401, "invalid_api_key", "no project has this token")
 
-    headers = request.headers
-    forwarded = headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
-    ip = client_ip(forwarded, request.peer, trust_forwarded=svc.settings.trust_forwarded_for)
+    ip = client_ip(
+        request.forwarded_for, request.peer, trust_forwarded=svc.settings.trust_forwarded_for
+    )
     geoip = svc.geoip_lookup if svc.geoip is not None else None
     now_ms = int(time.time() * 1000)
     events: list[Event] = []

@@ -3,6 +3,9 @@
 The data flow of one /flags request: decode the body, resolve the project from its token,
 fetch the compiled definitions (cached per version) and the stored person/groups (one indexed
 look-up each), overlay the request's properties, evaluate, encode.
+
+:func:`project_for_token` (the project of a public request's token, or 401) serves the product
+lists of ``products.py`` too.
 """
 
 from __future__ import annotations
@@ -23,14 +26,13 @@ from flagstaff.http.asgi import Request, Response
 from flagstaff.http.auth import check_personal_key
 from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body
-from flagstaff.ingest.normalize import client_ip
+from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH, client_ip
 from flagstaff.services import Services
 from flagstaff.store.base import FlagContext, Project
 
 _encode = msgspec.json.encode
 _CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-site"))
 SUPPORTED_COMPRESSION = ["gzip", "gzip-js", "lz64"]
-_MAX_DISTINCT_ID = 200
 
 
 def _decode_request(svc: Services, request: Request) -> dict[str, Any]:
@@ -52,7 +54,8 @@ def _decode_request(svc: Services, request: Request) -> dict[str, Any]:
     return payload
 
 
-async def _project_for(svc: Services, token: Any) -> Project:
+async def project_for_token(svc: Services, token: Any) -> Project:
+    """The project whose token this is, or 401 as PostHog answers."""
     if not isinstance(token, str):
         raise ApiError(
             401,
@@ -78,7 +81,7 @@ def _distinct_id(payload: Mapping[str, Any]) -> str:
         raw = str(raw)
     if not isinstance(raw, str):
         raise ApiError(400, "invalid_distinct_id", "distinct_id must be a string", "distinct_id")
-    return raw[:_MAX_DISTINCT_ID]
+    return raw[:MAX_DISTINCT_ID_LENGTH]
 
 
 def _dict_of(payload: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -116,9 +119,9 @@ def _geoip_properties(
 ) -> dict[str, Any]:
     if svc.geoip is None or payload.get("geoip_disable") is True:
         return {}
-    headers = request.headers
-    forwarded = headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
-    ip = client_ip(forwarded, request.peer, trust_forwarded=svc.settings.trust_forwarded_for)
+    ip = client_ip(
+        request.forwarded_for, request.peer, trust_forwarded=svc.settings.trust_forwarded_for
+    )
     return svc.geoip.lookup(ip) if ip else {}
 
 
@@ -195,7 +198,7 @@ async def _overrides_for(
     if continuity and isinstance(anon, str) and anon:
         try:
             overrides = await _continuity_overrides(
-                svc, project, ctx, distinct_id, anon[:_MAX_DISTINCT_ID], continuity
+                svc, project, ctx, distinct_id, anon[:MAX_DISTINCT_ID_LENGTH], continuity
             )
         except Exception:
             logs.logger.exception("storing hash key overrides failed")
@@ -341,8 +344,9 @@ def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes)
     return b"".join([b'{"flags":{', memoryview(parts[0])[1:], *parts[1:], b"}", rest])
 
 
-def config_fields(has_flags: bool) -> dict[str, Any]:
-    """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config)."""
+def config_fields(has_flags: bool, surveys: bool = False) -> dict[str, Any]:
+    """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config);
+    ``surveys``: a survey is active, so posthog-js loads its survey code and the list."""
     return {
         "config": {"enable_collect_everything": True},
         "toolbarParams": {},
@@ -355,7 +359,7 @@ def config_fields(has_flags: bool) -> dict[str, Any]:
         "captureDeadClicks": False,
         "capturePerformance": False,
         "heatmaps": False,
-        "surveys": False,
+        "surveys": surveys,
         "siteApps": [],
         "elementsChainAsString": True,
         "defaultIdentifiedOnly": True,
@@ -365,7 +369,7 @@ def config_fields(has_flags: bool) -> dict[str, Any]:
 async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     payload = _decode_request(svc, request)
     token = payload.get("api_key") or payload.get("token") or payload.get("$token")
-    project = await _project_for(svc, token)
+    project = await project_for_token(svc, token)
     svc.metrics.flag_requests += 1
     request_id = str(uuid_utils.uuid4())
     want_config = request.query.get("config") in ("true", "1", "True")
@@ -387,7 +391,9 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     if limited:
         extra["quotaLimited"] = ["feature_flags"]
     if want_config:
-        extra.update(config_fields(bool(pf.definitions.flags)))
+        extra.update(
+            config_fields(bool(pf.definitions.flags), await svc.surveys.any_active(project.id))
+        )
     if legacy:
         body = {
             "featureFlags": {r.key: (r.variant or True) if r.enabled else False for r in results},
@@ -431,7 +437,7 @@ async def definitions_endpoint(svc: Services, request: Request) -> Response:
     key = await check_personal_key(svc.store, request.headers)
     token = request.query.get("token")
     if token:
-        project = await _project_for(svc, token)
+        project = await project_for_token(svc, token)
         if project.id != key.project_id:
             raise ApiError(401, "invalid_api_key", "the key does not belong to this project")
     if svc.quotas.flags_exceeded(key.project_id):
@@ -468,9 +474,10 @@ async def array_config_endpoint(svc: Services, request: Request) -> Response:
     parts = request.path.strip("/").split("/")
     if len(parts) != 3 or parts[2] not in ("config", "config.js"):
         raise ApiError(404, "not_found", "no such route")
-    project = await _project_for(svc, parts[1])
+    project = await project_for_token(svc, parts[1])
     pf = await svc.definitions.get(project.id)
-    config = {"token": project.api_token, **config_fields(bool(pf.definitions.flags))}
+    surveys = await svc.surveys.any_active(project.id)
+    config = {"token": project.api_token, **config_fields(bool(pf.definitions.flags), surveys)}
     if parts[2] == "config":
         return Response(_encode(config))
     script = (

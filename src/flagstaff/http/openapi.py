@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from flagstaff import __version__
 from flagstaff.http import schemas as s
+from flagstaff.http import survey_schemas as ss
 
 _REF = "#/components/schemas/{name}"
 
@@ -105,6 +106,29 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_warnings": Doc("", s.WarningPage, query=_PAGING),
+    "list_surveys": Doc("", ss.SurveyPage, query=_PAGING),
+    "create_survey": Doc("", ss.Survey, ss.SurveyInput, 201),
+    "get_survey": Doc("", ss.Survey),
+    "patch_survey": Doc("", ss.Survey, ss.SurveyInput),
+    "put_survey": Doc("", ss.Survey, ss.SurveyInput),
+    "delete_survey": Doc("", None, status=204),
+    "archive_survey": Doc("", ss.Survey, dict[str, Any]),
+    "survey_stats": Doc("", ss.SurveyStats),
+    "all_survey_stats": Doc("", ss.AllSurveyStats),
+    "survey_summary": Doc(
+        "",
+        ss.SurveySummary,
+        query=(
+            Param("question_id", "string", "only this question"),
+            Param("limit", "integer", "open answers per page (default 50, at most 500)"),
+            Param("offset", "integer", "open answers to skip"),
+        ),
+    ),
+    "list_features": Doc("", ss.EarlyAccessFeaturePage, query=_PAGING),
+    "create_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput, 201),
+    "get_feature": Doc("", ss.EarlyAccessFeature),
+    "patch_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput),
+    "delete_feature": Doc("", None, status=204),
 }
 
 # public routes, by route name -----------------------------------------------------------------
@@ -170,6 +194,21 @@ _PUBLIC: dict[str, Doc] = {
     **{path: _CAPTURE for path in ("/e", "/i/v0/e", "/capture", "/batch", "/track", "/engage")},
     "/s": Doc(
         "Session recording snapshots: accepted like events", s.CaptureResponse, s.CaptureRequest
+    ),
+    "/api/surveys": Doc(
+        "The active surveys posthog-js shows (their flags decide for whom)",
+        ss.PublicSurveyList,
+        query=(Param("token", "string", "the project token"),),
+        errors=(401,),
+    ),
+    "/api/early_access_features": Doc(
+        "Early access features posthog-js lists",
+        ss.PublicEarlyAccessFeatureList,
+        query=(
+            Param("token", "string", "the project token"),
+            Param("stage", "string", "repeatable or comma-separated; beta when absent"),
+        ),
+        errors=(400, 401),
     ),
     "/api/web_experiments": Doc(
         "Web experiments posthog-js loads (an empty list until the product exists)",

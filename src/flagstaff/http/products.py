@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import msgspec
 
-from flagstaff.accounts.keys import check_project_token
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
+from flagstaff.http.flags import project_for_token
 from flagstaff.services import Services
 from flagstaff.store.base import Project
 
@@ -26,13 +26,7 @@ async def project_from_query(svc: Services, request: Request) -> Project:
         raise ApiError(
             401, "missing_api_key", "send the project token as ?token= in the query string"
         )
-    problem = check_project_token(token)
-    if problem is not None:
-        raise ApiError(401, "invalid_api_key", problem)
-    project = await svc.projects.by_token(token)
-    if project is None:
-        raise ApiError(401, "invalid_api_key", "no project has this token")
-    return project
+    return await project_for_token(svc, token)
 
 
 async def web_experiments_endpoint(svc: Services, request: Request) -> Response:

@@ -1,7 +1,7 @@
 """Event names with a meaning of their own, and the sets the layers test them against.
 
-Every layer (normalization, validation, the person and group rules, the stores, the flag
-endpoints) imports these; none spells the names again.
+Normalization, validation, the person and group rules and the stores' batch step
+(``store/ingest_batch.py``) import these rather than spelling the names again.
 """
 
 from __future__ import annotations

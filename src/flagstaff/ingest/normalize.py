@@ -1,7 +1,7 @@
 """From a decoded capture body to events ready to store: token, distinct_id, uuid, time, ip.
 
-Pure functions, no I/O. They follow the PostHog capture service and ingestion pipeline (compat.md
-sections 8 to 11); where those leave a choice, the docstrings say what Flagstaff does.
+Pure functions, no I/O. They follow the PostHog capture service and ingestion pipeline; where
+those leave a choice, the docstrings (and docs/compat-notes.md) say what Flagstaff does.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from flagstaff.accounts.keys import PERSONAL_KEY_PREFIX
 from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Envelope, Event
 from flagstaff.ingest.uuids import canonical_uuid, new_uuid7
@@ -144,7 +145,7 @@ def _valid_token(token: Any) -> str:
         raise TokenError("token_too_long", f"project token is over {MAX_TOKEN_BYTES} bytes")
     else:
         raise TokenError("token_not_ascii", "project token contains non-ASCII characters")
-    if token.startswith("phx_"):
+    if token.startswith(PERSONAL_KEY_PREFIX):
         raise TokenError(
             "personal_api_key",
             "a personal API key (phx_) cannot capture events: send the project token (phc_)",

@@ -1,7 +1,8 @@
 """Which events are dropped, and why: each rule returns a (reason, detail) problem or None.
 
-A dropped event is still answered with 200 (the seed, section 7); the reason is recorded as an
-ingestion warning. Rules that need stored state (a sixth group type) live with the store.
+A dropped event is still answered with 200, as PostHog's capture answers; the reason is recorded
+as an ingestion warning. The rule that needs stored state (a sixth group type) is in
+``groups.py``, run by the store over the group types it loaded.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ One implementation per engine: :mod:`flagstaff.store.sqlite` and
 :mod:`flagstaff.store.postgres`, each a package with its schema, queries and write path.
 What both map the same way (rows to records, column lists) is in :mod:`flagstaff.store.rows`,
 and what an ingestion batch does between reading and writing in
-:mod:`flagstaff.store.ingest_batch`. Nothing above this module knows which engine is in use.
+:mod:`flagstaff.store.ingest_batch`. Above storage, only :func:`flagstaff.services.make_store`
+(which picks the engine) and ``flagstaff serve`` (which starts the SQLite ingest writer) know
+which engine is in use.
 Flag and cohort definitions are stored as the PostHog JSON objects the management API
 accepts, so the flag engine compiles exactly what was stored.
 """
@@ -17,6 +19,9 @@ from typing import Any, Protocol
 import msgspec
 
 from flagstaff.ingest.model import Drop, Event
+from flagstaff.surveys.early_access import EarlyAccessFeature
+from flagstaff.surveys.model import Survey
+from flagstaff.surveys.stats import SurveyStats
 
 
 class StoreError(Exception):
@@ -141,6 +146,32 @@ class Page(msgspec.Struct):
     results: list[Any]
 
 
+class FlagWrite(msgspec.Struct, frozen=True, kw_only=True):
+    """A flag a survey or early access feature save writes in its own transaction.
+
+    ``data`` is the whole flag as the flag API makes it. Without ``flag_id`` the flag is
+    created and its id stored on the saved record's field named ``target``
+    (``targeting_flag_id``, ``internal_targeting_flag_id``, ``feature_flag_id``); with it, flag
+    ``flag_id`` is replaced by ``data`` (``data["version"]`` checked, ``deleted`` honoured).
+    """
+
+    data: dict[str, Any]
+    flag_id: int | None = None
+    target: str | None = None
+
+
+class SurveysSnapshot(msgspec.Struct, frozen=True):
+    """What the public survey and early access lists serve for one project."""
+
+    surveys: list[Survey]
+    """Every survey not archived (the caller filters by time and responses)."""
+    features: list[EarlyAccessFeature]
+    flag_keys: dict[int, str]
+    """Key of every flag these name (not deleted)."""
+    responses: dict[str, int]
+    """``survey sent`` count per survey, for ``responses_limit``."""
+
+
 class Store(Protocol):
     """Operations grouped by concern. Every write is durable when the awaitable returns."""
 
@@ -235,3 +266,53 @@ class Store(Protocol):
     async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
         """Map ``index`` to ``name``; False when so already; Conflict when either is taken."""
         ...
+
+    # surveys and early access features (saves write their flags in the same transaction)
+    async def list_surveys(self, project_id: int, limit: int, offset: int) -> Page:
+        """Surveys, newest first (``results`` are :class:`Survey`)."""
+        ...
+
+    async def get_survey(self, project_id: int, survey_id: str) -> Survey | None: ...
+    async def survey_names(self, project_id: int) -> set[str]: ...
+    async def save_survey(
+        self, project_id: int, survey: Survey, flags: list[FlagWrite], *, create: bool
+    ) -> Survey:
+        """Write ``flags`` then the survey (with created flag ids set), in one transaction.
+
+        Conflict on ``name`` (another survey has it) or ``key`` (a flag key is taken).
+        """
+        ...
+
+    async def delete_survey(self, project_id: int, survey_id: str, flags: list[FlagWrite]) -> None:
+        """Delete the survey and its aggregate, and write ``flags``, in one transaction."""
+        ...
+
+    async def survey_aggregates(
+        self, project_id: int, survey_ids: list[str] | None
+    ) -> dict[str, SurveyStats]:
+        """The counted survey events per survey (None: every survey of the project)."""
+        ...
+
+    async def list_early_access_features(self, project_id: int, limit: int, offset: int) -> Page:
+        """Features, newest first (``results`` are :class:`EarlyAccessFeature`)."""
+        ...
+
+    async def get_early_access_feature(
+        self, project_id: int, feature_id: str
+    ) -> EarlyAccessFeature | None: ...
+    async def early_access_feature_of_flag(self, project_id: int, flag_id: int) -> str | None:
+        """The id of the feature linked to flag ``flag_id``, if any."""
+        ...
+
+    async def save_early_access_feature(
+        self,
+        project_id: int,
+        feature: EarlyAccessFeature,
+        flags: list[FlagWrite],
+        *,
+        create: bool,
+    ) -> EarlyAccessFeature: ...
+    async def delete_early_access_feature(
+        self, project_id: int, feature_id: str, flags: list[FlagWrite]
+    ) -> None: ...
+    async def surveys_snapshot(self, project_id: int) -> SurveysSnapshot: ...

@@ -17,8 +17,12 @@ from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.rows import warning_details
+from flagstaff.surveys import stats as survey_stats
 
 _decode = msgspec.json.decode
+
+
+SURVEY_EVENT_NAMES = frozenset(survey_stats.EVENTS)
 
 
 def needs_groups(events: list[Event]) -> bool:
@@ -96,3 +100,93 @@ def count_reasons(drops: list[Drop]) -> dict[str, int]:
     for d in drops:
         dropped[d.reason] = dropped.get(d.reason, 0) + 1
     return dropped
+
+
+class SurveyEvent(msgspec.Struct, frozen=True):
+    """A stored ``survey shown`` / ``dismissed`` / ``sent`` event, as the aggregates read it."""
+
+    survey_id: str
+    event: str
+    properties: dict[str, Any]
+    """Its ``$survey_*`` properties."""
+    person: str
+    """The person's uuid (the distinct id when the event made no person)."""
+    timestamp_ms: int
+    uuid: str
+
+
+def survey_events(
+    events: list[Event], book: person_rules.PersonBook | None = None
+) -> list[SurveyEvent]:
+    """The survey events among ``events`` (the kept ones): one set look-up per event, so a
+    batch without survey events costs nothing more. Properties come from the event's JSON
+    when the writer was sent only the rules' keys."""
+    found = [e for e in events if e.event in SURVEY_EVENT_NAMES]
+    if not found:
+        return []
+    out = []
+    for e in found:
+        props = e.properties
+        if e.properties_json is not None:
+            props = _decode(e.properties_json)
+        survey_id = survey_stats.survey_id_of(e.event, props)
+        if survey_id is None:
+            continue
+        person = e.distinct_id
+        state = book.by_distinct_id.get(e.distinct_id) if book is not None else None
+        while state is not None and state.merged_into is not None:
+            state = state.merged_into
+        if state is not None and state.uuid:
+            person = state.uuid
+        out.append(
+            SurveyEvent(
+                survey_id,
+                e.event,
+                survey_stats.stats_properties(props),
+                person,
+                e.timestamp_ms,
+                e.uuid,
+            )
+        )
+    return out
+
+
+class AggregateChange(msgspec.Struct):
+    """One survey's aggregate after a batch: what to write, and whether the survey just
+    reached its ``responses_limit`` (the caches must then stop serving it)."""
+
+    survey_id: str
+    state: bytes
+    responses: int
+    limit_reached: bool
+
+
+def fold_survey_events(
+    found: list[SurveyEvent],
+    stored: dict[str, bytes | None],
+    limits: dict[str, int | None],
+) -> list[AggregateChange]:
+    """Fold the new survey events into their surveys' stored aggregates.
+
+    ``stored``: the current state of each survey that exists (None: no aggregate yet);
+    events of other survey ids are not counted. ``limits``: each survey's responses_limit.
+    """
+    states: dict[str, survey_stats.SurveyStats] = {}
+    before: dict[str, int] = {}
+    for e in found:
+        if e.survey_id not in stored:
+            continue
+        state = states.get(e.survey_id)
+        if state is None:
+            raw = stored[e.survey_id]
+            state = survey_stats.decode(raw) if raw is not None else survey_stats.SurveyStats()
+            states[e.survey_id] = state
+            before[e.survey_id] = state.responses
+        state.add(e.event, e.properties, person=e.person, timestamp_ms=e.timestamp_ms, uuid=e.uuid)
+    out = []
+    for survey_id, state in states.items():
+        limit = limits.get(survey_id)
+        responses = state.responses
+        reached = limit is not None and before[survey_id] < limit <= responses
+        out.append(AggregateChange(survey_id, survey_stats.encode(state), responses, reached))
+    return out

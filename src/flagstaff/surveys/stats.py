@@ -24,7 +24,7 @@ page at a time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -183,6 +183,22 @@ def encode(stats: SurveyStats) -> bytes:
 
 def decode(data: bytes | str) -> SurveyStats:
     return msgspec.json.decode(data, type=SurveyStats)
+
+
+def merge(aggregates: Iterable[SurveyStats]) -> SurveyStats:
+    """The counts of several surveys together (the project-wide stats): totals add up, first
+    and last seen span them all, a person counts once. Answers are not merged."""
+    out = SurveyStats()
+    for one in aggregates:
+        for event, counts in one.counts.items():
+            into = out.counts.setdefault(event, EventCounts())
+            into.total += counts.total
+            for at in (counts.first_seen, counts.last_seen):
+                if at is not None:
+                    into.seen(at)
+        for person, bits in one.persons.items():
+            out.persons[person] = out.persons.get(person, 0) | bits
+    return out
 
 
 def build(events: Sequence[Mapping[str, Any]]) -> SurveyStats:

@@ -10,14 +10,15 @@ guarded by unique constraints: if another batch created the same row first, ours
 :data:`RETRYABLE` tells the caller to run it again, which then reads the committed row.
 
 To make such retries rare, a batch first takes transaction-scoped advisory locks, in sorted
-order, on the distinct ids it does not find (at most :data:`MAX_CLAIMS`), on the groups it
-identifies and on group type names new to the project: concurrent creators of the same rows
-then wait for each other instead of failing. These locks come before any row lock, so they
-add no deadlock.
+order, on the distinct ids it does not find, on the groups it identifies and on group type
+names new to the project (at most :data:`MAX_CLAIMS` in all): concurrent creators of the same
+rows then wait for each other instead of failing. These locks come before any row lock, so
+they add no deadlock.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import asyncpg
@@ -28,12 +29,16 @@ from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, StoreError
 from flagstaff.store.ingest_batch import (
+    SurveyEvent,
     apply_rules,
     count_reasons,
+    fold_survey_events,
     needs_groups,
     person_state,
+    survey_events,
     warnings_of,
 )
+from flagstaff.surveys import stats as survey_stats
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -354,6 +359,9 @@ async def apply_ingest(
     if group_book is not None:
         await _write_groups(conn, project_id, group_book)
     stored = [0] * len(requests)
+    found = survey_events(kept, book)
+    if found:
+        await count_survey_events(conn, project_id, found)
     if kept:
         stored = await _insert_events(conn, project_id, kept, kept_owner, len(requests))
     all_drops = [d for ds in drops for d in ds]
@@ -398,3 +406,62 @@ async def _insert_events(
             inserted.discard(event.uuid)
             stored[n] += 1
     return stored
+
+
+async def count_survey_events(
+    conn: asyncpg.Connection, project_id: int, found: list[SurveyEvent]
+) -> None:
+    """Fold survey events not stored yet into their surveys' aggregates (before the events
+    are inserted, in the same transaction). Aggregate rows are locked in survey id order, so
+    nodes counting the same survey take turns."""
+    known = {
+        r[0]
+        for r in await conn.fetch(
+            "SELECT uuid::text FROM events WHERE project_id = $1 AND uuid = ANY($2::uuid[])",
+            project_id,
+            [e.uuid for e in found],
+        )
+    }
+    fresh: dict[str, SurveyEvent] = {}
+    for e in found:
+        if e.uuid not in known and e.uuid not in fresh:
+            fresh[e.uuid] = e
+    ids = sorted({e.survey_id for e in fresh.values()})
+    if not ids:
+        return
+    limits = {
+        r[0]: r[1]
+        for r in await conn.fetch(
+            "SELECT id, (data->>'responses_limit')::int FROM surveys "
+            "WHERE project_id = $1 AND id = ANY($2::text[]) ORDER BY id",
+            project_id,
+            ids,
+        )
+    }
+    if not limits:
+        return
+    await conn.execute(
+        "INSERT INTO survey_aggregates (project_id, survey_id, state, responses, updated_at_ms) "
+        "SELECT $1, x, $3, 0, 0 FROM unnest($2::text[]) AS x ON CONFLICT DO NOTHING",
+        project_id,
+        sorted(limits),
+        survey_stats.encode(survey_stats.SurveyStats()),
+    )
+    stored: dict[str, bytes | None] = {
+        r[0]: bytes(r[1])
+        for r in await conn.fetch(
+            "SELECT survey_id, state FROM survey_aggregates WHERE project_id = $1 "
+            "AND survey_id = ANY($2::text[]) ORDER BY survey_id FOR UPDATE",
+            project_id,
+            sorted(limits),
+        )
+    }
+    changes = fold_survey_events(list(fresh.values()), stored, limits)
+    now_ms = int(time.time() * 1000)
+    await conn.executemany(
+        "UPDATE survey_aggregates SET state = $3, responses = $4, updated_at_ms = $5 "
+        "WHERE project_id = $1 AND survey_id = $2",
+        [(project_id, c.survey_id, c.state, c.responses, now_ms) for c in changes],
+    )
+    if any(c.limit_reached for c in changes):
+        await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))

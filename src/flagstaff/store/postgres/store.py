@@ -43,6 +43,7 @@ from flagstaff.store.base import (
     Project,
     StoredEvent,
 )
+from flagstaff.store.postgres.flag_writes import insert_flag, replace_flag
 from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
     BUMP_DEFINITIONS,
@@ -54,6 +55,7 @@ from flagstaff.store.postgres.ingest import (
 )
 from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
 from flagstaff.store.postgres.schema import migrate
+from flagstaff.store.postgres.surveys import SurveyMethods
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
@@ -63,7 +65,6 @@ from flagstaff.store.rows import (
     WARNING_COLUMNS,
     cohort_body,
     cohort_record,
-    definition_body,
     definitions_record,
     event_record,
     flag_record,
@@ -121,7 +122,7 @@ SELECT
 """
 
 
-class PostgresStore:
+class PostgresStore(SurveyMethods):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:
@@ -329,62 +330,18 @@ class PostgresStore:
         return flag_record(row) if row else None
 
     async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = definition_body(data)
-        key = data["key"]
         now = now_iso()
-        created = data.get("created_at") or now  # an import keeps the exported one
-        async with self.pool.acquire() as conn:
-            try:
-                async with conn.transaction():
-                    row = await conn.fetchrow(
-                        "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
-                        f"created_at, updated_at) VALUES ($1, $2, 1, false, $3, $4, $5) "
-                        f"RETURNING {FLAG_COLUMNS}",
-                        project_id,
-                        pg_text(key),
-                        json_text(body),
-                        created,
-                        now,
-                    )
-                    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
-            except asyncpg.UniqueViolationError:
-                raise Conflict.flag_key_taken(key) from None
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await insert_flag(conn, project_id, data, now)
         return flag_record(row)
 
     async def update_flag(
         self, project_id: int, flag_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
-        body = definition_body(data)
-        expected = data.get("version")
-        deleted = bool(data.get("deleted"))
         now = now_iso()
-        async with self.pool.acquire() as conn:
-            try:
-                async with conn.transaction():
-                    current = await conn.fetchval(
-                        "SELECT version FROM feature_flags WHERE project_id = $1 AND id = $2 "
-                        "FOR UPDATE",
-                        project_id,
-                        flag_id,
-                    )
-                    if current is None:
-                        raise NotFound(f"feature flag {flag_id}")
-                    if expected is not None and current != expected:
-                        raise Conflict.flag_version_stale()
-                    row = await conn.fetchrow(
-                        "UPDATE feature_flags SET key = $1, data = $2, deleted = $3, "
-                        f"version = version + 1, updated_at = $4 WHERE id = $5 "
-                        f"RETURNING {FLAG_COLUMNS}",
-                        pg_text(data["key"]),
-                        json_text(body),
-                        deleted,
-                        now,
-                        flag_id,
-                    )
-                    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
-            except asyncpg.UniqueViolationError:
-                raise Conflict.flag_key_taken(data["key"]) from None
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await replace_flag(conn, project_id, flag_id, data, now)
         return flag_record(row)
 
     # cohorts ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ reading the database only once that plan is committed.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -20,10 +21,13 @@ from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult
 from flagstaff.store.ingest_batch import (
+    SurveyEvent,
     apply_rules,
     count_reasons,
+    fold_survey_events,
     needs_groups,
     person_state,
+    survey_events,
     warnings_of,
 )
 from flagstaff.store.sqlite.person_cache import PersonCache
@@ -136,9 +140,11 @@ class WritePlan:
     (:func:`execute_plan`) on another thread while the next batch is planned.
     """
 
-    __slots__ = ("dropped", "event_rows", "steps", "warning_rows")
+    __slots__ = ("dropped", "event_rows", "project_id", "steps", "survey_events", "warning_rows")
 
-    def __init__(self) -> None:
+    def __init__(self, project_id: int = 0) -> None:
+        self.project_id = project_id
+        self.survey_events: list[SurveyEvent] = []
         self.steps: list[Step] = []
         self.event_rows: list[tuple[Any, ...]] = []
         self.warning_rows: list[tuple[Any, ...]] = []
@@ -286,7 +292,8 @@ def plan_ingest(
     else:
         kept = events
 
-    plan = WritePlan()
+    plan = WritePlan(project_id)
+    plan.survey_events = survey_events(kept, book)
     _plan_persons(plan, project_id, book, ids, reader, cache)
     if cache is not None:
         cache.remember(project_id, book.by_distinct_id)
@@ -316,6 +323,8 @@ def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
     """Run a plan inside the caller's transaction."""
     for sql, rows in plan.steps:
         conn.executemany(sql, rows)
+    if plan.survey_events:
+        count_survey_events(conn, plan.project_id, plan.survey_events)
     before = conn.total_changes
     conn.executemany(_INSERT_EVENTS, plan.event_rows)
     stored = conn.total_changes - before
@@ -324,6 +333,53 @@ def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
     return IngestResult(
         ingested=stored, duplicates=len(plan.event_rows) - stored, dropped=plan.dropped
     )
+
+
+def count_survey_events(
+    conn: sqlite3.Connection, project_id: int, found: list[SurveyEvent]
+) -> None:
+    """Fold survey events not stored yet into their surveys' aggregates (before the events
+    are inserted, in the same transaction)."""
+    fresh: dict[str, SurveyEvent] = {}
+    for e in found:
+        if e.uuid in fresh:
+            continue
+        if conn.execute(
+            "SELECT 1 FROM events WHERE project_id = ? AND uuid = ?", (project_id, e.uuid)
+        ).fetchone():
+            continue
+        fresh[e.uuid] = e
+    ids = sorted({e.survey_id for e in fresh.values()})
+    if not ids:
+        return
+    marks = ",".join("?" * len(ids))
+    limits = {
+        r[0]: r[1]
+        for r in conn.execute(
+            "SELECT id, json_extract(data, '$.responses_limit') FROM surveys "
+            f"WHERE project_id = ? AND id IN ({marks})",
+            (project_id, *ids),
+        )
+    }
+    stored: dict[str, bytes | None] = dict.fromkeys(limits)
+    for survey_id, state in conn.execute(
+        "SELECT survey_id, state FROM survey_aggregates "
+        f"WHERE project_id = ? AND survey_id IN ({marks})",
+        (project_id, *ids),
+    ):
+        if survey_id in stored:
+            stored[survey_id] = state
+    changes = fold_survey_events(list(fresh.values()), stored, limits)
+    now_ms = int(time.time() * 1000)
+    conn.executemany(
+        "INSERT INTO survey_aggregates (project_id, survey_id, state, responses, updated_at_ms) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, survey_id) DO UPDATE SET "
+        "state = excluded.state, responses = excluded.responses, "
+        "updated_at_ms = excluded.updated_at_ms",
+        [(project_id, c.survey_id, c.state, c.responses, now_ms) for c in changes],
+    )
+    if any(c.limit_reached for c in changes):
+        conn.execute(_BUMP_DEFINITIONS, (project_id,))
 
 
 def apply_ingest(

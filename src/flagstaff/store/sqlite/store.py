@@ -49,7 +49,6 @@ from flagstaff.store.rows import (
     WARNING_COLUMNS,
     cohort_body,
     cohort_record,
-    definition_body,
     definitions_record,
     event_record,
     flag_record,
@@ -61,23 +60,20 @@ from flagstaff.store.rows import (
 )
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
+from flagstaff.store.sqlite.flag_writes import bump_definitions, insert_flag, replace_flag
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
 from flagstaff.store.sqlite.schema import migrate
+from flagstaff.store.sqlite.surveys import SurveyMethods
 from flagstaff.store.sqlite.writer import Writer, connect
 
 _decode = msgspec.json.decode
 
 
-def _bump_definitions(conn: sqlite3.Connection, project_id: int) -> None:
-    conn.execute(
-        "INSERT INTO definitions_version (project_id, version) VALUES (?, 1) "
-        "ON CONFLICT(project_id) DO UPDATE SET version = version + 1",
-        (project_id,),
-    )
+_bump_definitions = bump_definitions
 
 
-class SQLiteStore:
+class SQLiteStore(SurveyMethods):
     """The :class:`~flagstaff.store.base.Store` on an SQLite file."""
 
     def __init__(self, path: Path, ingest_socket: str | None = None) -> None:
@@ -230,24 +226,8 @@ class SQLiteStore:
         return flag_record(row) if row else None
 
     async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
-        body = definition_body(data)
-        key = data["key"]
         now = now_iso()
-        created = data.get("created_at") or now  # an import keeps the exported one
-
-        def write(conn: sqlite3.Connection) -> int:
-            try:
-                cur = conn.execute(
-                    "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
-                    "created_at, updated_at) VALUES (?, ?, 1, 0, ?, ?, ?)",
-                    (project_id, key, json_text(body), created, now),
-                )
-            except sqlite3.IntegrityError:
-                raise Conflict.flag_key_taken(key) from None
-            _bump_definitions(conn, project_id)
-            return int(cur.lastrowid or 0)
-
-        flag_id = await self._writer.submit(write)
+        flag_id = await self._writer.submit(lambda conn: insert_flag(conn, project_id, data, now))
         flag = await self.get_flag(project_id, flag_id)
         assert flag is not None
         return flag
@@ -256,31 +236,8 @@ class SQLiteStore:
         self, project_id: int, flag_id: int, data: dict[str, Any]
     ) -> dict[str, Any]:
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
-        body = definition_body(data)
-        expected = data.get("version")
-        deleted = 1 if data.get("deleted") else 0
         now = now_iso()
-
-        def write(conn: sqlite3.Connection) -> None:
-            row = conn.execute(
-                "SELECT version FROM feature_flags WHERE project_id = ? AND id = ?",
-                (project_id, flag_id),
-            ).fetchone()
-            if row is None:
-                raise NotFound(f"feature flag {flag_id}")
-            if expected is not None and row[0] != expected:
-                raise Conflict.flag_version_stale()
-            try:
-                conn.execute(
-                    "UPDATE feature_flags SET key = ?, data = ?, deleted = ?, "
-                    "version = version + 1, updated_at = ? WHERE id = ?",
-                    (data["key"], json_text(body), deleted, now, flag_id),
-                )
-            except sqlite3.IntegrityError:
-                raise Conflict.flag_key_taken(data["key"]) from None
-            _bump_definitions(conn, project_id)
-
-        await self._writer.submit(write)
+        await self._writer.submit(lambda conn: replace_flag(conn, project_id, flag_id, data, now))
         flag = await self.get_flag(project_id, flag_id)
         assert flag is not None
         return flag

@@ -1,0 +1,73 @@
+"""Flag writes inside a caller's transaction: the flag API's and those a survey or early
+access feature save makes together with its own row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from flagstaff.store.base import Conflict, NotFound
+from flagstaff.store.postgres.ingest import BUMP_DEFINITIONS, pg_text
+from flagstaff.store.rows import FLAG_COLUMNS, definition_body, json_text
+
+
+async def bump_definitions(conn: asyncpg.Connection, project_id: int) -> None:
+    """Bump the project's definitions version and NOTIFY every node."""
+    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+
+
+async def insert_flag(
+    conn: asyncpg.Connection, project_id: int, data: dict[str, Any], now: str
+) -> asyncpg.Record:
+    """Insert the flag in a savepoint (a taken key rolls back only this); returns its row."""
+    key = data["key"]
+    created = data.get("created_at") or now  # an import keeps the exported one
+    try:
+        async with conn.transaction():
+            row = await conn.fetchrow(
+                "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
+                f"created_at, updated_at) VALUES ($1, $2, 1, false, $3, $4, $5) "
+                f"RETURNING {FLAG_COLUMNS}",
+                project_id,
+                pg_text(key),
+                json_text(definition_body(data)),
+                created,
+                now,
+            )
+    except asyncpg.UniqueViolationError:
+        raise Conflict.flag_key_taken(key) from None
+    await bump_definitions(conn, project_id)
+    return row
+
+
+async def replace_flag(
+    conn: asyncpg.Connection, project_id: int, flag_id: int, data: dict[str, Any], now: str
+) -> asyncpg.Record:
+    """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
+    expected = data.get("version")
+    current = await conn.fetchval(
+        "SELECT version FROM feature_flags WHERE project_id = $1 AND id = $2 FOR UPDATE",
+        project_id,
+        flag_id,
+    )
+    if current is None:
+        raise NotFound(f"feature flag {flag_id}")
+    if expected is not None and current != expected:
+        raise Conflict.flag_version_stale()
+    try:
+        async with conn.transaction():
+            row = await conn.fetchrow(
+                "UPDATE feature_flags SET key = $1, data = $2, deleted = $3, "
+                f"version = version + 1, updated_at = $4 WHERE id = $5 "
+                f"RETURNING {FLAG_COLUMNS}",
+                pg_text(data["key"]),
+                json_text(definition_body(data)),
+                bool(data.get("deleted")),
+                now,
+                flag_id,
+            )
+    except asyncpg.UniqueViolationError:
+        raise Conflict.flag_key_taken(data["key"]) from None
+    await bump_definitions(conn, project_id)
+    return row

@@ -1,0 +1,60 @@
+// Opens a page running posthog-js in headless Debian Chromium and reports what the visitor saw.
+// Usage: node drive_surveys.mjs '<json spec>'
+//   spec: {"pageUrl": ..., "surveyId": ..., "answer": "<text>" | null, "reload": bool, "watchMs": 5000}
+// The page sets window.__fixtureDone (or __fixtureError) once posthog-js has decided which
+// surveys match, and window.__result with what it wants reported. Prints one JSON object:
+// { result, shown, resultAfterReload, shownAfterReload }, where shown says whether the
+// survey's popover (div.PostHogSurvey-<id>, rendered by posthog-js) appeared within watchMs.
+import { chromium } from 'playwright-core'
+
+const CHROMIUM_PATH = process.env.FLAGSTAFF_CHROMIUM || '/usr/bin/chromium'
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
+
+async function settled(page) {
+    await page.waitForFunction(() => window.__fixtureDone === true || window.__fixtureError, null, {
+        timeout: 20000,
+    })
+    const failure = await page.evaluate(() => window.__fixtureError ?? null)
+    if (failure) throw new Error(`page script failed: ${failure}`)
+    return page.evaluate(() => window.__result ?? null)
+}
+
+async function appears(page, selector, watchMs) {
+    try {
+        await page.locator(selector).first().waitFor({ state: 'attached', timeout: watchMs })
+        return true
+    } catch {
+        return false
+    }
+}
+
+async function main() {
+    const options = JSON.parse(process.argv[2])
+    const watchMs = options.watchMs ?? 5000
+    const popover = `.PostHogSurvey-${options.surveyId}`
+    const browser = await chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: CHROMIUM_ARGS })
+    const report = {}
+    try {
+        const page = await (await browser.newContext()).newPage()
+        page.on('pageerror', (error) => console.error(`page error: ${error.message}`))
+        await page.goto(options.pageUrl)
+        report.result = await settled(page)
+        report.shown = options.surveyId ? await appears(page, popover, watchMs) : false
+        if (report.shown && options.answer) {
+            await page.locator(`${popover} textarea`).fill(options.answer)
+            await page.locator(`${popover} .form-submit`).click()
+            await page.waitForFunction(() => window.__sent === true, null, { timeout: 10000 })
+        }
+        if (options.reload) {
+            await page.reload()
+            report.resultAfterReload = await settled(page)
+            report.shownAfterReload = await appears(page, popover, watchMs)
+        }
+        await page.waitForTimeout(500)
+    } finally {
+        await browser.close()
+    }
+    console.log(JSON.stringify(report))
+}
+
+await main()
