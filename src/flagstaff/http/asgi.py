@@ -30,10 +30,30 @@ _JSON = b"application/json"
 _encode = msgspec.json.encode
 
 
-class Request:
+class RequestBase:
+    """What the request types of both interfaces (this ASGI one, ``rsgi.RsgiRequest``) derive
+    the same way from their headers."""
+
+    __slots__ = ("_headers", "_query", "body", "method", "path")
+    _headers: dict[str, str] | None
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        raise NotImplementedError
+
+    @property
+    def forwarded_for(self) -> str | None:
+        """``X-Forwarded-For``, or the ``http_x_forwarded_for`` header some proxies send."""
+        headers = self._headers
+        if headers is None:  # parsed already on the hot routes: skip a second property call
+            headers = self.headers
+        return headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
+
+
+class Request(RequestBase):
     """What a handler needs from one HTTP request; headers and query are parsed on demand."""
 
-    __slots__ = ("_headers", "_query", "body", "method", "path", "scope")
+    __slots__ = ("scope",)
 
     def __init__(self, scope: Scope, body: bytes) -> None:
         self.scope = scope
@@ -58,17 +78,14 @@ class Request:
         return self._query
 
     @property
+    def query_string(self) -> str:
+        """The raw query string (for parameters that repeat)."""
+        return str(self.scope.get("query_string", b"").decode("latin-1"))
+
+    @property
     def peer(self) -> str | None:
         client = self.scope.get("client")
         return client[0] if client else None
-
-    @property
-    def forwarded_for(self) -> str | None:
-        """``X-Forwarded-For``, or the ``http_x_forwarded_for`` header some proxies send."""
-        headers = self._headers
-        if headers is None:  # parsed already on the hot routes: skip a second property call
-            headers = self.headers
-        return headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
 
 
 _CACHED_QUERY_BYTES = 256

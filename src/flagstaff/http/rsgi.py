@@ -17,7 +17,7 @@ from typing import Any
 from granian.rsgi import ProtocolClosed, ProtocolError
 
 from flagstaff import logs
-from flagstaff.http.asgi import Response, parse_query
+from flagstaff.http.asgi import RequestBase, Response, parse_query
 from flagstaff.http.errors import ApiError
 from flagstaff.http.limits import BodyReaders, BodyTimeout
 
@@ -26,11 +26,11 @@ _TYPES = {b"application/json": "application/json", b"text/plain": "text/plain"}
 """The usual content types, already as text (RSGI takes ``str`` headers)."""
 
 
-class RsgiRequest:
+class RsgiRequest(RequestBase):
     """The ``Request`` of the hot handlers, read from an RSGI scope (same attributes); it
     holds the protocol object its body is read from."""
 
-    __slots__ = ("_headers", "_query", "_scope", "body", "method", "path", "protocol")
+    __slots__ = ("_scope", "protocol")
 
     def __init__(self, scope: Any, protocol: Any) -> None:
         self._scope = scope
@@ -52,6 +52,11 @@ class RsgiRequest:
         if self._query is None:
             self._query = parse_query(self._scope.query_string.encode("latin-1"))
         return self._query
+
+    @property
+    def query_string(self) -> str:
+        """The raw query string (for parameters that repeat)."""
+        return str(self._scope.query_string)
 
     @property
     def peer(self) -> str | None:
