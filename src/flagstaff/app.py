@@ -20,7 +20,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from flagstaff import logs
+from flagstaff.accounts.store import AccountStore
 from flagstaff.config import Settings
+from flagstaff.console.wiring import console_for
 from flagstaff.http import capture, flags, ops, products, rsgi, static, surveys
 from flagstaff.http.admin import ROUTES, build_admin
 from flagstaff.http.asgi import (
@@ -33,7 +35,7 @@ from flagstaff.http.asgi import (
     read_body,
     send_response,
 )
-from flagstaff.http.auth import personal_key_auth
+from flagstaff.http.auth import principal_auth
 from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
 from flagstaff.http.limits import RETRY_AFTER_SECONDS, BodyReaders, MemoryBudget
@@ -112,10 +114,11 @@ class FlagstaffApp:
         self.services = services or Services(settings)
         self.routes = public_routes()
         document = openapi_document(ROUTES, [*self.routes.values(), *PATTERN_ROUTES])
+        accounts: AccountStore = self.services.store  # type: ignore[assignment]
         self.admin = build_admin(
             self.services.store,
-            personal_key_auth(self.services.store),
-            [schema_route(document), *docs_routes()],
+            principal_auth(accounts),
+            [schema_route(document), *docs_routes(), *console_for(settings, self.services.store)],
         )
         self._body_limit = settings.body_limit
         # One boolean per request when off: the access log costs nothing unless asked for.

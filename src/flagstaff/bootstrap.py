@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from flagstaff.accounts.keys import check_personal_key, check_project_token
+from flagstaff.accounts.records import Role
+from flagstaff.accounts.store import AccountStore
+from flagstaff.accounts.users import UserError, create_member
 from flagstaff.config import Settings
-from flagstaff.store.base import Store
+from flagstaff.store.base import Project, Store
 
 FIRST_START_MESSAGE = (
     "Flagstaff created a project and a personal API key. They are shown only now: "
@@ -46,7 +50,7 @@ async def bootstrap(store: Store, settings: Settings) -> list[Notice]:
         problem = check_personal_key(key_value)
         if problem is not None:
             raise ValueError(f"FLAGSTAFF_INIT_PERSONAL_API_KEY: {problem}")
-        if await store.find_personal_key(key_value) is None:
+        if await _accounts(store).find_key(key_value) is None:  # a revoked one stays revoked
             if project is None:
                 projects = await store.list_projects()
                 project = projects[0] if projects else await store.create_project("Default project")
@@ -65,4 +69,32 @@ async def bootstrap(store: Store, settings: Settings) -> list[Notice]:
                 },
             )
         )
+    if settings.init_admin_email:
+        notices += await _init_admin(store, settings, project)
     return notices
+
+
+def _accounts(store: Store) -> AccountStore:
+    return store  # type: ignore[return-value]  # both engines implement AccountStore
+
+
+async def _init_admin(store: Store, settings: Settings, project: Project | None) -> list[Notice]:
+    """The console's first admin (``FLAGSTAFF_INIT_ADMIN_EMAIL``/``_PASSWORD``), created on
+    the bootstrap project when absent; an existing user's password is never changed."""
+    if project is None:
+        projects = await store.list_projects()
+        project = projects[0] if projects else await store.create_project("Default project")
+    try:
+        user, created = await create_member(
+            _accounts(store),
+            settings.init_admin_email or "",
+            settings.init_admin_password or "",
+            Role.ADMIN,
+            project.id,
+            int(time.time() * 1000),
+        )
+    except UserError as exc:
+        raise ValueError(f"FLAGSTAFF_INIT_ADMIN_EMAIL/PASSWORD: {exc}") from None
+    if not created:
+        return []
+    return [Notice("created the console admin", {"email": user.email, "project_id": project.id})]

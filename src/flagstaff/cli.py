@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -236,6 +237,33 @@ def cmd_key_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_user_create(args: argparse.Namespace) -> int:
+    from flagstaff.accounts.records import Role
+    from flagstaff.accounts.users import UserError, create_member
+
+    password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
+    settings = _settings(args)
+
+    async def run(store: Store) -> None:
+        project_id = await _project_id(store, args.project)
+        try:
+            user, created = await create_member(
+                store,  # type: ignore[arg-type]  # both engines implement AccountStore
+                args.email,
+                password,
+                Role(args.role),
+                project_id,
+                int(time.time() * 1000),
+            )
+        except UserError as exc:
+            raise SystemExit(f"flagstaff: {exc}") from None
+        state = "created" if created else "exists already (password unchanged)"
+        print(f"user {user.id} {user.email} {state}; {args.role} of project {project_id}")
+
+    _with_store(settings, run)
+    return 0
+
+
 # flags import / export -------------------------------------------------------------------------
 
 
@@ -416,6 +444,19 @@ def build_parser() -> argparse.ArgumentParser:
     kcreate.add_argument("--label", default="cli key")
     _store_options(kcreate)
     kcreate.set_defaults(fn=cmd_key_create)
+
+    user = sub.add_parser("user", help="manage console users").add_subparsers(
+        dest="action", required=True
+    )
+    ucreate = user.add_parser(
+        "create", help="create a console user (or give an existing one a role in a project)"
+    )
+    ucreate.add_argument("--email", required=True)
+    ucreate.add_argument("--password", required=True, help="the password, or - to read stdin")
+    ucreate.add_argument("--role", choices=["admin", "editor", "viewer"], default="admin")
+    ucreate.add_argument("--project", type=int, help="project id (needed with several)")
+    _store_options(ucreate)
+    ucreate.set_defaults(fn=cmd_user_create)
 
     flags = sub.add_parser("flags", help="import or export feature flags").add_subparsers(
         dest="action", required=True

@@ -67,6 +67,11 @@ class Settings:
     event_quota_per_minute: int = 0
     init_project_token: str | None = None
     init_personal_api_key: str | None = None
+    init_admin_email: str | None = None
+    init_admin_password: str | None = None
+    """With ``init_admin_email``: the console's first admin, created at start if absent."""
+    trust_forwarded_proto: bool = False
+    """Behind a TLS-terminating proxy: believe its ``X-Forwarded-Proto`` (Secure cookies)."""
     definitions_refresh_seconds: float = 0.25
     max_requests: int = 2048
     """Requests (connections) one worker handles at once; more wait in the listen backlog."""

@@ -16,6 +16,7 @@ from typing import Any, Literal, TextIO
 
 import msgspec
 
+from flagstaff.activity.records import ChangeSource, Trigger
 from flagstaff.http.admin_models import flag_from_input
 from flagstaff.http.errors import ApiError
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
@@ -27,6 +28,9 @@ ACTIONS: tuple[Action, ...] = ("create", "update", "unchanged", "skipped", "reje
 _PAST = {"create": "created", "update": "updated"}
 # Kept by the store, not compared when deciding whether an import changes a flag.
 _BOOKKEEPING = frozenset({"id", "version", "created_at", "updated_at"})
+
+IMPORT_SOURCE = ChangeSource(trigger=Trigger(job_type="flags_import", job_id="cli"))
+"""Imported flags are logged as the system's changes, triggered by the import."""
 
 
 class TransferError(ValueError):
@@ -287,9 +291,11 @@ async def run_import(
         if not dry_run and planned.flag is not None:
             try:
                 if planned.action == "create":
-                    await store.create_flag(project_id, planned.flag)
+                    await store.create_flag(project_id, planned.flag, IMPORT_SOURCE)
                 elif planned.flag_id is not None:
-                    await store.update_flag(project_id, planned.flag_id, planned.flag)
+                    await store.update_flag(
+                        project_id, planned.flag_id, planned.flag, IMPORT_SOURCE
+                    )
             except Conflict as exc:
                 planned = PlannedFlag(planned.label, "rejected", exc.message)
         report.flags.append(planned)

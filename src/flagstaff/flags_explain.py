@@ -14,7 +14,7 @@ from typing import Any
 from flagstaff.flags import EvalRequest
 from flagstaff.flags.explain import Explanation, explain
 from flagstaff.http.flags import group_keys, group_properties_for, person_properties_for
-from flagstaff.store.base import Store
+from flagstaff.store.base import Definitions, Store
 
 
 class ExplainError(ValueError):
@@ -43,6 +43,27 @@ async def explain_from_store(
     groups: dict[str, Any],
     device_id: str | None = None,
 ) -> Explanation:
+    definitions, request = await request_from_store(
+        store, project_id, distinct_id, person_properties, groups, device_id
+    )
+    try:
+        return explain(
+            definitions.flags, definitions.cohorts, definitions.group_type_mapping, key, request
+        )
+    except KeyError:
+        raise ExplainError(f"no flag with key {key!r} in project {project_id}") from None
+
+
+async def request_from_store(
+    store: Store,
+    project_id: int,
+    distinct_id: str,
+    person_properties: dict[str, Any],
+    groups: dict[str, Any],
+    device_id: str | None = None,
+) -> tuple[Definitions, EvalRequest]:
+    """The project's definitions and the evaluation request /flags would build for this
+    person (stored properties overlaid with ``person_properties``)."""
     definitions = await store.definitions(project_id)
     group_type_index = {name: int(index) for index, name in definitions.group_type_mapping.items()}
     keys = group_keys(groups)
@@ -70,9 +91,4 @@ async def explain_from_store(
         hash_key_overrides={k: v for k, v in stored.hash_key_overrides.items() if k in continuity},
         static_cohort_ids=stored.static_cohort_ids,
     )
-    try:
-        return explain(
-            definitions.flags, definitions.cohorts, definitions.group_type_mapping, key, request
-        )
-    except KeyError:
-        raise ExplainError(f"no flag with key {key!r} in project {project_id}") from None
+    return definitions, request

@@ -13,6 +13,7 @@ from flagstaff.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.changes import ChangeCounter
 from flagstaff.config import Settings
 from flagstaff.geoip import GeoIP, open_geoip
+from flagstaff.jobs import scheduled_changes_loop
 from flagstaff.metrics import Metrics, MetricsFiles
 from flagstaff.quotas import Quotas
 from flagstaff.store.base import Store
@@ -53,6 +54,7 @@ class Services:
         self.geoip: GeoIP | None = None
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
+        self._jobs: asyncio.Task[Any] | None = None
 
     def geoip_lookup(self, ip: str) -> dict[str, Any]:
         if self.geoip is None:
@@ -65,6 +67,7 @@ class Services:
         if not self.settings.geoip_disable:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())
+        self._jobs = asyncio.create_task(scheduled_changes_loop(self.store, self.changes.bump))
 
     def _changed_elsewhere(self, project_id: int | None) -> None:
         """Another node changed definitions (or the listener reconnected and may have missed
@@ -72,6 +75,10 @@ class Services:
         self.changes.bump()
 
     async def stop(self) -> None:
+        if self._jobs is not None:
+            self._jobs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._jobs
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -12,8 +12,7 @@ from flagstaff.accounts import api_keys, cookies, csrf, passwords, roles, sessio
 from flagstaff.accounts.records import ApiKeyInfo, LoginAttempt, Role, Session
 
 FAST = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-ACCOUNTS = Path(__file__).parents[2] / "src" / "flagstaff" / "accounts"
-MIGRATIONS = Path(__file__).parents[2] / "src" / "flagstaff" / "store"
+STORE = Path(__file__).parents[2] / "src" / "flagstaff" / "store"
 
 
 # passwords ---------------------------------------------------------------------------------
@@ -262,14 +261,13 @@ def test_key_prefix_last_used_and_listing() -> None:
     assert "secure_value" not in listed and "phx_abcdefghijkl" not in str(listed)
 
 
-# schema drafts -----------------------------------------------------------------------------
+# the accounts migration ---------------------------------------------------------------------
 
 
-def test_sqlite_schema_draft_applies_after_the_existing_migrations() -> None:
+def test_sqlite_accounts_migration_applies_after_the_existing_ones() -> None:
     db = sqlite3.connect(":memory:")
-    for path in sorted((MIGRATIONS / "sqlite" / "migrations").glob("*.sql")):
+    for path in sorted((STORE / "sqlite" / "migrations").glob("*.sql")):
         db.executescript(path.read_text())
-    db.executescript((ACCOUNTS / "schema_sqlite.sql").read_text())
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     expected = {
         "users",
@@ -278,11 +276,6 @@ def test_sqlite_schema_draft_applies_after_the_existing_migrations() -> None:
         "login_attempts",
         "activity_log",
         "feature_flag_versions",
-        "webhooks",
-        "webhook_deliveries",
-        "scheduled_changes",
-        "approval_policies",
-        "change_requests",
     }
     assert expected <= tables
     columns = {r[1] for r in db.execute("PRAGMA table_info(personal_api_keys)")}
@@ -297,7 +290,7 @@ def test_sqlite_schema_draft_applies_after_the_existing_migrations() -> None:
         db.execute("INSERT INTO memberships VALUES (1, 1, 'owner', 1)")
 
 
-def test_both_schema_drafts_create_the_same_tables() -> None:
+def test_both_engines_accounts_migrations_create_the_same_tables() -> None:
     def names(text: str) -> set[str]:
         return {
             line.split()[2]
@@ -305,6 +298,6 @@ def test_both_schema_drafts_create_the_same_tables() -> None:
             if line.startswith(("CREATE TABLE", "CREATE INDEX"))
         }
 
-    sqlite_text = (ACCOUNTS / "schema_sqlite.sql").read_text()
-    postgres_text = (ACCOUNTS / "schema_postgres.sql").read_text()
+    sqlite_text = (STORE / "sqlite" / "migrations" / "0010_accounts.sql").read_text()
+    postgres_text = (STORE / "postgres" / "migrations" / "0010_accounts.sql").read_text()
     assert names(sqlite_text) == names(postgres_text)

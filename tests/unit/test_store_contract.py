@@ -38,7 +38,7 @@ async def _reset(url: str) -> None:
     conn = await asyncpg.connect(url)
     try:
         if await conn.fetchval("SELECT to_regclass('projects') IS NOT NULL"):
-            await conn.execute(f"TRUNCATE {_TABLES} RESTART IDENTITY")
+            await conn.execute(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE")
     finally:
         await conn.close()
 

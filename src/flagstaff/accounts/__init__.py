@@ -2,5 +2,6 @@
 may call the API (project tokens and personal API keys in ``keys.py``), kept out of storage.
 
 Nothing here does I/O. What the accounts need from storage is the :class:`AccountStore`
-protocol in ``store.py``; its draft tables are ``schema_sqlite.sql`` and ``schema_postgres.sql``.
+protocol in ``store.py``, implemented by both engines (``store/sqlite/accounts.py``,
+``store/postgres/accounts.py``; tables in their ``0010_accounts.sql`` migrations).
 """

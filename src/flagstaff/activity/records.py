@@ -74,6 +74,15 @@ class Actor(msgspec.Struct, frozen=True):
 SYSTEM = Actor(is_system=True)
 
 
+class ChangeSource(msgspec.Struct, frozen=True):
+    """Who made a store write and why. The store writes the activity record it implies in the
+    same transaction as the change (``activity`` overrides the one read from the change)."""
+
+    actor: Actor = SYSTEM
+    trigger: Trigger | None = None
+    activity: Activity | None = None
+
+
 class ActivityRecord(msgspec.Struct, frozen=True):
     """One row of the activity log as it is written (id and uuid are given by the store)."""
 

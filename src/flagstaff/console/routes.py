@@ -25,8 +25,12 @@ from flagstaff.accounts.roles import Action, Principal, can
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.console import session as console_session
 from flagstaff.console import templates, views
+from flagstaff.flags.explain import Explanation
+from flagstaff.flags.explain import render as render_explanation
+from flagstaff.store.base import Person
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_URL = "/console/static"
@@ -74,6 +78,31 @@ class ConsoleData(Protocol):
         ...
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
+
+    async def explain_flag(
+        self,
+        project_id: int,
+        key: str,
+        distinct_id: str,
+        person_properties: dict[str, Any],
+        groups: dict[str, Any],
+    ) -> Explanation:
+        """Why the flag evaluates as it does for this person (``flags/explain.py``)."""
+        ...
+
+    async def person(self, project_id: int, distinct_id: str) -> Person | None: ...
+
+    async def scheduled_changes(self, project_id: int, flag_id: int) -> list[ScheduledChange]: ...
+
+    async def person_flags(self, project_id: int, distinct_id: str) -> list[views.PersonFlag]:
+        """Every active flag's value for the person now, as /flags would answer."""
+        ...
+
+    async def recent_events(
+        self, project_id: int, event: str | None, distinct_id: str | None, limit: int
+    ) -> list[views.EventRow]:
+        """The newest events, newest first (the live events page)."""
+        ...
 
 
 class ConsoleSettings(msgspec.Struct, frozen=True):
@@ -415,6 +444,115 @@ class ConsolePages:
         note = f" {ended} other session(s) were logged out." if ended else ""
         return await self._account_page(context, "Your password was changed." + note)
 
+    async def events(self, request: Request) -> Response:
+        """Live events: the newest events now; the page's script then polls the events API."""
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        event = request.query_params.get("event", "")[:200]
+        distinct_id = request.query_params.get("distinct_id", "")[:200]
+        rows = await self.data.recent_events(
+            project.id, event or None, distinct_id or None, views.LIVE_EVENT_ROWS
+        )
+        body = templates.render(
+            "events.html",
+            **self._base(auth, principal, project),
+            nav="events",
+            events=rows,
+            event_filter=event,
+            distinct_id_filter=distinct_id,
+        )
+        return _html(body)
+
+    async def flag_schedule(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        flag = await self._existing_flag(request, auth, project)
+        if isinstance(flag, Response):
+            return flag
+        changes = await self.data.scheduled_changes(project.id, flag["id"])
+        rows = [
+            views.ScheduledRow(
+                c.id, c.run_at_ms, views.describe_scheduled(c.payload), c.executed_at_ms, c.failure
+            )
+            for c in changes
+        ]
+        body = templates.render(
+            "flag_schedule.html",
+            **self._base(auth, principal, project),
+            nav="flags",
+            flag=flag,
+            changes=rows,
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return _html(body)
+
+    async def persons(self, request: Request) -> Response:
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        distinct_id = request.query_params.get("distinct_id", "").strip()[:200]
+        person = await self.data.person(project.id, distinct_id) if distinct_id else None
+        flags: list[views.PersonFlag] = []
+        events: list[views.EventRow] = []
+        if person is not None:
+            flags = await self.data.person_flags(project.id, distinct_id)
+            events = await self.data.recent_events(
+                project.id, None, distinct_id, views.PERSON_EVENT_ROWS
+            )
+        body = templates.render(
+            "persons.html",
+            **self._base(auth, principal, project),
+            nav="persons",
+            distinct_id=distinct_id,
+            person=person,
+            properties=views.property_rows(person.properties) if person else [],
+            flags=flags,
+            events=events,
+        )
+        return _html(body, 200 if person is not None or not distinct_id else 404)
+
+    async def test_user(self, request: Request) -> Response:
+        """The "test a user" panel: a read-only form (GET) evaluating the flag step by step."""
+        context = await self._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        flag = await self._existing_flag(request, auth, project)
+        if isinstance(flag, Response):
+            return flag
+        query = request.query_params
+        distinct_id = query.get("distinct_id", "")[:200]
+        raw_properties = query.get("person_properties", "")[:MAX_FORM_BYTES]
+        raw_groups = query.get("groups", "")[:MAX_FORM_BYTES]
+        explanation, problem = None, ""
+        if distinct_id:
+            try:
+                person_properties = views.json_object(raw_properties, "Person properties")
+                groups = views.json_object(raw_groups, "Groups")
+                explanation = await self.data.explain_flag(
+                    project.id, flag["key"], distinct_id, person_properties, groups
+                )
+            except ValueError as exc:
+                problem = str(exc)
+        body = templates.render(
+            "flag_test.html",
+            **self._base(auth, principal, project),
+            nav="flags",
+            flag=flag,
+            distinct_id=distinct_id,
+            person_properties=raw_properties,
+            groups=raw_groups,
+            explanation=explanation,
+            steps=render_explanation(explanation) if explanation else "",
+            problem=problem,
+        )
+        return _html(body, 400 if problem else 200)
+
     async def flag_history(self, request: Request) -> Response:
         context = await self._page_context(request)
         if isinstance(context, Response):
@@ -455,5 +593,9 @@ def console_routes(
         Route("/feature_flags/new", pages.new_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}", pages.edit_flag, methods=["GET"]),
         Route("/feature_flags/{flag_id}/history", pages.flag_history, methods=["GET"]),
+        Route("/feature_flags/{flag_id}/test", pages.test_user, methods=["GET"]),
+        Route("/feature_flags/{flag_id}/schedule", pages.flag_schedule, methods=["GET"]),
+        Route("/events", pages.events, methods=["GET"]),
+        Route("/persons", pages.persons, methods=["GET"]),
         Mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static"),
     ]

@@ -47,6 +47,89 @@ class FlagUsage(msgspec.Struct, frozen=True):
 
 NO_USAGE = FlagUsage()
 
+LIVE_EVENT_ROWS = 100
+
+
+class ScheduledRow(msgspec.Struct, frozen=True):
+    id: int
+    run_at_ms: int
+    description: str
+    executed_at_ms: int | None
+    failure: str | None
+
+
+def describe_scheduled(payload: dict[str, Any]) -> str:
+    """A scheduled change's payload in words."""
+    operation, value = payload.get("operation"), payload.get("value")
+    if operation == "update_status":
+        return "Turn the flag on" if value else "Turn the flag off"
+    if operation == "update_rollout":
+        group = payload.get("group")
+        where = "every condition set" if group is None else f"condition set {group + 1}"
+        return f"Set the rollout of {where} to {value}%"
+    if operation == "add_release_condition":
+        return "Add release conditions"
+    if operation == "update_variants":
+        return "Replace the variants"
+    return str(operation)
+
+
+PERSON_EVENT_ROWS = 25
+
+
+class PersonFlag(msgspec.Struct, frozen=True):
+    """One flag's value for a person right now, and why (the explainer's reason)."""
+
+    id: int
+    key: str
+    enabled: bool
+    variant: str | None
+    reason: str
+
+
+def property_rows(properties: dict[str, Any]) -> list[tuple[str, str]]:
+    """Properties as (name, shown value), sorted by name; non-strings as JSON."""
+    return [
+        (name, value if isinstance(value, str) else msgspec.json.encode(value).decode())
+        for name, value in sorted(properties.items())
+    ]
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """A typed JSON object from a form field (empty: none); ValueError names the problem."""
+    if not text.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        raise ValueError(f"{what} are not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object")
+    return value
+
+
+class EventRow(msgspec.Struct, frozen=True):
+    """One line of the live events page."""
+
+    uuid: str
+    event: str
+    distinct_id: str
+    timestamp: str
+    summary: str
+
+
+def event_summary(properties: dict[str, Any]) -> str:
+    """The page URL, or the first few non-``$`` properties (as the page's script shows them)."""
+    url = properties.get("$current_url")
+    if url:
+        return str(url)
+    shown = [
+        f"{k}={v if isinstance(v, str) else msgspec.json.encode(v).decode()}"
+        for k, v in properties.items()
+        if not k.startswith("$")
+    ][:4]
+    return ", ".join(shown)
+
 
 OPERATOR_LABELS: dict[str, str] = {
     "exact": "equals",

@@ -1,13 +1,16 @@
-"""The management API under /api/, in PostHog's REST shapes, authorised by personal API keys.
+"""The management API under /api/, in PostHog's REST shapes, authorised by a personal API key
+or a console session (cookie plus CSRF token), with one role check per request.
 
 Routes are declared once in :data:`ROUTES`; the starlette routes and the OpenAPI document at
 /api/schema/ (``http/openapi.py``, which the app adds as an extra route) are both built from
-that table, so they cannot drift apart.
+that table, so they cannot drift apart. A route's action is ``action_for_method`` (reads view,
+the rest edit) unless :data:`ROUTE_ACTIONS` names another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -16,26 +19,52 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from flagstaff import logs
+from flagstaff.accounts.api_keys import key_json
+from flagstaff.accounts.records import Role
+from flagstaff.accounts.roles import Action, Principal, action_for_method, can_revoke_key
+from flagstaff.accounts.store import AccountStore
+from flagstaff.activity import scheduled
+from flagstaff.activity.api import activity_page
+from flagstaff.activity.records import (
+    Activity,
+    Actor,
+    ChangeSource,
+    Scope,
+)
+from flagstaff.activity.rollback import RollbackError, plan_rollback
+from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.http import admin_models
 from flagstaff.http import surveys as survey_routes
+from flagstaff.http.auth import Authenticate
 from flagstaff.http.errors import ApiError
+from flagstaff.http.principal import require
 from flagstaff.http.rest import MAX_ID
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
-from flagstaff.store.base import Conflict, NotFound, PersonalKey, Store, StoredEvent
+from flagstaff.store.base import Conflict, NotFound, Store, StoredEvent
 
 Handler = Callable[["AdminContext", Request], Awaitable[Any]]
 
 
 class AdminContext(msgspec.Struct):
     store: Store
+    accounts: AccountStore
     project_id: int
-    key: PersonalKey
+    principal: Principal
+
+    @property
+    def source(self) -> ChangeSource:
+        """The principal as the author of a change, for the activity log."""
+        return ChangeSource(actor=Actor(user_id=self.principal.user_id, email=self.principal.email))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -55,6 +84,16 @@ def _ms_to_iso(ms: int) -> str:
         .isoformat(timespec="milliseconds")
         .replace("+00:00", "Z")
     )
+
+
+def _iso_to_ms(raw: str) -> int | None:
+    try:
+        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
 
 
 def _parse_time(request: Request, name: str) -> int | None:
@@ -95,7 +134,12 @@ async def create_project(ctx: AdminContext, request: Request) -> Any:
     if not isinstance(name, str) or not name.strip():
         raise ApiError(400, "required", "name is required", "name")
     project = await ctx.store.create_project(name.strip())
-    _, secret = await ctx.store.create_personal_key(project.id, f"{name.strip()} key")
+    user_id = ctx.principal.user_id
+    if user_id is not None:
+        await ctx.accounts.set_membership(user_id, project.id, Role.ADMIN, _now_ms())
+    _, secret = await ctx.accounts.create_user_key(
+        project.id, user_id, f"{name.strip()} key", _now_ms()
+    )
     return 201, {**_project_json(project), "personal_api_key": secret}
 
 
@@ -118,7 +162,7 @@ async def list_flags(ctx: AdminContext, request: Request) -> Any:
 
 async def create_flag(ctx: AdminContext, request: Request) -> Any:
     flag = admin_models.flag_from_input(await _body(request))
-    return 201, await ctx.store.create_flag(ctx.project_id, flag)
+    return 201, await ctx.store.create_flag(ctx.project_id, flag, ctx.source)
 
 
 async def _existing_flag(ctx: AdminContext, request: Request) -> dict[str, Any]:
@@ -135,7 +179,7 @@ async def get_flag(ctx: AdminContext, request: Request) -> Any:
 async def update_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     flag = admin_models.flag_from_input(await _body(request), current)
-    return await ctx.store.update_flag(ctx.project_id, current["id"], flag)
+    return await ctx.store.update_flag(ctx.project_id, current["id"], flag, ctx.source)
 
 
 async def replace_flag(ctx: AdminContext, request: Request) -> Any:
@@ -143,13 +187,197 @@ async def replace_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     flag = admin_models.flag_from_input(await _body(request))
     flag = {**current, **flag, "version": current.get("version")}
-    return await ctx.store.update_flag(ctx.project_id, current["id"], flag)
+    return await ctx.store.update_flag(ctx.project_id, current["id"], flag, ctx.source)
 
 
 async def delete_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     if not current["deleted"]:
-        await ctx.store.update_flag(ctx.project_id, current["id"], {**current, "deleted": True})
+        await ctx.store.update_flag(
+            ctx.project_id, current["id"], {**current, "deleted": True}, ctx.source
+        )
+    return 204, None
+
+
+async def rollback_flag(ctx: AdminContext, request: Request) -> Any:
+    """Restore an earlier version of the flag: an ordinary update (same validation, same
+    optimistic version check) recorded as ``rolled_back``."""
+    current = await _existing_flag(ctx, request)
+    body = await _body(request)
+    target = body.get("version") if isinstance(body, dict) else None
+    if not isinstance(target, int) or isinstance(target, bool):
+        raise ApiError(400, "required", "version (an integer) is required", "version")
+    history = await ctx.store.flag_versions(ctx.project_id, current["id"])
+    try:
+        plan = plan_rollback(current["id"], history, current, target)
+    except RollbackError as exc:
+        raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    flag = admin_models.flag_from_input(plan.body, current)
+    source = ChangeSource(
+        actor=ctx.source.actor, trigger=plan.trigger, activity=Activity.ROLLED_BACK
+    )
+    return await ctx.store.update_flag(ctx.project_id, current["id"], flag, source)
+
+
+async def flag_activity(ctx: AdminContext, request: Request) -> Any:
+    """PostHog's per-flag activity: ``limit`` (default 10) and ``page`` (from 1), newest first,
+    with ``total_count``."""
+    flag = await _existing_flag(ctx, request)
+    limit = _int_param(request, "limit", 10, 100) or 10
+    page = max(_int_param(request, "page", 1), 1)
+    item = str(flag["id"])
+    total = await ctx.store.count_activity(ctx.project_id, Scope.FEATURE_FLAG, item)
+    rows = await ctx.store.list_activity(
+        ctx.project_id,
+        scope=Scope.FEATURE_FLAG,
+        item_id=item,
+        limit=limit,
+        offset=(page - 1) * limit,
+    )
+
+    def page_url(number: int) -> str:
+        query = dict(request.query_params)
+        query.update(limit=str(limit), page=str(number))
+        return str(request.url.replace(query=urlencode(query)))
+
+    next_url = page_url(page + 1) if page * limit < total else None
+    previous_url = page_url(page - 1) if page > 1 else None
+    return activity_page(rows, _ms_to_iso, next_url, previous_url, total)
+
+
+def _scope_param(request: Request) -> Scope | None:
+    raw = request.query_params.get("scope")
+    if not raw:
+        return None
+    try:
+        return Scope(raw)
+    except ValueError:
+        known = ", ".join(s.value for s in Scope)
+        raise ApiError(400, "invalid_input", f"scope must be one of {known}", "scope") from None
+
+
+async def activity_log(ctx: AdminContext, request: Request) -> Any:
+    """The project's activity log, newest first, cursor paginated (100 a page), filtered by
+    ``scope``, ``item_id`` and ``user`` (a user id)."""
+    limit = _int_param(request, "limit", 100, 100) or 100
+    before = _int_param(request, "cursor", 0) or None
+    user = request.query_params.get("user")
+    if user is not None and not user.isdigit():
+        raise ApiError(400, "invalid_input", "user must be a user id", "user")
+    rows = await ctx.store.list_activity(
+        ctx.project_id,
+        scope=_scope_param(request),
+        item_id=request.query_params.get("item_id") or None,
+        user_id=int(user) if user else None,
+        before_id=before,
+        limit=limit + 1,
+    )
+    next_url = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        query = dict(request.query_params)
+        query["cursor"] = str(rows[-1].id)
+        next_url = str(request.url.replace(query=urlencode(query)))
+    return activity_page(rows, _ms_to_iso, next_url, None)
+
+
+# scheduled changes ------------------------------------------------------------------------
+
+
+def scheduled_json(change: ScheduledChange) -> dict[str, Any]:
+    """A scheduled change in PostHog's shape."""
+    return {
+        "id": change.id,
+        "record_id": str(change.flag_id),
+        "model_name": scheduled.MODEL_NAME,
+        "payload": change.payload,
+        "scheduled_at": _ms_to_iso(change.run_at_ms),
+        "executed_at": _ms_to_iso(change.executed_at_ms) if change.executed_at_ms else None,
+        "failure_reason": change.failure,
+        "created_at": _ms_to_iso(change.created_at_ms),
+        "created_by": {"id": change.created_by} if change.created_by is not None else None,
+    }
+
+
+async def list_scheduled_changes(ctx: AdminContext, request: Request) -> Any:
+    raw = request.query_params.get("record_id")
+    if raw is not None and not raw.isdigit():
+        raise ApiError(400, "invalid_input", "record_id must be a feature flag id", "record_id")
+    changes = await ctx.store.list_scheduled_changes(ctx.project_id, int(raw) if raw else None)
+    results = [scheduled_json(c) for c in changes]
+    return {"count": len(results), "next": None, "previous": None, "results": results}
+
+
+async def create_scheduled_change(ctx: AdminContext, request: Request) -> Any:
+    body = await _body(request)
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_input", "the body must be a JSON object")
+    if body.get("model_name", scheduled.MODEL_NAME) != scheduled.MODEL_NAME:
+        raise ApiError(400, "invalid_input", "model_name must be FeatureFlag", "model_name")
+    record = body.get("record_id")
+    if isinstance(record, str) and record.isdigit():
+        record = int(record)
+    if not isinstance(record, int) or isinstance(record, bool):
+        raise ApiError(400, "required", "record_id (a feature flag id) is required", "record_id")
+    flag = await ctx.store.get_flag(ctx.project_id, record)
+    if flag is None or flag.get("deleted"):
+        raise ApiError(400, "invalid_input", "no such feature flag", "record_id")
+    raw_time = body.get("scheduled_at")
+    run_at = _iso_to_ms(raw_time) if isinstance(raw_time, str) else None
+    now = _now_ms()
+    try:
+        operation = scheduled.check_schedule(body.get("payload"), run_at, now)
+    except scheduled.ScheduleError as exc:
+        raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    change = await ctx.store.create_scheduled_change(
+        ctx.project_id, record, operation, body["payload"], run_at, ctx.principal.user_id, now
+    )
+    return 201, scheduled_json(change)
+
+
+async def delete_scheduled_change(ctx: AdminContext, request: Request) -> Any:
+    change_id = _path_int(request, "change_id")
+    if not await ctx.store.delete_scheduled_change(ctx.project_id, change_id):
+        raise ApiError(404, "not_found", "no such pending scheduled change")
+    return 204, None
+
+
+# personal API keys ------------------------------------------------------------------------
+
+
+async def list_keys(ctx: AdminContext, request: Request) -> Any:
+    """Admins see every key of the project, others their own."""
+    principal = ctx.principal
+    everyone = principal.user_id is None or principal.role is Role.ADMIN
+    keys = await ctx.accounts.list_keys(ctx.project_id, None if everyone else principal.user_id)
+    return [key_json(k, _ms_to_iso) for k in sorted(keys, key=lambda k: -k.id)]
+
+
+async def create_key(ctx: AdminContext, request: Request) -> Any:
+    """A new key for the caller; its value is in this answer only."""
+    body = await _body(request)
+    label = body.get("label") if isinstance(body, dict) else None
+    if not isinstance(label, str) or not label.strip():
+        raise ApiError(400, "required", "label is required", "label")
+    if len(label) > 100:
+        raise ApiError(400, "invalid_input", "label is longer than 100 characters", "label")
+    info, secret = await ctx.accounts.create_user_key(
+        ctx.project_id, ctx.principal.user_id, label.strip(), _now_ms(), ctx.source
+    )
+    return 201, {**key_json(info, _ms_to_iso), "value": secret}
+
+
+async def revoke_key(ctx: AdminContext, request: Request) -> Any:
+    key_id = _path_int(request, "key_id")
+    keys = await ctx.accounts.list_keys(ctx.project_id, None)
+    key = next((k for k in keys if k.id == key_id), None)
+    if key is None:
+        raise ApiError(404, "not_found", "no such personal API key")
+    problem = can_revoke_key(ctx.principal, key.user_id)
+    if problem is not None:
+        raise ApiError(403, "permission_denied", problem)
+    if not key.revoked:
+        await ctx.accounts.revoke_key(ctx.project_id, key_id, _now_ms(), ctx.source)
     return 204, None
 
 
@@ -165,7 +393,7 @@ async def list_cohorts(ctx: AdminContext, request: Request) -> Any:
 
 async def create_cohort(ctx: AdminContext, request: Request) -> Any:
     cohort = admin_models.cohort_from_input(await _body(request))
-    return 201, await ctx.store.create_cohort(ctx.project_id, cohort)
+    return 201, await ctx.store.create_cohort(ctx.project_id, cohort, ctx.source)
 
 
 async def _existing_cohort(ctx: AdminContext, request: Request) -> dict[str, Any]:
@@ -182,12 +410,14 @@ async def get_cohort(ctx: AdminContext, request: Request) -> Any:
 async def update_cohort(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_cohort(ctx, request)
     cohort = admin_models.cohort_from_input(await _body(request), current)
-    return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort)
+    return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
 
 
 async def delete_cohort(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_cohort(ctx, request)
-    await ctx.store.update_cohort(ctx.project_id, current["id"], {**current, "deleted": True})
+    await ctx.store.update_cohort(
+        ctx.project_id, current["id"], {**current, "deleted": True}, ctx.source
+    )
     return 204, None
 
 
@@ -200,13 +430,13 @@ async def list_cohort_members(ctx: AdminContext, request: Request) -> Any:
 async def add_cohort_members(ctx: AdminContext, request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
     ids = admin_models.distinct_ids_from(await _body(request))
-    return await ctx.store.change_static_members(ctx.project_id, cohort["id"], ids, [])
+    return await ctx.store.change_static_members(ctx.project_id, cohort["id"], ids, [], ctx.source)
 
 
 async def remove_cohort_members(ctx: AdminContext, request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
     ids = admin_models.distinct_ids_from(await _body(request))
-    return await ctx.store.change_static_members(ctx.project_id, cohort["id"], [], ids)
+    return await ctx.store.change_static_members(ctx.project_id, cohort["id"], [], ids, ctx.source)
 
 
 # read views -------------------------------------------------------------------------------
@@ -362,6 +592,14 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("PATCH", P + "/feature_flags/{flag_id}/", update_flag, "Update a feature flag"),
     ("PUT", P + "/feature_flags/{flag_id}/", replace_flag, "Replace a feature flag (full update)"),
     ("DELETE", P + "/feature_flags/{flag_id}/", delete_flag, "Soft-delete a feature flag"),
+    (
+        "POST",
+        P + "/feature_flags/{flag_id}/rollback/",
+        rollback_flag,
+        "Restore an earlier version of a feature flag",
+    ),
+    ("GET", P + "/feature_flags/{flag_id}/activity/", flag_activity, "A feature flag's history"),
+    ("GET", P + "/activity_log/", activity_log, "The project's activity log, newest first"),
     ("GET", P + "/cohorts/", list_cohorts, "List cohorts"),
     ("POST", P + "/cohorts/", create_cohort, "Create a dynamic or static cohort"),
     ("GET", P + "/cohorts/{cohort_id}/", get_cohort, "Get a cohort"),
@@ -392,23 +630,45 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("GET", P + "/events/", list_events, "List events, newest first, cursor paginated"),
     ("GET", P + "/ingestion_warnings/", list_warnings, "List ingestion warnings"),
     *survey_routes.ROUTES,
+    ("GET", P + "/scheduled_changes/", list_scheduled_changes, "List scheduled flag changes"),
+    (
+        "POST",
+        P + "/scheduled_changes/",
+        create_scheduled_change,
+        "Schedule a flag change (turn on/off, add a condition, variants, rollout)",
+    ),
+    (
+        "DELETE",
+        P + "/scheduled_changes/{change_id}/",
+        delete_scheduled_change,
+        "Cancel a scheduled change that has not run",
+    ),
+    ("GET", "/api/personal_api_keys/", list_keys, "List personal API keys"),
+    ("POST", "/api/personal_api_keys/", create_key, "Create a personal API key (shown once)"),
+    ("DELETE", "/api/personal_api_keys/{key_id}/", revoke_key, "Revoke a personal API key"),
 ]
 
-Authenticate = Callable[[Request], Awaitable[PersonalKey]]
+# Routes whose action is not the method's default: creating a project needs an admin; anyone
+# with access lists and creates their own keys (revocation is checked per key).
+ROUTE_ACTIONS: dict[Handler, Action] = {
+    create_project: Action.MANAGE,
+    list_keys: Action.VIEW,
+    create_key: Action.VIEW,
+    revoke_key: Action.VIEW,
+}
 
 
-def _endpoint(handler: Handler, store: Store, authenticate: Authenticate) -> Callable[..., Any]:
+def _endpoint(
+    handler: Handler, store: Store, accounts: AccountStore, authenticate: Authenticate
+) -> Callable[..., Any]:
+    action = ROUTE_ACTIONS.get(handler)
+
     async def endpoint(request: Request) -> Response:
-        key = await authenticate(request)
-        raw = request.path_params.get("project_id", "@current")
-        if raw != "@current":
-            try:
-                requested = int(raw)
-            except ValueError:
-                raise ApiError(404, "not_found", "no such project") from None
-            if requested != key.project_id:
-                raise ApiError(404, "not_found", "no such project")
-        ctx = AdminContext(store=store, project_id=key.project_id, key=key)
+        principal = await authenticate(request)
+        require(principal, action or action_for_method(request.method))
+        ctx = AdminContext(
+            store=store, accounts=accounts, project_id=principal.project_id, principal=principal
+        )
         try:
             result = await handler(ctx, request)
         except Conflict as exc:
@@ -427,13 +687,19 @@ def _endpoint(handler: Handler, store: Store, authenticate: Authenticate) -> Cal
     return endpoint
 
 
-def build_routes(store: Store, authenticate: Authenticate) -> list[Route]:
+def build_routes(
+    store: Store, authenticate: Authenticate, accounts: AccountStore | None = None
+) -> list[Route]:
+    """``accounts`` defaults to the store (both engines implement :class:`AccountStore`)."""
+    account_store: AccountStore = accounts if accounts is not None else store  # type: ignore[assignment]
     grouped: dict[str, dict[str, Handler]] = {}
     for method, path, handler, _ in ROUTES:
         grouped.setdefault(path, {})[method] = handler
     routes = []
     for path, handlers in grouped.items():
-        endpoints = {m: _endpoint(h, store, authenticate) for m, h in handlers.items()}
+        endpoints = {
+            m: _endpoint(h, store, account_store, authenticate) for m, h in handlers.items()
+        }
 
         async def dispatch(request: Request, endpoints: dict[str, Any] = endpoints) -> Response:
             return await endpoints[request.method](request)
@@ -442,7 +708,12 @@ def build_routes(store: Store, authenticate: Authenticate) -> list[Route]:
     return routes
 
 
-def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Route]) -> Starlette:
+def build_admin(
+    store: Store,
+    authenticate: Authenticate,
+    extra_routes: Sequence[BaseRoute],
+    accounts: AccountStore | None = None,
+) -> Starlette:
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return Response(exc.body(), exc.status, media_type="application/json")
@@ -463,7 +734,7 @@ def build_admin(store: Store, authenticate: Authenticate, extra_routes: list[Rou
     from starlette.exceptions import HTTPException
 
     routes = [
-        *build_routes(store, authenticate),
+        *build_routes(store, authenticate, accounts),
         *extra_routes,
     ]
     return Starlette(

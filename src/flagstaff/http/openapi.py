@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.http import account_schemas as a
 from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
 
@@ -129,6 +130,35 @@ _ADMIN: dict[str, Doc] = {
     "get_feature": Doc("", ss.EarlyAccessFeature),
     "patch_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput),
     "delete_feature": Doc("", None, status=204),
+    "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput),
+    "flag_activity": Doc(
+        "",
+        a.FlagActivityPage,
+        query=(
+            Param("limit", "integer", "page size (default 10)"),
+            Param("page", "integer", "page number, from 1"),
+        ),
+    ),
+    "activity_log": Doc(
+        "",
+        a.ActivityPage,
+        query=(
+            Param("scope", "string", "only this kind of item (FeatureFlag, Cohort, ...)"),
+            Param("item_id", "string", "only this item"),
+            Param("user", "integer", "only changes by this user id"),
+            Param("cursor", "string", "opaque cursor from the previous page's next link"),
+        ),
+    ),
+    "list_scheduled_changes": Doc(
+        "",
+        a.ScheduledChangePage,
+        query=(Param("record_id", "integer", "only this feature flag's changes"),),
+    ),
+    "create_scheduled_change": Doc("", a.ScheduledChange, a.ScheduledChangeInput, 201),
+    "delete_scheduled_change": Doc("", None, status=204),
+    "list_keys": Doc("", list[a.PersonalApiKey]),
+    "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
+    "revoke_key": Doc("", None, status=204),
 }
 
 # public routes, by route name -----------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Who is calling the management API: a Bearer personal key or a console session (cookie plus
 CSRF token), resolved to one :class:`Principal` so that both pass the same role checks.
 
-Not wired yet: ``http/auth.py`` and ``http/admin.py`` will call :func:`authenticate` (see the
-console helper's report for the wiring).
+``http/auth.py`` wraps :func:`authenticate` for the management API; ``http/admin.py`` calls
+:func:`require` once per request.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ from typing import Any, Protocol
 
 import msgspec
 
+from flagstaff.activity.records import ChangeSource, Scope, StoredActivity
+from flagstaff.activity.rollback import FlagVersion
+from flagstaff.activity.scheduled import Operation, ScheduledChange
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.surveys.early_access import EarlyAccessFeature
 from flagstaff.surveys.model import Survey
@@ -196,21 +199,73 @@ class Store(Protocol):
     ) -> Page: ...
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
     async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None: ...
-    async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]: ...
+    # Writes of flags and cohorts record their activity (and a flag's version) in the same
+    # transaction, attributed to ``source`` (the system when None).
+    async def create_flag(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]: ...
     async def update_flag(
-        self, project_id: int, flag_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        flag_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]: ...
 
     # cohorts
     async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page: ...
     async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None: ...
-    async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]: ...
+    async def create_cohort(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]: ...
     async def update_cohort(
-        self, project_id: int, cohort_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        cohort_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]: ...
     async def change_static_members(
-        self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
+        self,
+        project_id: int,
+        cohort_id: int,
+        add: list[str],
+        remove: list[str],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]: ...
+
+    # the activity log (newest first) and every flag version's body
+    async def list_activity(
+        self,
+        project_id: int,
+        *,
+        scope: Scope | None = None,
+        item_id: str | None = None,
+        user_id: int | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[StoredActivity]: ...
+    async def count_activity(self, project_id: int, scope: Scope, item_id: str | None) -> int: ...
+    async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
+
+    # scheduled flag changes; a claim marks due ones executed so exactly one worker runs each
+    async def create_scheduled_change(
+        self,
+        project_id: int,
+        flag_id: int,
+        operation: Operation,
+        payload: dict[str, Any],
+        run_at_ms: int,
+        created_by: int | None,
+        now_ms: int,
+    ) -> ScheduledChange: ...
+    async def list_scheduled_changes(
+        self, project_id: int, flag_id: int | None
+    ) -> list[ScheduledChange]: ...
+    async def delete_scheduled_change(self, project_id: int, change_id: int) -> bool: ...
+    async def claim_due_changes(self, now_ms: int, limit: int) -> list[ScheduledChange]: ...
+    async def fail_scheduled_change(self, change_id: int, failure: str) -> None: ...
     async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]: ...
 
     # what /flags reads

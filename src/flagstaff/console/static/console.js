@@ -381,7 +381,103 @@
     }
   });
 
+  // ---- live events: poll the events API, newest first ------------------------------------
+
+  const LIVE_POLL_MS = 1000;
+  const LIVE_ROWS = 100;
+
+  function eventSummary(properties) {
+    if (properties && properties.$current_url) return String(properties.$current_url);
+    const shown = Object.entries(properties || {})
+      .filter(([k]) => !k.startsWith("$"))
+      .slice(0, 4)
+      .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`);
+    return shown.join(", ");
+  }
+
+  function setUpLiveEvents(table) {
+    const body = table.tBodies[0];
+    const status = document.querySelector("[data-live-status]");
+    const params = new URLSearchParams(window.location.search);
+    const query = new URLSearchParams({ limit: String(LIVE_ROWS) });
+    for (const name of ["event", "distinct_id"]) {
+      if (params.get(name)) query.set(name, params.get(name));
+    }
+    async function poll() {
+      try {
+        const page = await api("GET", `${apiBase}/events/?${query}`);
+        const rows = page.results.map((e) => {
+          const row = document.createElement("tr");
+          row.dataset.eventUuid = e.uuid;
+          for (const text of [e.event, e.distinct_id, e.timestamp, eventSummary(e.properties)]) {
+            const cell = document.createElement("td");
+            cell.textContent = text;
+            row.append(cell);
+          }
+          return row;
+        });
+        if (rows.length) body.replaceChildren(...rows);
+        if (status) status.textContent = `Newest first; updated ${new Date().toLocaleTimeString()}.`;
+      } catch (error) {
+        if (status) status.textContent = `Could not load events: ${error.message}`;
+      } finally {
+        window.setTimeout(poll, LIVE_POLL_MS);
+      }
+    }
+    window.setTimeout(poll, LIVE_POLL_MS);
+  }
+
+  // ---- scheduled changes: create through the API, cancel ---------------------------------
+
+  function setUpSchedule(form) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const data = new FormData(form);
+      const choice = data.get("operation");
+      const when = new Date(String(data.get("when")));
+      let payload;
+      if (choice === "rollout") {
+        const raw = String(data.get("rollout") || "");
+        if (raw === "") {
+          showErrors(["Rollout percentage: give a number from 0 to 100."]);
+          return;
+        }
+        payload = { operation: "update_rollout", value: Number(raw) };
+      } else {
+        payload = { operation: "update_status", value: choice === "on" };
+      }
+      if (Number.isNaN(when.getTime())) {
+        showErrors(["When: choose a date and time."]);
+        return;
+      }
+      try {
+        await api("POST", `${apiBase}/scheduled_changes/`, {
+          record_id: Number(form.dataset.flagId),
+          model_name: "FeatureFlag",
+          payload,
+          scheduled_at: when.toISOString(),
+        });
+        window.location.reload();
+      } catch (error) {
+        showErrors([error.message]);
+      }
+    });
+  }
+
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest('button[data-action="cancel-scheduled"]');
+    if (!button) return;
+    try {
+      await api("DELETE", `${apiBase}/scheduled_changes/${button.dataset.changeId}/`);
+      window.location.reload();
+    } catch (error) {
+      showErrors([error.message]);
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("form[data-schedule-change]").forEach(setUpSchedule);
+    document.querySelectorAll("table[data-live-events]").forEach(setUpLiveEvents);
     document.querySelectorAll("form[data-create-key]").forEach(setUpKeys);
     document.querySelectorAll("form[data-flag-editor]").forEach(setUpEditor);
     document.querySelectorAll("[data-flag-history]").forEach(setUpHistory);

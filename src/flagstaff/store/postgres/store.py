@@ -29,6 +29,8 @@ import msgspec
 
 from flagstaff import logs
 from flagstaff.accounts import keys
+from flagstaff.accounts.api_keys import key_prefix
+from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import (
     Conflict,
@@ -43,6 +45,7 @@ from flagstaff.store.base import (
     Project,
     StoredEvent,
 )
+from flagstaff.store.postgres.accounts import PostgresAccounts, write_change, write_flag_version
 from flagstaff.store.postgres.flag_writes import insert_flag, replace_flag
 from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
@@ -122,7 +125,67 @@ SELECT
 """
 
 
-class PostgresStore(SurveyMethods):
+async def _flag_in(conn: asyncpg.Connection, flag_id: int) -> dict[str, Any]:
+    return flag_record(
+        await conn.fetchrow(f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE id = $1", flag_id)
+    )
+
+
+async def _cohort_in(conn: asyncpg.Connection, cohort_id: int) -> dict[str, Any]:
+    return cohort_record(
+        await conn.fetchrow(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id)
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def _log_flag(
+    conn: asyncpg.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    """The activity record and the version row of a flag write, in its transaction."""
+    now_ms = _now_ms()
+    if before is not None:  # a flag older than the history: keep the version it replaces
+        await write_flag_version(conn, project_id, before, None, None, now_ms)
+    activity_id = await write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.FEATURE_FLAG,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=now_ms,
+    )
+    user_id = source.actor.user_id if source else None
+    await write_flag_version(conn, project_id, after, activity_id, user_id, now_ms)
+
+
+async def _log_cohort(
+    conn: asyncpg.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    await write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.COHORT,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=_now_ms(),
+    )
+
+
+class PostgresStore(PostgresAccounts, SurveyMethods):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:
@@ -275,12 +338,15 @@ class PostgresStore(SurveyMethods):
         try:
             key_id = await self.pool.fetchval(
                 "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
-                "created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                "created_at, prefix, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                "RETURNING id",
                 project_id,
                 pg_text(label),
                 keys.hash_key(secret),
                 pg_text(mask),
                 created,
+                pg_text(key_prefix(secret)),
+                _now_ms(),
             )
         except asyncpg.UniqueViolationError:
             raise Conflict.personal_key_taken() from None
@@ -288,7 +354,8 @@ class PostgresStore(SurveyMethods):
 
     async def find_personal_key(self, value: str) -> PersonalKey | None:
         row = await self.pool.fetchrow(
-            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = $1",
+            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = $1 "
+            "AND revoked_at_ms IS NULL",
             keys.hash_key(value),
         )
         return PersonalKey(*row) if row else None
@@ -329,19 +396,34 @@ class PostgresStore(SurveyMethods):
         )
         return flag_record(row) if row else None
 
-    async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    async def create_flag(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]:
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
             row = await insert_flag(conn, project_id, data, now)
+            await _log_flag(conn, project_id, None, flag_record(row), source)
         return flag_record(row)
 
     async def update_flag(
-        self, project_id: int, flag_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        flag_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
-            row = await replace_flag(conn, project_id, flag_id, data, now)
+            found = await conn.fetchrow(
+                f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2 "
+                "FOR UPDATE",
+                project_id,
+                flag_id,
+            )
+            row = await replace_flag(conn, project_id, flag_id, data, now)  # NotFound: none
+            before = flag_record(found) if found else None
+            await _log_flag(conn, project_id, before, flag_record(row), source)
         return flag_record(row)
 
     # cohorts ---------------------------------------------------------------------------
@@ -368,7 +450,9 @@ class PostgresStore(SurveyMethods):
         )
         return cohort_record(row) if row else None
 
-    async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    async def create_cohort(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]:
         cohort = cohort_body(data)
         members = [pg_text(d) for d in cohort.members]
         now = now_iso()
@@ -385,18 +469,29 @@ class PostgresStore(SurveyMethods):
                 )
                 await _add_members(conn, project_id, cohort_id, members)
                 await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                await _log_cohort(conn, project_id, None, await _cohort_in(conn, cohort_id), source)
             row = await conn.fetchrow(
                 f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
             )
         return cohort_record(row)
 
     async def update_cohort(
-        self, project_id: int, cohort_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        cohort_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         body = cohort_body(data).body
         deleted = bool(data.get("deleted"))
         async with self.pool.acquire() as conn:
             async with conn.transaction():
+                exists = await conn.fetchval(
+                    "SELECT 1 FROM cohorts WHERE project_id = $1 AND id = $2 FOR UPDATE",
+                    project_id,
+                    cohort_id,
+                )
+                before = await _cohort_in(conn, cohort_id) if exists else None
                 status = await conn.execute(
                     "UPDATE cohorts SET data = $1, deleted = $2, version = version + 1, "
                     "updated_at = $3 WHERE project_id = $4 AND id = $5",
@@ -409,13 +504,21 @@ class PostgresStore(SurveyMethods):
                 if status == "UPDATE 0":
                     raise NotFound(f"cohort {cohort_id}")
                 await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+                await _log_cohort(
+                    conn, project_id, before, await _cohort_in(conn, cohort_id), source
+                )
             row = await conn.fetchrow(
                 f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
             )
         return cohort_record(row)
 
     async def change_static_members(
-        self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
+        self,
+        project_id: int,
+        cohort_id: int,
+        add: list[str],
+        remove: list[str],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         async with self.pool.acquire() as conn:
             async with conn.transaction():
@@ -429,6 +532,7 @@ class PostgresStore(SurveyMethods):
                     raise NotFound(f"cohort {cohort_id}")
                 if not is_static:
                     raise Conflict.cohort_not_static()
+                before = await _cohort_in(conn, cohort_id)
                 await _add_members(conn, project_id, cohort_id, [pg_text(d) for d in add])
                 if remove:
                     await conn.execute(
@@ -441,6 +545,9 @@ class PostgresStore(SurveyMethods):
                     "UPDATE cohorts SET version = version + 1, updated_at = $1 WHERE id = $2",
                     now_iso(),
                     cohort_id,
+                )
+                await _log_cohort(
+                    conn, project_id, before, await _cohort_in(conn, cohort_id), source
                 )
             row = await conn.fetchrow(
                 f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id

@@ -25,6 +25,8 @@ from typing import Any
 import msgspec
 
 from flagstaff.accounts import keys
+from flagstaff.accounts.api_keys import key_prefix
+from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.changes import ChangeCounter
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import (
@@ -59,6 +61,7 @@ from flagstaff.store.rows import (
     warning_record,
 )
 from flagstaff.store.sqlite import event_index
+from flagstaff.store.sqlite.accounts import SQLiteAccounts, write_change, write_flag_version
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.flag_writes import bump_definitions, insert_flag, replace_flag
 from flagstaff.store.sqlite.ingest import apply_ingest
@@ -70,11 +73,69 @@ from flagstaff.store.sqlite.writer import Writer, connect
 _decode = msgspec.json.decode
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _flag_in(conn: sqlite3.Connection, flag_id: int) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE id = ?", (flag_id,))
+    return flag_record(row.fetchone())
+
+
+def _cohort_in(conn: sqlite3.Connection, cohort_id: int) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = ?", (cohort_id,))
+    return cohort_record(row.fetchone())
+
+
+def _log_flag(
+    conn: sqlite3.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    """The activity record and the version row of a flag write, in its transaction."""
+    now_ms = _now_ms()
+    if before is not None:  # a flag older than the history: keep the version it replaces
+        write_flag_version(conn, project_id, before, None, None, now_ms)
+    activity_id = write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.FEATURE_FLAG,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=now_ms,
+    )
+    user_id = source.actor.user_id if source else None
+    write_flag_version(conn, project_id, after, activity_id, user_id, now_ms)
+
+
+def _log_cohort(
+    conn: sqlite3.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.COHORT,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=_now_ms(),
+    )
+
+
 _bump_definitions = bump_definitions
 
 
-class SQLiteStore(SurveyMethods):
-    """The :class:`~flagstaff.store.base.Store` on an SQLite file."""
+class SQLiteStore(SQLiteAccounts, SurveyMethods):
+    """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(self, path: Path, ingest_socket: str | None = None) -> None:
         self.path = path
@@ -177,9 +238,12 @@ class SQLiteStore(SurveyMethods):
             try:
                 cur = conn.execute(
                     "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
-                    "created_at) VALUES (?, ?, ?, ?, ?)",
-                    (project_id, label, keys.hash_key(secret), mask, created),
-                )
+                    "created_at, prefix, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        project_id, label, keys.hash_key(secret), mask, created,
+                        key_prefix(secret), _now_ms(),
+                    ),
+                )  # fmt: skip
             except sqlite3.IntegrityError:
                 raise Conflict.personal_key_taken() from None
             return int(cur.lastrowid or 0)
@@ -189,7 +253,8 @@ class SQLiteStore(SurveyMethods):
 
     async def find_personal_key(self, value: str) -> PersonalKey | None:
         row = self.db.execute(
-            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = ?",
+            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = ? "
+            "AND revoked_at_ms IS NULL",
             (keys.hash_key(value),),
         ).fetchone()
         return PersonalKey(*row) if row else None
@@ -225,19 +290,41 @@ class SQLiteStore(SurveyMethods):
         ).fetchone()
         return flag_record(row) if row else None
 
-    async def create_flag(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    async def create_flag(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]:
         now = now_iso()
-        flag_id = await self._writer.submit(lambda conn: insert_flag(conn, project_id, data, now))
+
+        def write(conn: sqlite3.Connection) -> int:
+            flag_id = insert_flag(conn, project_id, data, now)
+            _log_flag(conn, project_id, None, _flag_in(conn, flag_id), source)
+            return flag_id
+
+        flag_id = await self._writer.submit(write)
         flag = await self.get_flag(project_id, flag_id)
         assert flag is not None
         return flag
 
     async def update_flag(
-        self, project_id: int, flag_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        flag_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
         now = now_iso()
-        await self._writer.submit(lambda conn: replace_flag(conn, project_id, flag_id, data, now))
+
+        def write(conn: sqlite3.Connection) -> None:
+            found = conn.execute(
+                f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = ? AND id = ?",
+                (project_id, flag_id),
+            ).fetchone()
+            replace_flag(conn, project_id, flag_id, data, now)  # NotFound when there is none
+            before = flag_record(found) if found else None
+            _log_flag(conn, project_id, before, _flag_in(conn, flag_id), source)
+
+        await self._writer.submit(write)
         flag = await self.get_flag(project_id, flag_id)
         assert flag is not None
         return flag
@@ -262,7 +349,9 @@ class SQLiteStore(SurveyMethods):
         ).fetchone()
         return cohort_record(row) if row else None
 
-    async def create_cohort(self, project_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    async def create_cohort(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]:
         cohort = cohort_body(data)
         now = now_iso()
 
@@ -278,6 +367,7 @@ class SQLiteStore(SurveyMethods):
                 [(cohort_id, d) for d in cohort.members],
             )
             _bump_definitions(conn, project_id)
+            _log_cohort(conn, project_id, None, _cohort_in(conn, cohort_id), source)
             return cohort_id
 
         cohort_id = await self._writer.submit(write)
@@ -286,13 +376,21 @@ class SQLiteStore(SurveyMethods):
         return created
 
     async def update_cohort(
-        self, project_id: int, cohort_id: int, data: dict[str, Any]
+        self,
+        project_id: int,
+        cohort_id: int,
+        data: dict[str, Any],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         body = cohort_body(data).body
         deleted = 1 if data.get("deleted") else 0
         now = now_iso()
 
         def write(conn: sqlite3.Connection) -> None:
+            exists = conn.execute(
+                "SELECT 1 FROM cohorts WHERE project_id = ? AND id = ?", (project_id, cohort_id)
+            ).fetchone()
+            before = _cohort_in(conn, cohort_id) if exists else None
             cur = conn.execute(
                 "UPDATE cohorts SET data = ?, deleted = ?, version = version + 1, updated_at = ? "
                 "WHERE project_id = ? AND id = ?",
@@ -301,6 +399,7 @@ class SQLiteStore(SurveyMethods):
             if cur.rowcount == 0:
                 raise NotFound(f"cohort {cohort_id}")
             _bump_definitions(conn, project_id)
+            _log_cohort(conn, project_id, before, _cohort_in(conn, cohort_id), source)
 
         await self._writer.submit(write)
         cohort = await self.get_cohort(project_id, cohort_id)
@@ -308,7 +407,12 @@ class SQLiteStore(SurveyMethods):
         return cohort
 
     async def change_static_members(
-        self, project_id: int, cohort_id: int, add: list[str], remove: list[str]
+        self,
+        project_id: int,
+        cohort_id: int,
+        add: list[str],
+        remove: list[str],
+        source: ChangeSource | None = None,
     ) -> dict[str, Any]:
         def write(conn: sqlite3.Connection) -> None:
             row = conn.execute(
@@ -319,6 +423,7 @@ class SQLiteStore(SurveyMethods):
                 raise NotFound(f"cohort {cohort_id}")
             if not row[0]:
                 raise Conflict.cohort_not_static()
+            before = _cohort_in(conn, cohort_id)
             conn.executemany(
                 "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
                 [(cohort_id, d) for d in add],
@@ -331,6 +436,7 @@ class SQLiteStore(SurveyMethods):
                 "UPDATE cohorts SET version = version + 1, updated_at = ? WHERE id = ?",
                 (now_iso(), cohort_id),
             )
+            _log_cohort(conn, project_id, before, _cohort_in(conn, cohort_id), source)
 
         await self._writer.submit(write)
         cohort = await self.get_cohort(project_id, cohort_id)

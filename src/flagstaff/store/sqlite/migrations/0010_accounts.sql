@@ -1,6 +1,6 @@
--- Draft: accounts, activity log, webhooks, scheduled changes and approvals (SQLite).
--- The store pass turns this into store/sqlite migrations (numbered after the existing ones).
--- Times are integer milliseconds since the epoch. JSON documents are TEXT.
+-- Accounts (users, memberships, sessions, login attempts), personal keys' owner, prefix,
+-- last use and revocation, the activity log and every flag version's body.
+-- Times are integer milliseconds since the epoch.
 
 CREATE TABLE users (
     id INTEGER PRIMARY KEY,
@@ -53,6 +53,9 @@ ALTER TABLE personal_api_keys ADD COLUMN created_at_ms INTEGER;
 ALTER TABLE personal_api_keys ADD COLUMN last_used_ms INTEGER;
 ALTER TABLE personal_api_keys ADD COLUMN revoked_at_ms INTEGER;
 CREATE INDEX personal_api_keys_user ON personal_api_keys(project_id, user_id);
+-- Keys made before this migration: the mask is their prefix, created_at their time.
+UPDATE personal_api_keys SET prefix = mask,
+    created_at_ms = CAST(strftime('%s', created_at) AS INTEGER) * 1000;
 
 -- One row per change, written in the same transaction as the change itself.
 CREATE TABLE activity_log (
@@ -81,67 +84,3 @@ CREATE TABLE feature_flag_versions (
     created_at_ms INTEGER NOT NULL,
     PRIMARY KEY (flag_id, version)
 ) WITHOUT ROWID;
-
-CREATE TABLE webhooks (
-    id INTEGER PRIMARY KEY,
-    project_id INTEGER NOT NULL REFERENCES projects(id),
-    url TEXT NOT NULL,
-    secret TEXT NOT NULL,                     -- HMAC key; shown once at creation
-    scopes TEXT NOT NULL DEFAULT '[]',        -- JSON list; empty = every scope
-    enabled INTEGER NOT NULL DEFAULT 1,
-    created_at_ms INTEGER NOT NULL
-);
-CREATE INDEX webhooks_project ON webhooks(project_id);
-
-CREATE TABLE webhook_deliveries (
-    id INTEGER PRIMARY KEY,
-    webhook_id INTEGER NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
-    activity_id INTEGER NOT NULL REFERENCES activity_log(id),
-    payload TEXT NOT NULL,                    -- the exact bytes signed and sent
-    status TEXT NOT NULL CHECK (status IN ('pending', 'succeeded', 'failed')),
-    attempts INTEGER NOT NULL DEFAULT 0,
-    next_attempt_ms INTEGER,
-    last_status_code INTEGER,
-    last_error TEXT NOT NULL DEFAULT '',
-    created_at_ms INTEGER NOT NULL,
-    updated_at_ms INTEGER NOT NULL
-);
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_ms) WHERE status = 'pending';
-CREATE INDEX webhook_deliveries_webhook ON webhook_deliveries(webhook_id, id);
-
-CREATE TABLE scheduled_changes (
-    id INTEGER PRIMARY KEY,
-    project_id INTEGER NOT NULL REFERENCES projects(id),
-    flag_id INTEGER NOT NULL REFERENCES feature_flags(id),
-    operation TEXT NOT NULL CHECK (operation IN ('update_status', 'add_release_condition', 'update_variants', 'update_rollout')),
-    payload TEXT NOT NULL,                    -- JSON: {"operation": ..., "value": ...}
-    run_at_ms INTEGER NOT NULL,
-    created_by INTEGER REFERENCES users(id) ON DELETE SET NULL,
-    created_at_ms INTEGER NOT NULL,
-    executed_at_ms INTEGER,
-    failure TEXT
-);
-CREATE INDEX scheduled_changes_due ON scheduled_changes(run_at_ms) WHERE executed_at_ms IS NULL;
-CREATE INDEX scheduled_changes_flag ON scheduled_changes(project_id, flag_id);
-
--- Per project: whether flag changes wait for a second person.
-CREATE TABLE approval_policies (
-    project_id INTEGER PRIMARY KEY REFERENCES projects(id),
-    enabled INTEGER NOT NULL DEFAULT 0
-);
-
-CREATE TABLE change_requests (
-    id INTEGER PRIMARY KEY,
-    project_id INTEGER NOT NULL REFERENCES projects(id),
-    flag_id INTEGER REFERENCES feature_flags(id),   -- NULL for a flag still to be created
-    body TEXT NOT NULL,                              -- the create or PATCH body, validated
-    base_version INTEGER,                            -- the flag version the body was made from
-    author_user_id INTEGER REFERENCES users(id) ON DELETE SET NULL,
-    status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'rejected', 'applied', 'stale')),
-    decided_by INTEGER REFERENCES users(id) ON DELETE SET NULL,
-    decided_at_ms INTEGER,
-    comment TEXT NOT NULL DEFAULT '',
-    created_at_ms INTEGER NOT NULL,
-    applied_at_ms INTEGER
-);
-CREATE INDEX change_requests_pending ON change_requests(project_id, status, id);

@@ -1,0 +1,168 @@
+"""The console's read views (:class:`~flagstaff.console.routes.ConsoleData`) over the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flagstaff.activity.records import Scope, StoredActivity
+from flagstaff.activity.rollback import FlagVersion
+from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.console.routes import ProjectInfo
+from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
+from flagstaff.flags.explain import Explanation, explain
+from flagstaff.flags_explain import ExplainError, explain_from_store, request_from_store
+from flagstaff.http.admin import event_json
+from flagstaff.ingest.event_names import FEATURE_FLAG_CALLED
+from flagstaff.store.base import Person, Store
+
+DAY_MS = 86_400_000
+USAGE_WINDOW_DAYS = 30
+USAGE_SCAN_LIMIT = 20_000
+"""At most this many of the newest ``$feature_flag_called`` events are counted per page view
+(a busy project's usage is then a lower bound: a daily rollup kept at ingest would lift it)."""
+PROPERTY_SCAN_EVENTS = 500
+MAX_LIST = 10_000
+
+
+class StoreConsoleData:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def project(self, project_id: int) -> ProjectInfo | None:
+        project = await self.store.get_project(project_id)
+        return ProjectInfo(project.id, project.name) if project else None
+
+    async def list_flags(self, project_id: int) -> list[dict[str, Any]]:
+        return list((await self.store.list_flags(project_id, MAX_LIST, 0)).results)
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+        return await self.store.get_flag(project_id, flag_id)
+
+    async def flag_usage(self, project_id: int, now_ms: int) -> dict[str, FlagUsage]:
+        since = now_ms - USAGE_WINDOW_DAYS * DAY_MS
+        counts: dict[str, int] = {}
+        last: dict[str, int] = {}
+        cursor: tuple[int, int] | None = None
+        seen = 0
+        while seen < USAGE_SCAN_LIMIT:
+            rows = await self.store.list_events(
+                project_id,
+                distinct_id=None,
+                event=FEATURE_FLAG_CALLED,
+                after_ms=since,
+                before_ms=None,
+                cursor=cursor,
+                limit=1000,
+            )
+            for row in rows:
+                key = row.properties.get("$feature_flag")
+                if isinstance(key, str):
+                    counts[key] = counts.get(key, 0) + 1
+                    last[key] = max(last.get(key, 0), row.timestamp_ms)
+            seen += len(rows)
+            if len(rows) < 1000:
+                break
+            cursor = (rows[-1].timestamp_ms, rows[-1].seq)
+        return {
+            key: FlagUsage(checks_per_day=n / USAGE_WINDOW_DAYS, last_seen_ms=last[key])
+            for key, n in counts.items()
+        }
+
+    async def group_types(self, project_id: int) -> dict[int, str]:
+        return await self.store.list_group_types(project_id)
+
+    async def list_cohorts(self, project_id: int) -> list[dict[str, Any]]:
+        return list((await self.store.list_cohorts(project_id, MAX_LIST, 0)).results)
+
+    async def property_keys(self, project_id: int) -> list[str]:
+        """Person properties set and event properties sent by the newest events."""
+        rows = await self.store.list_events(
+            project_id,
+            distinct_id=None,
+            event=None,
+            after_ms=None,
+            before_ms=None,
+            cursor=None,
+            limit=PROPERTY_SCAN_EVENTS,
+        )
+        found: set[str] = set()
+        for row in rows:
+            for name in ("$set", "$set_once"):
+                value = row.properties.get(name)
+                if isinstance(value, dict):
+                    found.update(k for k in value if isinstance(k, str))
+            found.update(k for k in row.properties if not k.startswith("$"))
+        return sorted(found)
+
+    async def flag_activity(self, project_id: int, flag_id: int) -> list[StoredActivity]:
+        return await self.store.list_activity(
+            project_id, scope=Scope.FEATURE_FLAG, item_id=str(flag_id), limit=1000
+        )
+
+    async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
+        return await self.store.flag_versions(project_id, flag_id)
+
+    async def explain_flag(
+        self,
+        project_id: int,
+        key: str,
+        distinct_id: str,
+        person_properties: dict[str, Any],
+        groups: dict[str, Any],
+    ) -> Explanation:
+        try:
+            return await explain_from_store(
+                self.store,
+                project_id,
+                key,
+                distinct_id,
+                person_properties=person_properties,
+                groups=groups,
+            )
+        except ExplainError as exc:
+            raise ValueError(str(exc)) from None
+
+    async def scheduled_changes(self, project_id: int, flag_id: int) -> list[ScheduledChange]:
+        return await self.store.list_scheduled_changes(project_id, flag_id)
+
+    async def person(self, project_id: int, distinct_id: str) -> Person | None:
+        return await self.store.get_person(project_id, distinct_id)
+
+    async def person_flags(self, project_id: int, distinct_id: str) -> list[PersonFlag]:
+        definitions, request = await request_from_store(self.store, project_id, distinct_id, {}, {})
+        rows = []
+        for flag in sorted(definitions.flags, key=lambda f: str(f.get("key"))):
+            if not flag.get("active", True) or flag.get("deleted"):
+                continue
+            e = explain(
+                definitions.flags,
+                definitions.cohorts,
+                definitions.group_type_mapping,
+                flag["key"],
+                request,
+            )
+            rows.append(PersonFlag(flag["id"], e.key, e.enabled, e.variant, e.reason_description))
+        return rows
+
+    async def recent_events(
+        self, project_id: int, event: str | None, distinct_id: str | None, limit: int
+    ) -> list[EventRow]:
+        rows = await self.store.list_events(
+            project_id,
+            distinct_id=distinct_id,
+            event=event,
+            after_ms=None,
+            before_ms=None,
+            cursor=None,
+            limit=limit,
+        )
+        return [
+            EventRow(
+                uuid=e.uuid,
+                event=e.event,
+                distinct_id=e.distinct_id,
+                timestamp=event_json(e)["timestamp"],
+                summary=event_summary(e.properties),
+            )
+            for e in rows
+        ]

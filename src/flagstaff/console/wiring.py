@@ -1,0 +1,20 @@
+"""The console's routes for the running app: its pages over the store, with the settings."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+from flagstaff.accounts.store import AccountStore
+from flagstaff.config import Settings
+from flagstaff.console.routes import ConsoleSettings, console_routes
+from flagstaff.console.store_data import StoreConsoleData
+from flagstaff.store.base import Store
+
+
+def console_for(settings: Settings, store: Store) -> list[BaseRoute]:
+    accounts: AccountStore = store  # type: ignore[assignment]  # both engines implement it
+    return console_routes(
+        accounts,
+        StoreConsoleData(store),
+        ConsoleSettings(trust_forwarded=settings.trust_forwarded_proto),
+    )

@@ -1,0 +1,91 @@
+"""A worker's background jobs: running scheduled flag changes when they are due, and now and
+then deleting ended console sessions and login attempts older than the throttle's window.
+
+Every worker (and every PostgreSQL node) polls; a due change is claimed by exactly one of them
+(the claim marks it executed in the same statement), then applied as an ordinary update: the
+flag rules, the version check and the activity record (``scheduled_change`` trigger) as any
+PATCH. A change that cannot apply keeps its failure for the API to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flagstaff import logs
+from flagstaff.accounts import sessions, throttle
+from flagstaff.activity.records import ChangeSource
+from flagstaff.activity.scheduled import ScheduledChange, ScheduleError, trigger_for, update_body
+from flagstaff.http.admin_models import flag_from_input
+from flagstaff.http.errors import ApiError
+from flagstaff.store.base import Conflict, NotFound, Store
+
+SCHEDULE_POLL_SECONDS = 1.0
+CLAIM_BATCH = 50
+HOUSEKEEPING_EVERY_POLLS = 600  # about every ten minutes
+
+
+async def apply_scheduled_change(store: Any, change: ScheduledChange) -> str | None:
+    """Carry out one claimed change; the reason it failed, or None."""
+    current = await store.get_flag(change.project_id, change.flag_id)
+    if current is None or current.get("deleted"):
+        return "the flag was deleted"
+    try:
+        flag = flag_from_input(update_body(change, current), current)
+        await store.update_flag(
+            change.project_id, change.flag_id, flag, ChangeSource(trigger=trigger_for(change))
+        )
+    except ScheduleError as exc:
+        return str(exc)
+    except ApiError as exc:
+        return exc.detail
+    except (Conflict, NotFound) as exc:
+        return str(exc)
+    return None
+
+
+async def run_due_changes(
+    store: Store, now_ms: int, on_change: Callable[[], object] = lambda: None
+) -> int:
+    """Claim and apply what is due; how many were claimed. ``on_change`` is called after each
+    applied change (the node's change counter, so every worker serves it at once)."""
+    claimed = await store.claim_due_changes(now_ms, CLAIM_BATCH)
+    for change in claimed:
+        failure = await apply_scheduled_change(store, change)
+        if failure is None:
+            on_change()
+        else:
+            await store.fail_scheduled_change(change.id, failure)
+            logs.log(logging.WARNING, "scheduled change failed", id=change.id, failure=failure)
+    return len(claimed)
+
+
+async def housekeeping(
+    store: Any,
+    now_ms: int,
+    session_policy: sessions.SessionPolicy = sessions.DEFAULT_POLICY,
+    throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE,
+) -> None:
+    """Delete sessions past their lifetime or idle timeout, and login attempts the throttle
+    no longer counts."""
+    await store.delete_expired_sessions(now_ms, now_ms - session_policy.idle_timeout_ms)
+    await store.prune_login_attempts(now_ms - throttle_policy.window_ms)
+
+
+async def scheduled_changes_loop(store: Store, on_change: Callable[[], object]) -> None:
+    polls = 0
+    while True:
+        try:
+            now_ms = int(time.time() * 1000)
+            await run_due_changes(store, now_ms, on_change)
+            if polls % HOUSEKEEPING_EVERY_POLLS == 0:
+                await housekeeping(store, now_ms)
+            polls += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a database hiccup must not end the loop
+            logs.logger.exception("running scheduled changes failed")
+        await asyncio.sleep(SCHEDULE_POLL_SECONDS)
