@@ -4,8 +4,9 @@ endpoint of each shape costs on this machine before a line of Flagstaff runs.
 Paths (the same in the ASGI and the RSGI app):
 
 - ``GET /get``: a constant 15-byte JSON answer (the shape of ``/_health``);
-- ``POST /post``: reads the body, answers a constant 11 KB JSON object (the size of a
-  50-flag ``/flags?v=2`` answer);
+- ``POST /post``: reads the body, answers a constant JSON object of 11 KB (the size of a
+  50-flag ``/flags?v=2`` answer) or of ``FLOOR_ANSWER_BYTES`` when set;
+- ``POST /status``: reads the body, answers ``{"status":1}`` (the single-event floor);
 - ``POST /roundtrip``: reads the body, sends 8 bytes to an echo process over a Unix socket
   and awaits them back, then answers ``{"status":1}`` (the shape of a single event handed
   to the ingest writer, without decoding, rules, SQLite or fsync).
@@ -24,7 +25,8 @@ from typing import Any
 
 SMALL = b'{"status":"ok"}'
 LARGE = b'{"flags":{' + b",".join(b'"flag-%02d":{"enabled":true}' % i for i in range(50))
-LARGE += b"," + b'"x":' + b'"' + b"." * (11_000 - len(LARGE) - 8) + b'"}}'
+LARGE += b"," + b'"x":' + b'"'
+LARGE += b"." * (int(os.environ.get("FLOOR_ANSWER_BYTES", "11000")) - len(LARGE) - 3) + b'"}}'
 CAPTURED = b'{"status":1}'
 _JSON = [(b"content-type", b"application/json")]
 
@@ -81,6 +83,8 @@ async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if path == "/roundtrip":
             await _round_trip()
             body = CAPTURED
+        elif path == "/status":
+            body = CAPTURED
         else:
             body = LARGE
     await send({"type": "http.response.start", "status": 200, "headers": _JSON})
@@ -99,6 +103,8 @@ class RSGIApp:
         await protocol()
         if path == "/roundtrip":
             await _round_trip()
+            protocol.response_bytes(200, _RSGI_JSON, CAPTURED)
+        elif path == "/status":
             protocol.response_bytes(200, _RSGI_JSON, CAPTURED)
         else:
             protocol.response_bytes(200, _RSGI_JSON, LARGE)

@@ -28,6 +28,8 @@ class WrkResult:
     p99_ms: float
     errors: int
     non_2xx: int
+    requests: int = 0
+    """Requests completed in the run (wrk's "N requests in ...")."""
 
     def line(self) -> str:
         return (
@@ -74,7 +76,16 @@ def wrk(
     p99 = _ms(*re.match(r"([\d.]+)(\w+)", lat["99"]).groups())  # type: ignore[union-attr]
     errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return WrkResult(label, rps, p50, p99, errors, int(non2xx.group(1)) if non2xx else 0)
+    done = re.search(r"(\d+) requests in", out)
+    return WrkResult(
+        label,
+        rps,
+        p50,
+        p99,
+        errors,
+        int(non2xx.group(1)) if non2xx else 0,
+        int(done.group(1)) if done else 0,
+    )
 
 
 def _children(pid: int) -> list[int]:

@@ -1,9 +1,11 @@
-"""Builds the ASGI application: hot public routes on a thin dispatcher, /api/ on starlette.
+"""Builds the application: hot public routes on a thin dispatcher, /api/ on starlette.
 
 Public routes (flags, SDK definitions, capture, product lists, operations) are found by one
 dict look-up on the path without its trailing slash, and :data:`PATTERN_ROUTES` (posthog-js
 config, static bundles, remote config) by their prefix; everything else goes to the starlette
-management app.
+management app. The app speaks both of granian's interfaces: RSGI (what ``flagstaff serve``
+runs, see :mod:`flagstaff.http.rsgi`) and ASGI (any ASGI server). Both call the same
+:meth:`FlagstaffApp._answer`; only reading the body and sending the answer differ.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from flagstaff import logs
 from flagstaff.accounts.store import AccountStore
 from flagstaff.config import Settings
 from flagstaff.console.wiring import console_for
-from flagstaff.http import capture, flags, ops, products, static, surveys
+from flagstaff.http import capture, flags, ops, products, rsgi, static, surveys
 from flagstaff.http.admin import ROUTES, build_admin
 from flagstaff.http.asgi import (
     Receive,
@@ -41,6 +43,8 @@ from flagstaff.http.openapi import openapi_document, schema_route
 from flagstaff.services import Services
 
 Handler = Callable[[Services, Request], Awaitable[Response]]
+AnyRequest = Request | rsgi.RsgiRequest
+"""What the hot handlers receive: both request types have the same attributes."""
 
 
 class PublicRoute:
@@ -100,11 +104,8 @@ PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG)
 _RETRY_AFTER = [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
 
 
-def _content_length(scope: Scope) -> int:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else 0
-    return 0
+def _content_length(value: str | None) -> int:
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 class FlagstaffApp:
@@ -138,6 +139,64 @@ class FlagstaffApp:
             return _REMOTE_CONFIG
         return None
 
+    # The request handling both interfaces share ---------------------------------------------
+
+    async def _answer(
+        self,
+        route: PublicRoute,
+        request: AnyRequest,
+        read: Callable[[Any, int, BodyReaders], Awaitable[bytes]],
+        source: Any,
+    ) -> Response:
+        """The answer of a public route; ``read(source, limit, readers)`` reads a POST's body
+        (with the body timeouts and, for large bodies, within the worker's memory budget)."""
+        method = request.method
+        if method == "OPTIONS" and route.cors:
+            return Response(b"", 200, content_type=b"text/plain")
+        if method not in route.methods:
+            return Response(
+                error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
+            )
+        cost = 0
+        try:
+            if method == "POST":
+                limit = self._body_limit
+                declared = _content_length(request.headers.get("content-length"))
+                if declared > limit:
+                    raise ApiError(
+                        413, "payload_too_large", f"the request body is larger than {limit} bytes"
+                    )
+                cost = self.budget.admit(declared)
+                request.body = await read(source, limit, self.readers)
+                if not cost:
+                    cost = self.budget.admit(len(request.body))
+            return await route.handler(self.services, request)  # type: ignore[arg-type]
+        except ApiError as exc:
+            retry = _RETRY_AFTER if exc.status == 503 else None
+            return Response(exc.body(), exc.status, headers=retry)
+        except Exception:
+            logs.logger.exception("unhandled error on %s", request.path)
+            return Response(error_body(500, "server_error", "the server failed to answer"), 500)
+        finally:
+            self.budget.release(cost)
+
+    def _done(self, name: str, request: AnyRequest, status: int, started: float) -> None:
+        """Metrics and logs after a request has been answered."""
+        elapsed = time.perf_counter() - started
+        self.services.metrics.observe_request(name, status, elapsed)
+        if status >= 500 and name != "/api":
+            logs.log(logging.ERROR, "request failed", path=request.path, status=status)
+        if self._access_log:
+            logs.access(
+                request.method,
+                request.path,
+                status,
+                round(elapsed * 1000, 3),
+                _request_id(request.headers.get("x-request-id")),
+            )
+
+    # ASGI -------------------------------------------------------------------------------------
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
@@ -148,56 +207,40 @@ class FlagstaffApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         route = self._route_for(scope["path"])
-        svc = self.services
+        request = Request(scope, b"")
         if route is None:
             status = await self._admin(scope, receive, send)
-            elapsed = time.perf_counter() - started
-            svc.metrics.observe_request("/api", status, elapsed)
-            if self._access_log:
-                _log_access(scope, status, elapsed)
+            self._done("/api", request, status, started)
             return
-        method = scope["method"]
-        extra = cors_headers(scope) if route.cors else []
-        if method == "OPTIONS" and route.cors:
-            response = Response(b"", 200, content_type=b"text/plain")
-        elif method not in route.methods:
-            response = Response(
-                error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
-            )
-        else:
-            cost = 0
+        response = await self._answer(route, request, read_body, receive)
+        await send_response(send, response, cors_headers(scope) if route.cors else None)
+        self._done(route.name, request, response.status, started)
+
+    # RSGI (granian's native interface): what `flagstaff serve` runs ---------------------------
+
+    def __rsgi_init__(self, loop: Any) -> None:
+        loop.run_until_complete(self.services.start())
+
+    def __rsgi_del__(self, loop: Any) -> None:
+        loop.run_until_complete(self.services.stop())
+
+    async def __rsgi__(self, scope: Any, protocol: Any) -> None:
+        started = time.perf_counter()
+        route = self._route_for(scope.path)
+        request = rsgi.RsgiRequest(scope, protocol)
+        if route is None:
             try:
-                body = b""
-                if method == "POST":
-                    declared = _content_length(scope)
-                    if declared > self._body_limit:
-                        raise ApiError(
-                            413,
-                            "payload_too_large",
-                            f"the request body is larger than {self._body_limit} bytes",
-                        )
-                    cost = self.budget.admit(declared)
-                    body = await read_body(receive, self._body_limit, self.readers)
-                    if not cost:
-                        cost = self.budget.admit(len(body))
-                response = await route.handler(svc, Request(scope, body))
+                body = await rsgi.read_body(request, self._body_limit, self.readers)
             except ApiError as exc:
-                retry = _RETRY_AFTER if exc.status == 503 else None
-                response = Response(exc.body(), exc.status, headers=retry)
-            except Exception:
-                logs.logger.exception("unhandled error on %s", scope["path"])
-                response = Response(
-                    error_body(500, "server_error", "the server failed to answer"), 500
-                )
-            finally:
-                self.budget.release(cost)
-        await send_response(send, response, extra)
-        elapsed = time.perf_counter() - started
-        svc.metrics.observe_request(route.name, response.status, elapsed)
-        if response.status >= 500:
-            logs.log(logging.ERROR, "request failed", path=scope["path"], status=response.status)
-        if self._access_log:
-            _log_access(scope, response.status, elapsed)
+                protocol.response_bytes(exc.status, rsgi.JSON_HEADERS, exc.body())
+                self._done("/api", request, exc.status, started)
+                return
+            status = await rsgi.call_asgi(self._admin, scope, protocol, body)
+            self._done("/api", request, status, started)
+            return
+        response = await self._answer(route, request, rsgi.read_body, request)
+        rsgi.send_response(protocol, response, rsgi.cors_headers(scope) if route.cors else None)
+        self._done(route.name, request, response.status, started)
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
         status = 500
@@ -235,18 +278,11 @@ class FlagstaffApp:
                 return
 
 
-def _request_id(scope: Scope) -> str:
+def _request_id(given: str | None) -> str:
     """The client's ``X-Request-Id`` (up to 200 characters), else a new random one."""
-    for name, value in scope["headers"]:
-        if name == b"x-request-id" and 0 < len(value) <= 200:
-            return value.decode("latin-1")
+    if given and len(given) <= 200:
+        return given
     return secrets.token_hex(8)
-
-
-def _log_access(scope: Scope, status: int, elapsed: float) -> None:
-    logs.access(
-        scope["method"], scope["path"], status, round(elapsed * 1000, 3), _request_id(scope)
-    )
 
 
 def _die_with_parent() -> None:

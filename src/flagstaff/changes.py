@@ -32,8 +32,8 @@ class ChangeCounter:
     Hot paths keep :attr:`cell` and read ``cell.value``: one attribute and one 8-byte load.
     """
 
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / FILE_NAME
+    def __init__(self, data_dir: Path, file_name: str = FILE_NAME) -> None:
+        self.path = data_dir / file_name
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -80,6 +80,10 @@ async def _project_id(store: Store, wanted: int | None) -> int:
 # serve --------------------------------------------------------------------------------------
 
 
+INTERFACE_ENV = "FLAGSTAFF_INTERFACE"
+"""``asgi`` serves through granian's ASGI interface instead of RSGI (for A/B measurements)."""
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from granian import Granian
     from granian.constants import Interfaces, Loops
@@ -112,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         factory=True,
         address=settings.host,
         port=settings.port,
-        interface=Interfaces.ASGI,
+        interface=Interfaces.ASGI if os.environ.get(INTERFACE_ENV) == "asgi" else Interfaces.RSGI,
         loop=Loops.uvloop,
         workers=settings.workers,
         websockets=False,

@@ -77,9 +77,13 @@ class MetricsFiles:
         if not force and now - self._last_write < 1.0:
             return
         self._last_write = now
+        self.write_encoded(msgspec.json.encode(metrics.snapshot()))
+
+    def write_encoded(self, snapshot: bytes) -> None:
+        """Replace this worker's file with an encoded snapshot (file system calls only)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(msgspec.json.encode(metrics.snapshot()))
+        tmp.write_bytes(snapshot)
         os.replace(tmp, self.path)
 
     def others(self) -> list[dict[str, Any]]:

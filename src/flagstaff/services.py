@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 from typing import Any
 
+import msgspec
+
 from flagstaff.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.changes import ChangeCounter
 from flagstaff.config import Settings
@@ -51,6 +53,7 @@ class Services:
         )
         self.geoip: GeoIP | None = None
         self._flusher: asyncio.Task[Any] | None = None
+        self._metrics_write: asyncio.Future[None] | None = None
         self._jobs: asyncio.Task[Any] | None = None
 
     def geoip_lookup(self, ip: str) -> dict[str, Any]:
@@ -80,6 +83,9 @@ class Services:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
+        if self._metrics_write is not None:
+            # A snapshot still being written must not replace the final one written below.
+            await asyncio.wait([self._metrics_write])
         await self.store.close()
         with contextlib.suppress(OSError):
             self.metrics_files.write(self.metrics, force=True)
@@ -90,5 +96,11 @@ class Services:
     async def _flush_metrics(self) -> None:
         while True:
             await asyncio.sleep(1.0)
+            # The snapshot is taken here; the file calls, which can wait on a busy disk, run
+            # on a thread so that they never hold up the requests on the event loop.
+            snapshot = msgspec.json.encode(self.metrics.snapshot())
+            self._metrics_write = asyncio.ensure_future(
+                asyncio.to_thread(self.metrics_files.write_encoded, snapshot)
+            )
             with contextlib.suppress(OSError):
-                self.metrics_files.write(self.metrics, force=True)
+                await asyncio.shield(self._metrics_write)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -250,3 +251,11 @@ def test_unchanged_group_is_not_rewritten() -> None:
 def test_invalid_group_identify() -> None:
     book = g.GroupBook({}, {})
     assert g.apply_group_identify(book, gi(5, "k")) == "invalid_group_identify"
+
+
+def test_person_uuids_are_the_standard_version_5_uuids() -> None:
+    """Stored person uuids must not change with the library that computes them."""
+    namespace = uuid.UUID("9f1d7a4e-5b0c-4c2a-8e43-f1a9c3b2d6e1")
+    for project_id, distinct_id in ((1, "u1"), (7, "é-ü 🎉"), (2, "")):
+        expected = str(uuid.uuid5(namespace, f"{project_id}:{distinct_id}"))
+        assert p.person_uuid(project_id, distinct_id) == expected

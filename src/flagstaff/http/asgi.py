@@ -30,10 +30,30 @@ _JSON = b"application/json"
 _encode = msgspec.json.encode
 
 
-class Request:
+class RequestBase:
+    """What the request types of both interfaces (this ASGI one, ``rsgi.RsgiRequest``) derive
+    the same way from their headers."""
+
+    __slots__ = ("_headers", "_query", "body", "method", "path")
+    _headers: dict[str, str] | None
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        raise NotImplementedError
+
+    @property
+    def forwarded_for(self) -> str | None:
+        """``X-Forwarded-For``, or the ``http_x_forwarded_for`` header some proxies send."""
+        headers = self._headers
+        if headers is None:  # parsed already on the hot routes: skip a second property call
+            headers = self.headers
+        return headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
+
+
+class Request(RequestBase):
     """What a handler needs from one HTTP request; headers and query are parsed on demand."""
 
-    __slots__ = ("_headers", "_query", "body", "method", "path", "scope")
+    __slots__ = ("scope",)
 
     def __init__(self, scope: Scope, body: bytes) -> None:
         self.scope = scope
@@ -41,7 +61,7 @@ class Request:
         self.path: str = scope["path"]
         self.body = body
         self._headers: dict[str, str] | None = None
-        self._query: dict[str, str] | None = None
+        self._query: Mapping[str, str] | None = None
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -54,31 +74,31 @@ class Request:
     @property
     def query(self) -> Mapping[str, str]:
         if self._query is None:
-            raw = self.scope.get("query_string", b"")
-            if not raw:
-                self._query = {}
-            elif len(raw) <= _CACHED_QUERY_BYTES:
-                self._query = _parse_query(raw)
-            else:
-                self._query = _parse_query.__wrapped__(raw)
+            self._query = parse_query(self.scope.get("query_string", b""))
         return self._query
+
+    @property
+    def query_string(self) -> str:
+        """The raw query string (for parameters that repeat)."""
+        return str(self.scope.get("query_string", b"").decode("latin-1"))
 
     @property
     def peer(self) -> str | None:
         client = self.scope.get("client")
         return client[0] if client else None
 
-    @property
-    def forwarded_for(self) -> str | None:
-        """``X-Forwarded-For``, or the ``http_x_forwarded_for`` header some proxies send."""
-        headers = self._headers
-        if headers is None:  # parsed already on the hot routes: skip a second property call
-            headers = self.headers
-        return headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")
-
 
 _CACHED_QUERY_BYTES = 256
 """Longer query strings are parsed each time: the cache holds at most 1,024 x 256 bytes."""
+
+
+def parse_query(raw: bytes) -> Mapping[str, str]:
+    """A query string's parameters (the short ones memoised); callers must not modify it."""
+    if not raw:
+        return {}
+    if len(raw) <= _CACHED_QUERY_BYTES:
+        return _parse_query(raw)
+    return _parse_query.__wrapped__(raw)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -162,8 +182,12 @@ def cors_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
     ]
 
 
-async def send_response(send: Send, response: Response, extra: list[tuple[bytes, bytes]]) -> None:
-    headers = [(b"content-type", response.content_type), *extra]
+async def send_response(
+    send: Send, response: Response, extra: list[tuple[bytes, bytes]] | None
+) -> None:
+    headers = [(b"content-type", response.content_type)]
+    if extra:
+        headers.extend(extra)
     if response.headers:
         headers.extend(response.headers)
     await send({"type": "http.response.start", "status": response.status, "headers": headers})

@@ -481,7 +481,7 @@ async def surveys_endpoint(svc: Services, request: Request) -> Response:
 async def early_access_endpoint(svc: Services, request: Request) -> Response:
     """``GET /api/early_access_features/?token=&stage=`` (``stage`` may repeat)."""
     project = await project_from_query(svc, request)
-    raw = request.scope.get("query_string", b"").decode("latin-1")
+    raw = request.query_string
     stages = early_access.parse_stages([v for k, v in parse_qsl(raw) if k == "stage"])
     unknown = [s for s in stages if s not in early_access.STAGES]
     if unknown:

@@ -7,10 +7,10 @@ recorded: persons created, distinct ids assigned, persons merged, persons change
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import msgspec
+import uuid_utils
 
 from flagstaff.ingest.event_names import (
     ALIAS_EVENTS,
@@ -81,7 +81,7 @@ EVENT_TO_PERSON_PROPERTIES = frozenset(
 )
 _INITIAL_NAMES = {key: "$initial_" + key.lstrip("$") for key in EVENT_TO_PERSON_PROPERTIES}
 
-_PERSON_NAMESPACE = uuid.UUID("9f1d7a4e-5b0c-4c2a-8e43-f1a9c3b2d6e1")
+_PERSON_NAMESPACE = uuid_utils.UUID("9f1d7a4e-5b0c-4c2a-8e43-f1a9c3b2d6e1")
 
 # Properties that change often and are not worth a person write on their own: a new value of
 # one already on the person is ignored unless the event changes something else too. PostHog's
@@ -141,8 +141,9 @@ def is_illegal_id(distinct_id: str) -> bool:
 
 
 def person_uuid(project_id: int, distinct_id: str) -> str:
-    """Deterministic, so two writers creating the same person pick the same uuid."""
-    return str(uuid.uuid5(_PERSON_NAMESPACE, f"{project_id}:{distinct_id}"))
+    """Deterministic, so two writers creating the same person pick the same uuid (RFC 4122
+    version 5; uuid_utils computes it ~20x faster than the standard library's ``uuid5``)."""
+    return str(uuid_utils.uuid5(_PERSON_NAMESPACE, f"{project_id}:{distinct_id}"))
 
 
 class PersonState:

@@ -52,6 +52,7 @@ from flagstaff.store.sqlite.ingest import (
     plan_ingest,
 )
 from flagstaff.store.sqlite.person_cache import PersonCache
+from flagstaff.store.sqlite.person_version import person_version
 from flagstaff.store.sqlite.protocol import HEADER, request_decoder, request_encoder, take_frames
 from flagstaff.store.sqlite.writer import connect, write_transaction
 
@@ -135,6 +136,7 @@ class IngestServer:
         self.db_path = db_path
         self.socket_path = socket_path
         self.cache = PersonCache()
+        self.person_version = person_version(db_path)
         self.conn: sqlite3.Connection | None = None
         self._lock_fd = -1
         self._selector = selectors.DefaultSelector()
@@ -175,6 +177,7 @@ class IngestServer:
                 self.socket_path.unlink()
             self.conn.close()
             os.close(self._lock_fd)
+            self.person_version.close()
 
     def _loop(self, listener: socket.socket) -> None:
         self._stopping = False
@@ -323,7 +326,9 @@ class IngestServer:
         """On the SQL thread: one transaction for the plans, then maybe index some events."""
         conn = self.conn
         assert conn is not None
-        with write_transaction(conn, self._lock_fd):
+        # Person, group and override changes move the person version before any answer.
+        changed = self.person_version.bump if any(plan.steps for plan in plans) else None
+        with write_transaction(conn, self._lock_fd, changed):
             results = [execute_plan(conn, plan) for plan in plans]
         moved = self._index_transaction() if index else 0
         return results, moved
@@ -370,7 +375,7 @@ class IngestServer:
         conn = self.conn
         assert conn is not None and self._in_flight is None
         try:
-            with write_transaction(conn, self._lock_fd):
+            with write_transaction(conn, self._lock_fd, self.person_version.bump):
                 results = apply_many(conn, requests, now_ms, self.cache)
         except Exception as exc:
             self.cache.clear()

@@ -27,6 +27,7 @@ import msgspec
 from flagstaff.accounts import keys
 from flagstaff.accounts.api_keys import key_prefix
 from flagstaff.activity.records import ChangeSource, Scope
+from flagstaff.changes import ChangeCounter
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import (
     Conflict,
@@ -65,6 +66,7 @@ from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.experiment_store import ExperimentsMixin
 from flagstaff.store.sqlite.flag_writes import bump_definitions, insert_flag, replace_flag
 from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.surveys import SurveyMethods
 from flagstaff.store.sqlite.writer import Writer, connect
@@ -141,6 +143,8 @@ class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
         self._writer = Writer(path)
         self._db: sqlite3.Connection | None = None
         self._ingest_client = IngestClient(ingest_socket) if ingest_socket else None
+        self._person_version: ChangeCounter | None = None
+        self._contexts: FlagContextCache | None = None
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -149,6 +153,10 @@ class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
 
         migrate(self.path)
         self._db = connect(self.path, readonly=True)
+        self._person_version = person_version(self.path)
+        self._contexts = FlagContextCache(self._person_version)
+        # Any write of this process may touch persons, overrides or cohort members.
+        self._writer.after_commit = self._person_version.bump
         self._writer.start(asyncio.get_running_loop())
 
     async def close(self) -> None:
@@ -158,6 +166,10 @@ class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
         if self._db is not None:
             self._db.close()
             self._db = None
+        self._contexts = None
+        if self._person_version is not None:
+            self._person_version.close()
+            self._person_version = None
 
     async def listen_definitions(self, callback: Callable[[int | None], None]) -> None:
         """Nothing to listen to: every worker reads the same file and polls its version."""
@@ -478,6 +490,31 @@ class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
         *,
         overrides: bool = False,
         static_cohorts: bool = False,
+    ) -> FlagContext:
+        """The stored person, overrides, static cohorts and groups; served from this worker's
+        cache while the person version has not moved (read-your-writes, see person_version)."""
+        cache = self._contexts
+        if cache is None:
+            return self._read_flag_context(
+                project_id, distinct_id, groups, overrides, static_cohorts
+            )
+        key = (project_id, distinct_id, overrides, static_cohorts, *groups.items())
+        context = cache.get(key)
+        if context is None:
+            version = cache.version
+            context = self._read_flag_context(
+                project_id, distinct_id, groups, overrides, static_cohorts
+            )
+            cache.put(key, context, version)
+        return context
+
+    def _read_flag_context(
+        self,
+        project_id: int,
+        distinct_id: str,
+        groups: dict[int, str],
+        overrides: bool,
+        static_cohorts: bool,
     ) -> FlagContext:
         db = self.db
         row = db.execute(

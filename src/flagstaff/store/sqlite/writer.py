@@ -55,13 +55,21 @@ def writer_lock(fd: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def write_transaction(conn: sqlite3.Connection, lock_fd: int) -> Iterator[None]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the writer lock; rolled back if anything fails."""
+def write_transaction(
+    conn: sqlite3.Connection, lock_fd: int, after_commit: Callable[[], object] | None = None
+) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the writer lock; rolled back if anything fails.
+
+    ``after_commit`` runs once the commit is durable, still under the lock (the person
+    version's increment, see ``person_version``).
+    """
     with writer_lock(lock_fd):
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield
             conn.execute("COMMIT")
+            if after_commit is not None:
+                after_commit()
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -79,6 +87,8 @@ class Writer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
         self.writes = 0
+        self.after_commit: Callable[[], object] | None = None
+        """Called after each commit, under the writer lock (the store bumps the person version)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -147,7 +157,7 @@ class Writer:
         assert self._lock_fd is not None and self._loop is not None
         outcomes: list[tuple[Any, Any, BaseException | None]] = []
         try:
-            with write_transaction(conn, self._lock_fd):
+            with write_transaction(conn, self._lock_fd, self.after_commit):
                 for fn, future in batch:
                     conn.execute("SAVEPOINT item")
                     try:
