@@ -35,7 +35,13 @@ def _all_routes() -> list[tuple[str, str]]:
 ROUTES_SWEPT = _all_routes()
 
 BAD_PARAMS = ["99999999999999999999999", "abc", "-1", "0", "x" * 3000, "%00", "%FF%FE", "1.5"]
-GOOD_PARAMS = {"project_id": "@current", "token": PROJECT_TOKEN, "name": "array.js"}
+GOOD_PARAMS = {
+    "project_id": "@current",
+    "token": PROJECT_TOKEN,
+    "name": "array.js",
+    # a well-formed id of no key: sweeping DELETE must not revoke the suite's own key (id 1)
+    "key_id": "999999",
+}
 
 BAD_QUERIES: list[dict[str, str]] = [
     {"limit": "abc", "offset": "-5"},
