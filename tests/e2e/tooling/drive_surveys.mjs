@@ -12,7 +12,7 @@ const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable
 
 async function settled(page) {
     await page.waitForFunction(() => window.__fixtureDone === true || window.__fixtureError, null, {
-        timeout: 20000,
+        timeout: 45000,
     })
     const failure = await page.evaluate(() => window.__fixtureError ?? null)
     if (failure) throw new Error(`page script failed: ${failure}`)
