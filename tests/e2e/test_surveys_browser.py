@@ -61,7 +61,11 @@ try {
         }, true, ['beta']);
         return;
       }
-      ph.onFeatureFlags(() => {
+      // getActiveMatchingSurveys drops its callback ("init was not called") until the surveys
+      // bundle has loaded, which may come before or after the flags: wait for both.
+      const flagsLoaded = new Promise((resolve) => ph.onFeatureFlags(resolve));
+      const surveysLoaded = new Promise((resolve) => ph.onSurveysLoaded(resolve));
+      Promise.all([flagsLoaded, surveysLoaded]).then(() => {
         const report = (surveys) => done({ matching: surveys.map((s) => s.id) });
         ph.getActiveMatchingSurveys(report, true);
       });
