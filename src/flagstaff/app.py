@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from flagstaff import logs
+from flagstaff.accounts.csrf import SAFE_METHODS
 from flagstaff.accounts.store import AccountStore
 from flagstaff.config import Settings
 from flagstaff.console.wiring import console_for
@@ -88,7 +89,6 @@ def public_routes() -> dict[str, PublicRoute]:
     return routes
 
 
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods that change nothing; any other request to the management API that is not refused
 with a 4xx bumps the node's change counter."""
 
@@ -244,7 +244,7 @@ class FlagstaffApp:
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
         status = 500
-        writes = scope["method"] not in _SAFE_METHODS
+        writes = scope["method"] not in SAFE_METHODS
         changes = self.services.changes
 
         async def tracking_send(message: dict[str, Any]) -> None:

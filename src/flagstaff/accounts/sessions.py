@@ -14,9 +14,9 @@ import secrets
 import msgspec
 
 from flagstaff.accounts.records import Session
+from flagstaff.units import DAY_MS
 
 SESSION_TOKEN_BYTES = 32
-DAY_MS = 86_400_000
 
 
 class SessionPolicy(msgspec.Struct, frozen=True):

@@ -14,8 +14,8 @@ from flagstaff.flags_explain import ExplainError, explain_from_store, request_fr
 from flagstaff.http.admin import event_json
 from flagstaff.ingest.event_names import FEATURE_FLAG_CALLED
 from flagstaff.store.base import Person, Store
+from flagstaff.units import DAY_MS
 
-DAY_MS = 86_400_000
 USAGE_WINDOW_DAYS = 30
 USAGE_SCAN_LIMIT = 20_000
 """At most this many of the newest ``$feature_flag_called`` events are counted per page view

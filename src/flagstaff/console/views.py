@@ -27,8 +27,8 @@ from flagstaff.flags.operators import (
     SET_OPERATORS,
     TEXT_OPERATORS,
 )
+from flagstaff.units import DAY_MS
 
-DAY_MS = 86_400_000
 STALE_AFTER_MS = 30 * DAY_MS
 
 

@@ -24,6 +24,8 @@ import msgspec
 
 from flagstaff.flags.operators import PROPERTY_OPERATORS
 from flagstaff.flags.validation import KEY_PATTERN, MAX_KEY_LENGTH
+from flagstaff.invalid import DefinitionInvalid, Errors
+from flagstaff.units import DAY_S
 
 __all__ = [
     "CONTROL_VARIANT_KEY",
@@ -60,21 +62,15 @@ CONVERSION_WINDOW_SECONDS = {
     "second": 1,
     "minute": 60,
     "hour": 3600,
-    "day": 86400,
-    "week": 7 * 86400,
-    "month": 30 * 86400,
+    "day": DAY_S,
+    "week": 7 * DAY_S,
+    "month": 30 * DAY_S,
 }
 """PostHog's ``FunnelConversionWindowTimeUnit`` values, in seconds (a month counts 30 days)."""
 
-Errors = list[tuple[str, str]]
 
-
-class ExperimentInvalid(ValueError):
-    """A definition that cannot be accepted; ``errors`` are ``(field path, message)`` pairs."""
-
-    def __init__(self, errors: Errors) -> None:
-        super().__init__("; ".join(f"{path}: {message}" for path, message in errors))
-        self.errors = errors
+class ExperimentInvalid(DefinitionInvalid):
+    """An experiment definition that cannot be accepted."""
 
 
 class Variant(msgspec.Struct, kw_only=True):

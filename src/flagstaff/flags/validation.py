@@ -25,10 +25,10 @@ from flagstaff.flags.operators import (
 from flagstaff.flags.regex import is_valid_pattern
 from flagstaff.flags.values import to_number, to_text
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
+from flagstaff.invalid import Errors
 
 SEMVER_OPERATORS = SEMVER_COMPARISONS | SEMVER_RANGES
 
-Errors = list[tuple[str, str]]
 
 KEY_PATTERN = re.compile(r"[a-zA-Z0-9_-]+")
 MAX_KEY_LENGTH = 400

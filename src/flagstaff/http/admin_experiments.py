@@ -31,17 +31,11 @@ from flagstaff.experiments.model import (
     parse_holdout,
 )
 from flagstaff.http import admin_models
-from flagstaff.http.errors import ApiError
+from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord, with_holdout
 
 if TYPE_CHECKING:  # admin imports this module
     from flagstaff.http.admin import AdminContext
-
-
-def invalid(error: ExperimentInvalid) -> ApiError:
-    path, message = error.errors[0]
-    detail = "; ".join(f"{p}: {m}" if p else m for p, m in error.errors)
-    return ApiError(400, "invalid_input", detail or message, path or None)
 
 
 async def _body(request: Request) -> Any:
@@ -136,14 +130,14 @@ async def create_experiment(ctx: AdminContext, request: Request) -> Any:
     try:
         definition = parse_experiment(await _body(request))
     except ExperimentInvalid as error:
-        raise invalid(error) from None
+        raise invalid_input(error) from None
     holdout = await _holdout_of(ctx, definition)
     existing = await ctx.store.get_flag_by_key(ctx.project_id, definition.feature_flag_key)
     if existing is not None:
         try:
             definition = link_existing_flag(definition, existing.get("filters") or {})
         except ExperimentInvalid as error:
-            raise invalid(error) from None
+            raise invalid_input(error) from None
         linked = with_holdout(existing, definition.holdout_id, holdout)
         if definition.start_date is not None:
             linked["active"] = True
@@ -186,7 +180,7 @@ async def _update(ctx: AdminContext, request: Request, replace: bool) -> Any:
         else:
             definition = apply_patch(old, body)
     except ExperimentInvalid as error:
-        raise invalid(error) from None
+        raise invalid_input(error) from None
     launched = old.start_date is not None
     if launched and definition.holdout_id != old.holdout_id:
         raise ApiError(
@@ -271,7 +265,7 @@ def _holdout(data: Any) -> Holdout:
     try:
         return parse_holdout(data)
     except ExperimentInvalid as error:
-        raise invalid(error) from None
+        raise invalid_input(error) from None
 
 
 async def create_holdout(ctx: AdminContext, request: Request) -> Any:

@@ -8,8 +8,9 @@ from typing import Any
 from flagstaff.activity.rollback import FLAG_WRITABLE_FIELDS
 from flagstaff.flags import validate_flag
 from flagstaff.flags.validation import BUCKETING_IDENTIFIERS, RUNTIMES
-from flagstaff.http.errors import ApiError
+from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
+from flagstaff.invalid import DefinitionInvalid
 
 _FLAG_DEFAULTS: dict[str, Any] = {
     "name": "",
@@ -59,9 +60,7 @@ def flag_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[st
     if not errors:
         errors = validate_flag(flag)
     if errors:
-        attr, message = errors[0]
-        detail = "; ".join(f"{path}: {msg}" for path, msg in errors)
-        raise ApiError(400, "invalid_input", detail or message, attr)
+        raise invalid_input(DefinitionInvalid(errors))
     if current is not None:
         flag["version"] = current.get("version")
     return flag

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from flagstaff.invalid import DefinitionInvalid
+
 _TYPES = {
     400: "validation_error",
     401: "authentication_error",
@@ -40,3 +42,8 @@ def error_body(status: int, code: str, detail: str, attr: str | None = None) -> 
             "attr": attr,
         }
     )
+
+
+def invalid_input(error: DefinitionInvalid) -> ApiError:
+    """A rejected definition as a 400 naming every problem, ``attr`` the first field."""
+    return ApiError(400, "invalid_input", error.detail, error.attr)

@@ -32,7 +32,7 @@ from starlette.requests import Request as StarletteRequest
 
 from flagstaff.http import admin_models
 from flagstaff.http.asgi import Request, Response
-from flagstaff.http.errors import ApiError
+from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.http.products import project_from_query
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
@@ -58,10 +58,6 @@ _ROLE_FIELD = {
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _invalid(exc: SurveyInvalid | EarlyAccessInvalid) -> ApiError:
-    return ApiError(400, "invalid_input", str(exc), exc.attr or None)
 
 
 def _minimal_flag(flag: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -197,7 +193,7 @@ async def create_survey(ctx: AdminContext, request: StarletteRequest) -> Any:
     try:
         inp = survey_from_input(body, None, now=_now(), context=await _context(ctx, body, None))
     except SurveyInvalid as exc:
-        raise _invalid(exc) from None
+        raise invalid_input(exc) from None
     saved = await save_survey(
         ctx.store,
         ctx.project_id,
@@ -240,7 +236,7 @@ async def _update(ctx: AdminContext, current: Survey, body: Any, *, partial: boo
             partial=partial,
         )
     except SurveyInvalid as exc:
-        raise _invalid(exc) from None
+        raise invalid_input(exc) from None
     saved = await save_survey(
         ctx.store,
         ctx.project_id,
@@ -386,7 +382,7 @@ async def create_feature(ctx: AdminContext, request: StarletteRequest) -> Any:
     try:
         feature = early_access.feature_from_input(body, None, now=_now(), flag=facts)
     except EarlyAccessInvalid as exc:
-        raise _invalid(exc) from None
+        raise invalid_input(exc) from None
     changes = early_access.plan_create(feature, flag)
     current = {flag["id"]: flag} if flag is not None else {}
     saved = await _save_feature(ctx, feature, changes, current, create=True)
@@ -410,7 +406,7 @@ async def patch_feature(ctx: AdminContext, request: StarletteRequest) -> Any:
     try:
         after = early_access.feature_from_input(await _body(request), before, now=_now())
     except EarlyAccessInvalid as exc:
-        raise _invalid(exc) from None
+        raise invalid_input(exc) from None
     flag = await _stored_flag(ctx.store, ctx.project_id, before.feature_flag_id)
     changes = early_access.plan_update(before, after, flag)
     current = {flag["id"]: flag} if flag is not None else {}

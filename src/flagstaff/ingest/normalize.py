@@ -32,6 +32,7 @@ from flagstaff.ingest.validate import (
     check_historical,
     check_size,
 )
+from flagstaff.units import DAY_MS
 
 __all__ = [
     "TokenError",
@@ -180,7 +181,7 @@ def parse_iso_ms(value: str) -> int | None:
         delta = moment - _EPOCH
     except OverflowError:
         return None
-    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+    return delta.days * DAY_MS + delta.seconds * 1000 + delta.microseconds // 1000
 
 
 def resolve_timestamp_ms(

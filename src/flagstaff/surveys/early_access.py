@@ -22,6 +22,8 @@ from urllib.parse import urlparse
 
 import msgspec
 
+from flagstaff.invalid import DefinitionInvalid, Errors
+
 STAGES = ("draft", "concept", "alpha", "beta", "general-availability", "archived")
 RELEASE_STAGES = frozenset({"concept", "alpha", "beta", "general-availability"})
 DEFAULT_PUBLIC_STAGES = ("beta",)
@@ -29,8 +31,6 @@ ENROLLMENT_PREFIX = "$feature_enrollment"
 MAX_NAME_LENGTH = 200
 MAX_URL_LENGTH = 800
 WRITABLE_FIELDS = ("name", "description", "stage", "documentation_url", "payload")
-
-Errors = list[tuple[str, str]]
 
 
 class EarlyAccessFeature(msgspec.Struct, kw_only=True):
@@ -44,14 +44,8 @@ class EarlyAccessFeature(msgspec.Struct, kw_only=True):
     created_at: datetime | None = None
 
 
-class EarlyAccessInvalid(Exception):
-    def __init__(self, errors: Errors) -> None:
-        super().__init__("; ".join(f"{path}: {message}" for path, message in errors))
-        self.errors = errors
-
-    @property
-    def attr(self) -> str:
-        return self.errors[0][0]
+class EarlyAccessInvalid(DefinitionInvalid):
+    """An early access feature that cannot be saved."""
 
 
 @dataclass(frozen=True)

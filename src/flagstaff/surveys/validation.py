@@ -17,10 +17,9 @@ from urllib.parse import urlparse
 import msgspec
 
 from flagstaff.flags.validation import validate_flag
+from flagstaff.invalid import DefinitionInvalid, Errors
 from flagstaff.surveys import model
 from flagstaff.surveys.model import Survey, SurveyInput
-
-Errors = list[tuple[str, str]]
 
 LINK_SCHEMES = ("https", "mailto")
 _EMAIL_LINK = re.compile(r"^mailto:[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}$")
@@ -47,16 +46,8 @@ EXTERNAL_FORBIDDEN_CONDITIONS = (
 )
 
 
-class SurveyInvalid(Exception):
-    """A survey body that cannot be saved; ``errors`` names each problem by field path."""
-
-    def __init__(self, errors: Errors) -> None:
-        super().__init__("; ".join(f"{path}: {message}" for path, message in errors))
-        self.errors = errors
-
-    @property
-    def attr(self) -> str:
-        return self.errors[0][0]
+class SurveyInvalid(DefinitionInvalid):
+    """A survey body that cannot be saved."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,4 @@
+"""Units of time, defined once."""
+
+DAY_S = 86_400
+DAY_MS = DAY_S * 1000
