@@ -110,6 +110,11 @@ def test_experiment_lifecycle_creates_and_launches_its_flag(api: Api) -> None:
     assert r.json()["start_date"].startswith("2024-01-01T00:00:00")
     assert r.json()["feature_flag"]["active"] is True
     assert api.get(f"{FLAGS}{flag['id']}/").json()["active"] is True
+    # the experiment's writes to its flag are in the flag's activity log, newest first
+    log = api.get(f"{FLAGS}{flag['id']}/activity/").json()["results"]
+    assert [entry["activity"] for entry in log][-1] == "created"
+    assert log[0]["activity"] == "updated" and not log[0]["is_system"]
+    assert any(c["field"] == "active" for c in log[0]["detail"]["changes"])
 
     r = api.patch(f"{EXPERIMENTS}{eid}/", json={"archived": True})
     assert r.status_code == 200 and r.json()["archived"] is True

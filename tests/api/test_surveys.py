@@ -109,6 +109,11 @@ def test_create_makes_the_targeting_and_internal_flags(api: Api) -> None:
     flag = api.get(f"{FLAGS}{survey['targeting_flag']['id']}/").json()
     assert flag["filters"]["groups"] == targeting["groups"]
     assert flag["name"] == f"Targeting flag for survey {survey['name']}"
+    # the flags a survey makes are in the activity log, as the survey's author's changes
+    for made in (survey["targeting_flag"], internal):
+        log = api.get(f"{FLAGS}{made['id']}/activity/").json()["results"]
+        assert [entry["activity"] for entry in log] == ["created"]
+        assert log[0]["is_system"] is False
 
 
 def test_list_retrieve_patch_put_archive_delete(api: Api, http: httpx.Client) -> None:

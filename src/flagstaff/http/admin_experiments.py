@@ -144,7 +144,7 @@ async def create_experiment(ctx: AdminContext, request: Request) -> Any:
         flag = _checked_flag(linked, existing)
     else:
         flag = _checked_flag(experiment_flag(definition, definition.holdout_id, holdout), None)
-    record = await ctx.store.create_experiment(ctx.project_id, definition, flag)
+    record = await ctx.store.create_experiment(ctx.project_id, definition, flag, source=ctx.source)
     return 201, await experiment_json(ctx, record)
 
 
@@ -210,7 +210,9 @@ async def _update(ctx: AdminContext, request: Request, replace: bool) -> Any:
             flag = _checked_flag(wanted, current)
     else:
         await _holdout_of(ctx, definition)
-    updated = await ctx.store.update_experiment(ctx.project_id, record.id, definition, flag=flag)
+    updated = await ctx.store.update_experiment(
+        ctx.project_id, record.id, definition, flag=flag, source=ctx.source
+    )
     return await experiment_json(ctx, updated)
 
 
@@ -224,7 +226,9 @@ async def put_experiment(ctx: AdminContext, request: Request) -> Any:
 
 async def delete_experiment(ctx: AdminContext, request: Request) -> Any:
     record = await _existing(ctx, request)
-    await ctx.store.update_experiment(ctx.project_id, record.id, record.definition, deleted=True)
+    await ctx.store.update_experiment(
+        ctx.project_id, record.id, record.definition, deleted=True, source=ctx.source
+    )
     return 204, None
 
 
@@ -292,7 +296,9 @@ async def update_holdout(ctx: AdminContext, request: Request) -> Any:
     merged = {"name": record.name, "description": record.description, "filters": record.filters}
     merged.update({k: body[k] for k in ("name", "description", "filters") if k in body})
     holdout = _holdout(merged)
-    return holdout_json(await ctx.store.update_holdout(ctx.project_id, record.id, holdout))
+    return holdout_json(
+        await ctx.store.update_holdout(ctx.project_id, record.id, holdout, source=ctx.source)
+    )
 
 
 async def delete_holdout(ctx: AdminContext, request: Request) -> Any:

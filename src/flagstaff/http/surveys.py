@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl
 import msgspec
 from starlette.requests import Request as StarletteRequest
 
+from flagstaff.activity.records import ChangeSource
 from flagstaff.http import admin_models
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError, invalid_input
@@ -126,8 +127,10 @@ async def save_survey(
     create: bool,
     targeting_flag_filters: dict[str, Any] | None = None,
     remove_targeting_flag: bool = False,
+    source: ChangeSource | None = None,
 ) -> Survey:
-    """Store ``survey`` with the flag changes it needs, in one transaction."""
+    """Store ``survey`` with the flag changes it needs (logged as ``source``'s), in one
+    transaction."""
     targeting = await _stored_flag(store, project_id, survey.targeting_flag_id)
     internal = await _stored_flag(store, project_id, survey.internal_targeting_flag_id)
     if targeting is None:
@@ -147,7 +150,7 @@ async def save_survey(
     if remove_targeting_flag and targeting is not None:
         survey = msgspec.structs.replace(survey, targeting_flag_id=None)
     try:
-        return await store.save_survey(project_id, survey, writes, create=create)
+        return await store.save_survey(project_id, survey, writes, create=create, source=source)
     except Conflict as exc:
         if exc.field == "key":
             # a generated flag key taken by a flag of the user's: PostHog answers on name
@@ -200,6 +203,7 @@ async def create_survey(ctx: AdminContext, request: StarletteRequest) -> Any:
         inp.survey,
         create=True,
         targeting_flag_filters=inp.targeting_flag_filters,
+        source=ctx.source,
     )
     return 201, await _survey_out(ctx.store, ctx.project_id, saved)
 
@@ -244,6 +248,7 @@ async def _update(ctx: AdminContext, current: Survey, body: Any, *, partial: boo
         create=False,
         targeting_flag_filters=inp.targeting_flag_filters,
         remove_targeting_flag=inp.remove_targeting_flag,
+        source=ctx.source,
     )
     return await _survey_out(ctx.store, ctx.project_id, saved)
 
@@ -271,7 +276,9 @@ async def delete_survey(ctx: AdminContext, request: StarletteRequest) -> Any:
         if flag is not None:
             current[flag["id"]] = flag
     changes = [c for c in survey_flags.plan_delete(survey) if c.flag_id in current]
-    await ctx.store.delete_survey(ctx.project_id, survey.id, _flag_writes(changes, current))
+    await ctx.store.delete_survey(
+        ctx.project_id, survey.id, _flag_writes(changes, current), source=ctx.source
+    )
     return 204, None
 
 
@@ -340,7 +347,7 @@ async def _save_feature(
             writes.append(FlagWrite(data=data, flag_id=change.flag_id))
     try:
         return await ctx.store.save_early_access_feature(
-            ctx.project_id, feature, writes, create=create
+            ctx.project_id, feature, writes, create=create, source=ctx.source
         )
     except Conflict as exc:
         if exc.field == "key":
@@ -421,7 +428,9 @@ async def delete_feature(ctx: AdminContext, request: StarletteRequest) -> Any:
         FlagWrite(data=admin_models.flag_from_input(c.flag, flag), flag_id=c.flag_id)
         for c in early_access.plan_delete(flag)
     ]
-    await ctx.store.delete_early_access_feature(ctx.project_id, feature.id, writes)
+    await ctx.store.delete_early_access_feature(
+        ctx.project_id, feature.id, writes, source=ctx.source
+    )
     return 204, None
 
 

@@ -339,7 +339,13 @@ class Store(Protocol):
     async def get_survey(self, project_id: int, survey_id: str) -> Survey | None: ...
     async def survey_names(self, project_id: int) -> set[str]: ...
     async def save_survey(
-        self, project_id: int, survey: Survey, flags: list[FlagWrite], *, create: bool
+        self,
+        project_id: int,
+        survey: Survey,
+        flags: list[FlagWrite],
+        *,
+        create: bool,
+        source: ChangeSource | None = None,
     ) -> Survey:
         """Write ``flags`` then the survey (with created flag ids set), in one transaction.
 
@@ -347,7 +353,14 @@ class Store(Protocol):
         """
         ...
 
-    async def delete_survey(self, project_id: int, survey_id: str, flags: list[FlagWrite]) -> None:
+    async def delete_survey(
+        self,
+        project_id: int,
+        survey_id: str,
+        flags: list[FlagWrite],
+        *,
+        source: ChangeSource | None = None,
+    ) -> None:
         """Delete the survey and its aggregate, and write ``flags``, in one transaction."""
         ...
 
@@ -375,9 +388,15 @@ class Store(Protocol):
         flags: list[FlagWrite],
         *,
         create: bool,
+        source: ChangeSource | None = None,
     ) -> EarlyAccessFeature: ...
     async def delete_early_access_feature(
-        self, project_id: int, feature_id: str, flags: list[FlagWrite]
+        self,
+        project_id: int,
+        feature_id: str,
+        flags: list[FlagWrite],
+        *,
+        source: ChangeSource | None = None,
     ) -> None: ...
     async def surveys_snapshot(self, project_id: int) -> SurveysSnapshot: ...
     # experiments: definitions, holdouts, and the aggregates ingestion keeps current
@@ -387,7 +406,12 @@ class Store(Protocol):
         self, project_id: int, experiment_id: int
     ) -> ExperimentRecord | None: ...
     async def create_experiment(
-        self, project_id: int, definition: ExperimentDefinition, flag: dict[str, Any]
+        self,
+        project_id: int,
+        definition: ExperimentDefinition,
+        flag: dict[str, Any],
+        *,
+        source: ChangeSource | None = None,
     ) -> ExperimentRecord:
         """Insert the experiment and, in the same transaction, its flag: ``flag`` without an
         ``id`` is created, with one it is the linked flag, rewritten. A started experiment's
@@ -402,6 +426,7 @@ class Store(Protocol):
         *,
         deleted: bool = False,
         flag: dict[str, Any] | None = None,
+        source: ChangeSource | None = None,
     ) -> ExperimentRecord:
         """Replace the definition (and rewrite the linked ``flag`` when given), recomputing the
         aggregates when it launches or what counts changed; NotFound when missing."""
@@ -419,7 +444,12 @@ class Store(Protocol):
     async def get_holdout(self, project_id: int, holdout_id: int) -> HoldoutRecord | None: ...
     async def create_holdout(self, project_id: int, holdout: Holdout) -> HoldoutRecord: ...
     async def update_holdout(
-        self, project_id: int, holdout_id: int, holdout: Holdout
+        self,
+        project_id: int,
+        holdout_id: int,
+        holdout: Holdout,
+        *,
+        source: ChangeSource | None = None,
     ) -> HoldoutRecord:
         """Also rewrites ``filters.holdout`` on the flag of every experiment using it."""
         ...

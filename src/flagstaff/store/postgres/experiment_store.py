@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 
+from flagstaff.activity.records import ChangeSource
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals
 from flagstaff.experiments.model import ExperimentDefinition, Holdout
 from flagstaff.store.base import Conflict, NotFound, Page
@@ -28,39 +29,20 @@ from flagstaff.store.experiment_batch import (
     with_holdout,
 )
 from flagstaff.store.postgres.experiments import recompute_experiment
-from flagstaff.store.postgres.ingest import BUMP_DEFINITIONS, pg_text
-from flagstaff.store.rows import FLAG_COLUMNS, definition_body, flag_record, json_text, now_iso
+from flagstaff.store.postgres.flag_writes import write_flag
+from flagstaff.store.postgres.ingest import BUMP_DEFINITIONS
+from flagstaff.store.rows import FLAG_COLUMNS, flag_record, now_iso
 
 
-async def _write_flag(conn: asyncpg.Connection, project_id: int, flag: dict[str, Any]) -> int:
-    """Insert a new flag (no ``id``) or rewrite the linked one; returns its id."""
-    body = json_text(definition_body(flag))
-    now = now_iso()
-    if flag.get("id") is None:
-        try:
-            async with conn.transaction():
-                return int(
-                    await conn.fetchval(
-                        "INSERT INTO feature_flags (project_id, key, version, deleted, data, "
-                        "created_at, updated_at) VALUES ($1, $2, 1, false, $3, $4, $4) "
-                        "RETURNING id",
-                        project_id,
-                        pg_text(flag["key"]),
-                        body,
-                        now,
-                    )
-                )
-        except asyncpg.UniqueViolationError:
-            raise Conflict.flag_key_taken(flag["key"]) from None
-    await conn.execute(
-        "UPDATE feature_flags SET data = $1, version = version + 1, updated_at = $2 "
-        "WHERE project_id = $3 AND id = $4",
-        body,
-        now,
-        project_id,
-        flag["id"],
-    )
-    return int(flag["id"])
+async def _write_flag(
+    conn: asyncpg.Connection,
+    project_id: int,
+    flag: dict[str, Any],
+    source: ChangeSource | None,
+) -> int:
+    """Create a new flag (no ``id``) or rewrite the linked one, logged; returns its id."""
+    written = await write_flag(conn, project_id, flag, now_iso(), source, flag.get("id"))
+    return int(written["id"])
 
 
 async def _experiment_row(
@@ -120,11 +102,16 @@ class ExperimentsMixin:
             return None
 
     async def create_experiment(
-        self, project_id: int, definition: ExperimentDefinition, flag: dict[str, Any]
+        self,
+        project_id: int,
+        definition: ExperimentDefinition,
+        flag: dict[str, Any],
+        *,
+        source: ChangeSource | None = None,
     ) -> ExperimentRecord:
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
-            flag_id = await _write_flag(conn, project_id, flag)
+            flag_id = await _write_flag(conn, project_id, flag, source)
             eid = int(
                 await conn.fetchval(
                     "INSERT INTO experiments (project_id, feature_flag_id, holdout_id, "
@@ -151,11 +138,12 @@ class ExperimentsMixin:
         *,
         deleted: bool = False,
         flag: dict[str, Any] | None = None,
+        source: ChangeSource | None = None,
     ) -> ExperimentRecord:
         async with self.pool.acquire() as conn, conn.transaction():
             old = await _experiment_row(conn, project_id, experiment_id, lock=True)
             if flag is not None:
-                await _write_flag(conn, project_id, flag)
+                await _write_flag(conn, project_id, flag, source)
             await conn.execute(
                 "UPDATE experiments SET holdout_id = $1, definition = $2, archived = $3, "
                 "deleted = $4, updated_at = $5 WHERE id = $6",
@@ -220,7 +208,12 @@ class ExperimentsMixin:
             return await _holdout_row(conn, project_id, hid)
 
     async def update_holdout(
-        self, project_id: int, holdout_id: int, holdout: Holdout
+        self,
+        project_id: int,
+        holdout_id: int,
+        holdout: Holdout,
+        *,
+        source: ChangeSource | None = None,
     ) -> HoldoutRecord:
         async with self.pool.acquire() as conn, conn.transaction():
             await _holdout_row(conn, project_id, holdout_id, lock=True)
@@ -242,7 +235,7 @@ class ExperimentsMixin:
             )
             for row in rows:
                 flag = with_holdout(flag_record(row), holdout_id, holdout)
-                await _write_flag(conn, project_id, flag)
+                await _write_flag(conn, project_id, flag, source)
             await _bump(conn, project_id)
             return await _holdout_row(conn, project_id, holdout_id)
 

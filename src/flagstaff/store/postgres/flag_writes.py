@@ -1,15 +1,19 @@
-"""Flag writes inside a caller's transaction: the flag API's and those a survey or early
-access feature save makes together with its own row."""
+"""Flag writes inside a caller's transaction: the flag API's and those a survey, early
+access feature or experiment save makes together with its own row. Each is logged (activity
+record and version row) in the same transaction, whoever made it."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import asyncpg
 
+from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.store.base import Conflict, NotFound
+from flagstaff.store.postgres.accounts import write_change, write_flag_version
 from flagstaff.store.postgres.ingest import BUMP_DEFINITIONS, pg_text
-from flagstaff.store.rows import FLAG_COLUMNS, definition_body, json_text
+from flagstaff.store.rows import FLAG_COLUMNS, definition_body, flag_record, json_text
 
 
 async def bump_definitions(conn: asyncpg.Connection, project_id: int) -> None:
@@ -71,3 +75,52 @@ async def replace_flag(
         raise Conflict.flag_key_taken(data["key"]) from None
     await bump_definitions(conn, project_id)
     return row
+
+
+async def log_flag(
+    conn: asyncpg.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    """The activity record and the version row of a flag write, in its transaction."""
+    now_ms = int(time.time() * 1000)
+    if before is not None:  # a flag older than the history: keep the version it replaces
+        await write_flag_version(conn, project_id, before, None, None, now_ms)
+    activity_id = await write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.FEATURE_FLAG,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=now_ms,
+    )
+    user_id = source.actor.user_id if source else None
+    await write_flag_version(conn, project_id, after, activity_id, user_id, now_ms)
+
+
+async def write_flag(
+    conn: asyncpg.Connection,
+    project_id: int,
+    data: dict[str, Any],
+    now: str,
+    source: ChangeSource | None,
+    flag_id: int | None = None,
+) -> dict[str, Any]:
+    """Create the flag (no ``flag_id``) or replace flag ``flag_id`` with ``data``, and log it;
+    returns the flag as stored."""
+    if flag_id is None:
+        after = flag_record(await insert_flag(conn, project_id, data, now))
+        await log_flag(conn, project_id, None, after, source)
+        return after
+    found = await conn.fetchrow(
+        f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2 FOR UPDATE",
+        project_id,
+        flag_id,
+    )
+    after = flag_record(await replace_flag(conn, project_id, flag_id, data, now))  # NotFound
+    await log_flag(conn, project_id, flag_record(found) if found else None, after, source)
+    return after

@@ -12,8 +12,9 @@ from collections.abc import Iterable
 import asyncpg
 import msgspec
 
+from flagstaff.activity.records import ChangeSource
 from flagstaff.store.base import Conflict, FlagWrite, Page, SurveysSnapshot
-from flagstaff.store.postgres.flag_writes import bump_definitions, insert_flag, replace_flag
+from flagstaff.store.postgres.flag_writes import bump_definitions, write_flag
 from flagstaff.store.rows import now_iso
 from flagstaff.surveys import stats
 from flagstaff.surveys.early_access import EarlyAccessFeature
@@ -31,17 +32,18 @@ def _feature(data: str) -> EarlyAccessFeature:
 
 
 async def apply_flag_writes(
-    conn: asyncpg.Connection, project_id: int, writes: Iterable[FlagWrite], now: str
+    conn: asyncpg.Connection,
+    project_id: int,
+    writes: Iterable[FlagWrite],
+    now: str,
+    source: ChangeSource | None,
 ) -> dict[str, int]:
-    """Write each flag; returns the ids of created flags by their ``target`` field."""
+    """Write (and log) each flag; returns the ids of created flags by their ``target`` field."""
     created: dict[str, int] = {}
     for w in writes:
-        if w.flag_id is None:
-            row = await insert_flag(conn, project_id, w.data, now)
-            if w.target is not None:
-                created[w.target] = int(row[0])
-        else:
-            await replace_flag(conn, project_id, w.flag_id, w.data, now)
+        flag = await write_flag(conn, project_id, w.data, now, source, w.flag_id)
+        if w.flag_id is None and w.target is not None:
+            created[w.target] = int(flag["id"])
     return created
 
 
@@ -79,11 +81,17 @@ class SurveyMethods:
         return {r[0] for r in rows}
 
     async def save_survey(
-        self, project_id: int, survey: Survey, flags: list[FlagWrite], *, create: bool
+        self,
+        project_id: int,
+        survey: Survey,
+        flags: list[FlagWrite],
+        *,
+        create: bool,
+        source: ChangeSource | None = None,
     ) -> Survey:
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
-            created = await apply_flag_writes(conn, project_id, flags, now)
+            created = await apply_flag_writes(conn, project_id, flags, now, source)
             saved = msgspec.structs.replace(survey, **created) if created else survey
             data = _encode(saved).decode()
             try:
@@ -118,10 +126,17 @@ class SurveyMethods:
             await bump_definitions(conn, project_id)
         return saved
 
-    async def delete_survey(self, project_id: int, survey_id: str, flags: list[FlagWrite]) -> None:
+    async def delete_survey(
+        self,
+        project_id: int,
+        survey_id: str,
+        flags: list[FlagWrite],
+        *,
+        source: ChangeSource | None = None,
+    ) -> None:
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
-            await apply_flag_writes(conn, project_id, flags, now)
+            await apply_flag_writes(conn, project_id, flags, now, source)
             await conn.execute(
                 "DELETE FROM surveys WHERE project_id = $1 AND id = $2", project_id, survey_id
             )
@@ -191,10 +206,11 @@ class SurveyMethods:
         flags: list[FlagWrite],
         *,
         create: bool,
+        source: ChangeSource | None = None,
     ) -> EarlyAccessFeature:
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
-            created = await apply_flag_writes(conn, project_id, flags, now)
+            created = await apply_flag_writes(conn, project_id, flags, now, source)
             saved = msgspec.structs.replace(feature, **created) if created else feature
             data = _encode(saved).decode()
             try:
@@ -225,11 +241,16 @@ class SurveyMethods:
         return saved
 
     async def delete_early_access_feature(
-        self, project_id: int, feature_id: str, flags: list[FlagWrite]
+        self,
+        project_id: int,
+        feature_id: str,
+        flags: list[FlagWrite],
+        *,
+        source: ChangeSource | None = None,
     ) -> None:
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
-            await apply_flag_writes(conn, project_id, flags, now)
+            await apply_flag_writes(conn, project_id, flags, now, source)
             await conn.execute(
                 "DELETE FROM early_access_features WHERE project_id = $1 AND id = $2",
                 project_id,

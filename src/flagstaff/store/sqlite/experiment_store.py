@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from flagstaff.activity.records import ChangeSource
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals
 from flagstaff.experiments.model import ExperimentDefinition, Holdout
 from flagstaff.store.base import Conflict, NotFound, Page
@@ -26,8 +27,9 @@ from flagstaff.store.experiment_batch import (
     sum_totals,
     with_holdout,
 )
-from flagstaff.store.rows import FLAG_COLUMNS, definition_body, flag_record, json_text, now_iso
+from flagstaff.store.rows import FLAG_COLUMNS, flag_record, now_iso
 from flagstaff.store.sqlite.experiments import recompute_experiment
+from flagstaff.store.sqlite.flag_writes import write_flag
 from flagstaff.store.sqlite.writer import Writer
 
 
@@ -39,26 +41,14 @@ def _bump(conn: sqlite3.Connection, project_id: int) -> None:
     )
 
 
-def _write_flag(conn: sqlite3.Connection, project_id: int, flag: dict[str, Any]) -> int:
-    """Insert a new flag (no ``id``) or rewrite the linked one; returns its id."""
-    body = json_text(definition_body(flag))
-    now = now_iso()
-    if flag.get("id") is None:
-        try:
-            cur = conn.execute(
-                "INSERT INTO feature_flags (project_id, key, version, deleted, data, created_at, "
-                "updated_at) VALUES (?, ?, 1, 0, ?, ?, ?)",
-                (project_id, flag["key"], body, now, now),
-            )
-        except sqlite3.IntegrityError:
-            raise Conflict.flag_key_taken(flag["key"]) from None
-        return int(cur.lastrowid or 0)
-    conn.execute(
-        "UPDATE feature_flags SET data = ?, version = version + 1, updated_at = ? "
-        "WHERE project_id = ? AND id = ?",
-        (body, now, project_id, flag["id"]),
-    )
-    return int(flag["id"])
+def _write_flag(
+    conn: sqlite3.Connection,
+    project_id: int,
+    flag: dict[str, Any],
+    source: ChangeSource | None,
+) -> int:
+    """Create a new flag (no ``id``) or rewrite the linked one, logged; returns its id."""
+    return write_flag(conn, project_id, flag, now_iso(), source, flag.get("id"))
 
 
 def _experiment_row(conn: sqlite3.Connection, project_id: int, eid: int) -> ExperimentRecord:
@@ -105,12 +95,17 @@ class ExperimentsMixin:
             return None
 
     async def create_experiment(
-        self, project_id: int, definition: ExperimentDefinition, flag: dict[str, Any]
+        self,
+        project_id: int,
+        definition: ExperimentDefinition,
+        flag: dict[str, Any],
+        *,
+        source: ChangeSource | None = None,
     ) -> ExperimentRecord:
         now = now_iso()
 
         def write(conn: sqlite3.Connection) -> int:
-            flag_id = _write_flag(conn, project_id, flag)
+            flag_id = _write_flag(conn, project_id, flag, source)
             cur = conn.execute(
                 "INSERT INTO experiments (project_id, feature_flag_id, holdout_id, definition, "
                 "archived, deleted, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
@@ -141,13 +136,14 @@ class ExperimentsMixin:
         *,
         deleted: bool = False,
         flag: dict[str, Any] | None = None,
+        source: ChangeSource | None = None,
     ) -> ExperimentRecord:
         now = now_iso()
 
         def write(conn: sqlite3.Connection) -> None:
             old = _experiment_row(conn, project_id, experiment_id)
             if flag is not None:
-                _write_flag(conn, project_id, flag)
+                _write_flag(conn, project_id, flag, source)
             conn.execute(
                 "UPDATE experiments SET holdout_id = ?, definition = ?, archived = ?, "
                 "deleted = ?, updated_at = ? WHERE id = ?",
@@ -215,7 +211,12 @@ class ExperimentsMixin:
         return _holdout_row(self.db, project_id, hid)
 
     async def update_holdout(
-        self, project_id: int, holdout_id: int, holdout: Holdout
+        self,
+        project_id: int,
+        holdout_id: int,
+        holdout: Holdout,
+        *,
+        source: ChangeSource | None = None,
     ) -> HoldoutRecord:
         now = now_iso()
 
@@ -240,7 +241,9 @@ class ExperimentsMixin:
                 row = conn.execute(
                     f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE id = ?", (flag_id,)
                 ).fetchone()
-                _write_flag(conn, project_id, with_holdout(flag_record(row), holdout_id, holdout))
+                _write_flag(
+                    conn, project_id, with_holdout(flag_record(row), holdout_id, holdout), source
+                )
             _bump(conn, project_id)
 
         await self._writer.submit(write)

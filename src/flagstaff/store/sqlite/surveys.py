@@ -11,9 +11,10 @@ from collections.abc import Iterable
 
 import msgspec
 
+from flagstaff.activity.records import ChangeSource
 from flagstaff.store.base import Conflict, FlagWrite, Page, SurveysSnapshot
 from flagstaff.store.rows import now_iso
-from flagstaff.store.sqlite.flag_writes import bump_definitions, insert_flag, replace_flag
+from flagstaff.store.sqlite.flag_writes import bump_definitions, write_flag
 from flagstaff.store.sqlite.writer import Writer
 from flagstaff.surveys import stats
 from flagstaff.surveys.early_access import EarlyAccessFeature
@@ -31,17 +32,18 @@ def _feature(data: str | bytes) -> EarlyAccessFeature:
 
 
 def apply_flag_writes(
-    conn: sqlite3.Connection, project_id: int, writes: Iterable[FlagWrite], now: str
+    conn: sqlite3.Connection,
+    project_id: int,
+    writes: Iterable[FlagWrite],
+    now: str,
+    source: ChangeSource | None,
 ) -> dict[str, int]:
-    """Write each flag; returns the ids of created flags by their ``target`` field."""
+    """Write (and log) each flag; returns the ids of created flags by their ``target`` field."""
     created: dict[str, int] = {}
     for w in writes:
-        if w.flag_id is None:
-            flag_id = insert_flag(conn, project_id, w.data, now)
-            if w.target is not None:
-                created[w.target] = flag_id
-        else:
-            replace_flag(conn, project_id, w.flag_id, w.data, now)
+        flag_id = write_flag(conn, project_id, w.data, now, source, w.flag_id)
+        if w.flag_id is None and w.target is not None:
+            created[w.target] = flag_id
     return created
 
 
@@ -75,12 +77,18 @@ class SurveyMethods:
         return {r[0] for r in rows}
 
     async def save_survey(
-        self, project_id: int, survey: Survey, flags: list[FlagWrite], *, create: bool
+        self,
+        project_id: int,
+        survey: Survey,
+        flags: list[FlagWrite],
+        *,
+        create: bool,
+        source: ChangeSource | None = None,
     ) -> Survey:
         now = now_iso()
 
         def write(conn: sqlite3.Connection) -> Survey:
-            created = apply_flag_writes(conn, project_id, flags, now)
+            created = apply_flag_writes(conn, project_id, flags, now, source)
             saved = msgspec.structs.replace(survey, **created) if created else survey
             row = (
                 saved.name,
@@ -112,11 +120,18 @@ class SurveyMethods:
 
         return await self._writer.submit(write)
 
-    async def delete_survey(self, project_id: int, survey_id: str, flags: list[FlagWrite]) -> None:
+    async def delete_survey(
+        self,
+        project_id: int,
+        survey_id: str,
+        flags: list[FlagWrite],
+        *,
+        source: ChangeSource | None = None,
+    ) -> None:
         now = now_iso()
 
         def write(conn: sqlite3.Connection) -> None:
-            apply_flag_writes(conn, project_id, flags, now)
+            apply_flag_writes(conn, project_id, flags, now, source)
             conn.execute(
                 "DELETE FROM surveys WHERE project_id = ? AND id = ?", (project_id, survey_id)
             )
@@ -182,11 +197,12 @@ class SurveyMethods:
         flags: list[FlagWrite],
         *,
         create: bool,
+        source: ChangeSource | None = None,
     ) -> EarlyAccessFeature:
         now = now_iso()
 
         def write(conn: sqlite3.Connection) -> EarlyAccessFeature:
-            created = apply_flag_writes(conn, project_id, flags, now)
+            created = apply_flag_writes(conn, project_id, flags, now, source)
             saved = msgspec.structs.replace(feature, **created) if created else feature
             data = _encode(saved).decode()
             try:
@@ -211,12 +227,17 @@ class SurveyMethods:
         return await self._writer.submit(write)
 
     async def delete_early_access_feature(
-        self, project_id: int, feature_id: str, flags: list[FlagWrite]
+        self,
+        project_id: int,
+        feature_id: str,
+        flags: list[FlagWrite],
+        *,
+        source: ChangeSource | None = None,
     ) -> None:
         now = now_iso()
 
         def write(conn: sqlite3.Connection) -> None:
-            apply_flag_writes(conn, project_id, flags, now)
+            apply_flag_writes(conn, project_id, flags, now, source)
             conn.execute(
                 "DELETE FROM early_access_features WHERE project_id = ? AND id = ?",
                 (project_id, feature_id),
