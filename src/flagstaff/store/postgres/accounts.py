@@ -119,9 +119,7 @@ async def write_flag_version(
 class PostgresAccounts:
     """Users, memberships, sessions, login attempts, personal keys and the activity log."""
 
-    @property
-    def pool(self) -> asyncpg.Pool:  # provided by PostgresStore
-        raise NotImplementedError
+    pool: asyncpg.Pool  # the store's (PostgresStore's property)
 
     # users ---------------------------------------------------------------------------------
 

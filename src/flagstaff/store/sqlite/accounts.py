@@ -113,10 +113,7 @@ class SQLiteAccounts:
     """Users, memberships, sessions, login attempts, personal keys and the activity log."""
 
     _writer: Writer
-
-    @property
-    def db(self) -> sqlite3.Connection:  # provided by SQLiteStore
-        raise NotImplementedError
+    db: sqlite3.Connection  # the store's read connection (SQLiteStore's property)
 
     # users ---------------------------------------------------------------------------------
 
