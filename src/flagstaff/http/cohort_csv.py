@@ -10,6 +10,7 @@ by :mod:`email`.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from email.message import Message
@@ -127,7 +128,7 @@ async def read_form(request: Request) -> CohortForm:
     """The multipart cohort body of ``request`` (a 400 naming the field when it is not one)."""
     body = await _body(request, MAX_CSV_BYTES + MAX_BODY_BYTES)
     try:
-        parts = form_parts(request.headers.get("content-type", ""), body)
+        parts = await asyncio.to_thread(form_parts, request.headers.get("content-type", ""), body)
     except ValueError as exc:
         raise ApiError(400, "parse_error", str(exc)) from None
     fields: dict[str, Any] = {}
@@ -144,8 +145,8 @@ async def read_form(request: Request) -> CohortForm:
         data = parts["csv"][1]
         if len(data) > MAX_CSV_BYTES:
             raise ApiError(400, "invalid_input", f"the CSV is over {MAX_CSV_BYTES} bytes", "csv")
-        try:
-            ids = distinct_ids_from_csv(data)
+        try:  # about 1 ms of CPU per 1,000 ids: read in a thread, not on the event loop
+            ids = await asyncio.to_thread(distinct_ids_from_csv, data)
         except ValueError as exc:
             raise ApiError(400, "invalid_input", str(exc), "csv") from None
         if fields.get("is_static") is False:
