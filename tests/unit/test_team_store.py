@@ -5,6 +5,7 @@ order, groups by key, the ingestion warnings kept per project."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -23,9 +24,10 @@ MINUTE = 60_000
 def test_memberships_change_and_keep_an_admin(backend: Factory) -> None:
     async def body(store: Any) -> None:
         pid = (await store.create_project("P", TOKEN)).id
-        ada = await store.create_user("ada@example.com", "hash", NOW)
-        bob = await store.create_user("bob@example.com", "hash", NOW)
-        source = ChangeSource(actor=Actor(user_id=ada.id, email="ada@example.com"))
+        tag = uuid.uuid4().hex  # users outlive the contract's reset
+        ada = await store.create_user(f"ada-{tag}@example.com", "hash", NOW)
+        bob = await store.create_user(f"bob-{tag}@example.com", "hash", NOW)
+        source = ChangeSource(actor=Actor(user_id=ada.id, email=ada.email))
         made = await store.change_membership(ada.id, pid, Role.ADMIN, NOW, source)
         assert made.role is Role.ADMIN and made.created_at_ms == NOW
         # the only admin can neither step down nor leave
@@ -50,7 +52,7 @@ def test_memberships_change_and_keep_an_admin(backend: Factory) -> None:
             "updated",
             "deleted",
         ]
-        assert log[0].record.detail.name == "ada@example.com"
+        assert log[0].record.detail.name == ada.email
         assert log[0].record.actor.user_id == ada.id
 
     run(backend, body)
@@ -60,8 +62,8 @@ def test_two_admins_demoting_each_other_at_once_leave_one(backend: Factory) -> N
     async def body(store: Any) -> None:
         pid = (await store.create_project("P", TOKEN)).id
         ids = []
-        for name in ("a", "b"):
-            user = await store.create_user(f"{name}@example.com", "hash", NOW)
+        for name in ("a", "b"):  # users outlive the contract's reset: unique emails
+            user = await store.create_user(f"{name}-{uuid.uuid4().hex}@example.com", "hash", NOW)
             await store.change_membership(user.id, pid, Role.ADMIN, NOW)
             ids.append(user.id)
         outcomes = await asyncio.gather(
