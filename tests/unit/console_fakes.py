@@ -257,7 +257,9 @@ class MemoryTeamData:
     async def cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
         return next((c for c in self.cohort_list if c["id"] == cohort_id), None)
 
-    async def dynamic_counts(self, project_id: int, cohorts: list[dict[str, Any]]) -> DynamicCounts:
+    async def dynamic_counts(
+        self, project_id: int, cohorts: list[dict[str, Any]], only: list[int] | None = None
+    ) -> DynamicCounts:
         return self.counts
 
     async def static_members(self, project_id: int, cohort_id: int) -> list[str]:

@@ -189,6 +189,12 @@ def test_cohort_counter_matches_properties_statics_and_nested_cohorts() -> None:
     assert result.counts[2] == 1 and result.counts[3] == 2
     assert result.failed == frozenset({4}) and result.scanned == 3
     assert CohortCounter([{"id": 1, "is_static": True}]).empty
+    only = CohortCounter(cohorts, only=[3])  # a reference resolves among all the cohorts
+    try:
+        only.add([_person({"plan": "pro"})])
+        assert only.result(True).counts == {3: 1}
+    finally:
+        only.close()
 
 
 # pages -------------------------------------------------------------------------------------

@@ -24,14 +24,19 @@ class CohortCounter:
     """Counts the persons matching each dynamic cohort, one batch at a time (all cohorts in
     one pass, so each person's properties are read once). Call :meth:`close` when done."""
 
-    def __init__(self, cohorts: Iterable[Mapping[str, Any]]) -> None:
+    def __init__(
+        self, cohorts: Iterable[Mapping[str, Any]], only: Iterable[int] | None = None
+    ) -> None:
+        """``cohorts``: every cohort of the project (references resolve among them);
+        ``only``: the ids to count (default: every dynamic one)."""
         definitions = {str(c["id"]): dict(c) for c in cohorts if not c.get("deleted")}
+        wanted = None if only is None else set(only)
         self._sources = GeneratedSources()
         compiler = CohortCompiler(definitions, self._sources)
         self._matchers: dict[int, Matcher] = {
             int(c["id"]): compiler.membership(int(c["id"]))
             for c in definitions.values()
-            if not c.get("is_static")
+            if not c.get("is_static") and (wanted is None or int(c["id"]) in wanted)
         }
         self.uses_static = compiler.uses_static
         """Some dynamic cohort refers to a static one: persons need their static cohorts."""

@@ -36,8 +36,11 @@ class TeamData(Protocol):
     async def cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None: ...
 
     async def dynamic_counts(
-        self, project_id: int, cohorts: list[dict[str, Any]]
-    ) -> DynamicCounts: ...
+        self, project_id: int, cohorts: list[dict[str, Any]], only: list[int] | None = None
+    ) -> DynamicCounts:
+        """Persons in the dynamic cohorts among ``cohorts`` (all the project's, so references
+        resolve), or in those of ``only``."""
+        ...
 
     async def static_members(self, project_id: int, cohort_id: int) -> list[str]: ...
 
@@ -78,11 +81,13 @@ class StoreTeamData:
     async def cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
         return await self.store.get_cohort(project_id, cohort_id)
 
-    async def dynamic_counts(self, project_id: int, cohorts: list[dict[str, Any]]) -> DynamicCounts:
+    async def dynamic_counts(
+        self, project_id: int, cohorts: list[dict[str, Any]], only: list[int] | None = None
+    ) -> DynamicCounts:
         """Persons in each dynamic cohort: every cohort matched in one pass over the persons
         in id order, :data:`COUNT_BATCH` at a time with a turn of the event loop between
         batches, and at most :data:`COUNT_SCAN_LIMIT` persons (then lower bounds)."""
-        counter = CohortCounter(cohorts)
+        counter = CohortCounter(cohorts, only)
         if counter.empty:
             counter.close()
             return NO_COUNTS

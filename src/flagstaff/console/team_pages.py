@@ -134,7 +134,8 @@ class TeamPages:
             members = await self.data.static_members(project.id, cohort["id"])
             count = team_views.count_text(cohort, team_views.NO_COUNTS)
         else:
-            counts = await self.data.dynamic_counts(project.id, [cohort])
+            everything = await self.data.cohorts(project.id)
+            counts = await self.data.dynamic_counts(project.id, everything, [cohort["id"]])
             count = team_views.count_text(cohort, counts)
         return self._render(
             context,
