@@ -84,6 +84,12 @@ def can_approve(principal: Principal, author_user_id: int | None) -> str | None:
     return None
 
 
+def leaves_no_admin(current: Role | None, new: Role | None, other_admins: int) -> bool:
+    """Whether changing a member from ``current`` to ``new`` (None: not a member) would leave
+    the project with no admin; stores check it in the change's transaction."""
+    return current is Role.ADMIN and new is not Role.ADMIN and other_admins == 0
+
+
 def can_revoke_key(principal: Principal, key_user_id: int | None) -> str | None:
     """Users revoke their own keys; admins revoke any key of the project."""
     if principal.user_id is not None and principal.user_id == key_user_id:

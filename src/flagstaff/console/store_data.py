@@ -7,6 +7,7 @@ from typing import Any
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.console.charts import EVENT_CHART_CAP
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
 from flagstaff.flags.explain import Explanation, explain
@@ -143,6 +144,9 @@ class StoreConsoleData:
             )
             rows.append(PersonFlag(flag["id"], e.key, e.enabled, e.variant, e.reason_description))
         return rows
+
+    async def events_per_minute(self, project_id: int, start_ms: int, minutes: int) -> list[int]:
+        return await self.store.events_per_minute(project_id, start_ms, minutes, EVENT_CHART_CAP)
 
     async def recent_events(
         self, project_id: int, event: str | None, distinct_id: str | None, limit: int

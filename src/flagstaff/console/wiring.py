@@ -8,6 +8,7 @@ from flagstaff.accounts.store import AccountStore
 from flagstaff.config import Settings
 from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.console.store_data import StoreConsoleData
+from flagstaff.console.team_data import StoreTeamData
 from flagstaff.store.base import Store
 
 
@@ -17,4 +18,5 @@ def console_for(settings: Settings, store: Store) -> list[BaseRoute]:
         accounts,
         StoreConsoleData(store),
         ConsoleSettings(trust_forwarded=settings.trust_forwarded_proto),
+        team=StoreTeamData(store, settings.flag_quota_per_minute, settings.event_quota_per_minute),
     )

@@ -36,7 +36,7 @@ from flagstaff.activity.records import (
 )
 from flagstaff.activity.rollback import RollbackError, plan_rollback
 from flagstaff.activity.scheduled import ScheduledChange
-from flagstaff.http import admin_experiments, admin_models
+from flagstaff.http import admin_experiments, admin_models, admin_team, cohort_csv
 from flagstaff.http import surveys as survey_routes
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.errors import ApiError
@@ -392,7 +392,15 @@ async def list_cohorts(ctx: AdminContext, request: Request) -> Any:
 
 
 async def create_cohort(ctx: AdminContext, request: Request) -> Any:
-    cohort = admin_models.cohort_from_input(await _body(request))
+    """JSON, or a multipart form with a ``csv`` of distinct ids: a static cohort of them."""
+    if cohort_csv.is_multipart(request):
+        form = await cohort_csv.read_form(request)
+        body: Any = dict(form.fields)
+        if form.distinct_ids is not None:
+            body.update(is_static=True, distinct_ids=form.distinct_ids)
+    else:
+        body = await _body(request)
+    cohort = admin_models.cohort_from_input(body)
     return 201, await ctx.store.create_cohort(ctx.project_id, cohort, ctx.source)
 
 
@@ -408,9 +416,23 @@ async def get_cohort(ctx: AdminContext, request: Request) -> Any:
 
 
 async def update_cohort(ctx: AdminContext, request: Request) -> Any:
+    """JSON, or a multipart form whose ``csv`` adds its distinct ids to a static cohort."""
     current = await _existing_cohort(ctx, request)
-    cohort = admin_models.cohort_from_input(await _body(request), current)
-    return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
+    if not cohort_csv.is_multipart(request):
+        cohort = admin_models.cohort_from_input(await _body(request), current)
+        return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
+    form = await cohort_csv.read_form(request)
+    if not current["is_static"] and form.distinct_ids is not None:
+        raise ApiError(400, "invalid_input", "only a static cohort takes a CSV", "csv")
+    changes = {k: v for k, v in form.fields.items() if k != "is_static"}
+    if changes:
+        cohort = admin_models.cohort_from_input(changes, current)
+        current = await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
+    if form.distinct_ids:
+        current = await ctx.store.change_static_members(
+            ctx.project_id, current["id"], form.distinct_ids, [], ctx.source
+        )
+    return current
 
 
 async def delete_cohort(ctx: AdminContext, request: Request) -> Any:
@@ -647,6 +669,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("POST", "/api/personal_api_keys/", create_key, "Create a personal API key (shown once)"),
     ("DELETE", "/api/personal_api_keys/{key_id}/", revoke_key, "Revoke a personal API key"),
     *[(method, P + path, h, doc) for method, path, h, doc in admin_experiments.ROUTES],
+    *[(method, P + path, h, doc) for method, path, h, doc in admin_team.ROUTES],
 ]
 
 # Routes whose action is not the method's default: creating a project needs an admin; anyone
@@ -656,6 +679,7 @@ ROUTE_ACTIONS: dict[Handler, Action] = {
     list_keys: Action.VIEW,
     create_key: Action.VIEW,
     revoke_key: Action.VIEW,
+    **admin_team.ROUTE_ACTIONS,
 }
 
 

@@ -22,6 +22,7 @@ from flagstaff import __version__
 from flagstaff.http import account_schemas as a
 from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
+from flagstaff.http import team_schemas as t
 
 _REF = "#/components/schemas/{name}"
 
@@ -51,6 +52,8 @@ class Doc:
     """Other answers than errors: (status, description)."""
     errors: tuple[int, ...] = (400, 401)
     """Error answers (each with the Error body)."""
+    form: Any = None
+    """A ``multipart/form-data`` body the route also takes (besides ``request``)."""
 
 
 class PublicRouteLike(Protocol):
@@ -72,9 +75,9 @@ _ADMIN: dict[str, Doc] = {
     "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
     "delete_flag": Doc("", None, status=204),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
-    "create_cohort": Doc("", s.Cohort, s.CohortInput, 201),
+    "create_cohort": Doc("", s.Cohort, s.CohortInput, 201, form=t.CohortCsvInput),
     "get_cohort": Doc("", s.Cohort),
-    "update_cohort": Doc("", s.Cohort, s.CohortInput),
+    "update_cohort": Doc("", s.Cohort, s.CohortInput, form=t.CohortCsvInput),
     "delete_cohort": Doc("", None, status=204),
     "list_cohort_members": Doc("", s.DistinctIdPage),
     "add_cohort_members": Doc("", s.Cohort, s.DistinctIds),
@@ -107,6 +110,20 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_warnings": Doc("", s.WarningPage, query=_PAGING),
+    "update_project": Doc("", s.Project, s.ProjectInput),
+    "list_members": Doc("", t.MemberPage),
+    "add_member": Doc("", t.CreatedMember, t.MemberInput, 201),
+    "update_member": Doc("", t.Member, t.MemberRoleInput),
+    "remove_member": Doc("", None, status=204),
+    "list_groups": Doc(
+        "",
+        t.GroupPage,
+        query=(
+            Param("group_type_index", "integer", "the group type's index, 0-4 (required)"),
+            Param("search", "string", "only groups whose key contains this (any case)"),
+            *_PAGING,
+        ),
+    ),
     "list_surveys": Doc("", ss.SurveyPage, query=_PAGING),
     "create_survey": Doc("", ss.Survey, ss.SurveyInput, 201),
     "get_survey": Doc("", ss.Survey),
@@ -341,6 +358,8 @@ def _operation(
             "required": True,
             "content": {"application/json": {"schema": refs[doc.request]}},
         }
+        if doc.form is not None:
+            op["requestBody"]["content"]["multipart/form-data"] = {"schema": refs[doc.form]}
     return op
 
 
@@ -376,8 +395,8 @@ def openapi_document(
     self_docs = [("GET", path, doc) for path, doc in SELF_PATHS.items()]
     types: list[Any] = [s.Error]
     for doc in [d for *_, d in admin_docs] + [d for *_, d in public_docs + self_docs]:
-        for t in (doc.response, doc.request):
-            types += t if isinstance(t, tuple) else [t] if t is not None else []
+        for kind in (doc.response, doc.request, doc.form):
+            types += kind if isinstance(kind, tuple) else [kind] if kind is not None else []
     unique = list(dict.fromkeys(types))
     schemas, components = msgspec.json.schema_components(unique, ref_template=_REF)
     refs = dict(zip(unique, schemas, strict=True))

@@ -70,6 +70,10 @@ class Conflict(StoreError):
     def cohort_not_static(cls) -> Conflict:
         return cls("is_static", "only static cohorts have members to add or remove")
 
+    @classmethod
+    def last_admin(cls) -> Conflict:
+        return cls("role", "a project needs an admin: make another member admin first")
+
 
 class NotFound(StoreError):
     """The record does not exist in this project."""
@@ -145,6 +149,25 @@ class Warning(msgspec.Struct):
     type: str
     details: dict[str, Any]
     created_at_ms: int
+
+
+class PersonRow(msgspec.Struct):
+    """A person as a scan over a project's persons reads it (dynamic cohort counts)."""
+
+    id: int
+    properties: dict[str, Any]
+    static_cohort_ids: frozenset[int]
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """What a project holds. ``events`` and ``persons`` are counted up to ``cap``: a count
+    equal to it means that many or more."""
+
+    events: int
+    persons: int
+    flags: int
+    cohorts: int
+    cap: int
 
 
 class IngestResult(msgspec.Struct):
@@ -325,7 +348,42 @@ class Store(Protocol):
     def iter_events(
         self, project_id: int, since_ms: int | None, batch: int = 1000
     ) -> AsyncIterator[list[StoredEvent]]: ...
-    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page: ...
+    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
+        """The project's ingestion warnings, newest first (ingestion keeps the newest
+        :data:`~flagstaff.store.rows.WARNINGS_KEPT`)."""
+        ...
+
+    # what the console's team pages read (store/<engine>/team_store.py)
+    async def rename_project(self, project_id: int, name: str) -> Project | None: ...
+    async def project_usage(self, project_id: int, cap: int) -> Usage:
+        """Counts of the project's data; events and persons counted up to ``cap`` (on
+        SQLite in a thread of its own, so a large count does not hold the event loop)."""
+        ...
+
+    async def events_per_minute(
+        self, project_id: int, start_ms: int, minutes: int, cap: int
+    ) -> list[int]:
+        """Events by timestamp in each minute from ``start_ms``, each counted up to ``cap``
+        (read from the (project, timestamp) index: at most ``minutes * cap`` entries)."""
+        ...
+
+    async def scan_persons(
+        self, project_id: int, after_id: int, limit: int, static_cohorts: bool
+    ) -> list[PersonRow]:
+        """Up to ``limit`` persons with an id above ``after_id``, in id order (with their
+        static cohorts when asked)."""
+        ...
+
+    async def list_groups(
+        self, project_id: int, group_type_index: int, search: str, limit: int, offset: int
+    ) -> list[Group]:
+        """Groups of one type by key, those whose key contains ``search`` (any case)."""
+        ...
+
+    async def static_member_sample(self, project_id: int, cohort_id: int, limit: int) -> list[str]:
+        """The first ``limit`` distinct ids of a static cohort, in order."""
+        ...
+
     async def list_group_types(self, project_id: int) -> dict[int, str]: ...
     async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
         """Map ``index`` to ``name``; False when so already; Conflict when either is taken."""

@@ -483,5 +483,10 @@
     document.querySelectorAll("[data-flag-history]").forEach(setUpHistory);
   });
 
-  window.flagstaff = { api, showErrors };
+  // The builder's pieces, shared with team.js (the cohort editor).
+  window.flagstaff = {
+    api,
+    showErrors,
+    builder: { serializeFilter, renumber, showFilterKind, cloneTemplate, checkJson },
+  };
 })();

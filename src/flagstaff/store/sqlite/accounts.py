@@ -16,6 +16,7 @@ import msgspec
 from flagstaff.accounts import keys
 from flagstaff.accounts.api_keys import key_prefix
 from flagstaff.accounts.records import ApiKeyInfo, LoginAttempt, Membership, Role, Session, User
+from flagstaff.accounts.roles import leaves_no_admin
 from flagstaff.activity.diff import record_change
 from flagstaff.activity.records import (
     Activity,
@@ -35,11 +36,12 @@ from flagstaff.store.account_rows import (
     activity_filter,
     activity_record,
     key_record,
+    membership_detail,
     scheduled_record,
     session_record,
     user_record,
 )
-from flagstaff.store.base import Conflict
+from flagstaff.store.base import Conflict, NotFound
 from flagstaff.store.rows import json_text, now_iso
 
 if TYPE_CHECKING:
@@ -212,6 +214,61 @@ class SQLiteAccounts:
                 (user_id, project_id),
             )
             return cur.rowcount > 0
+
+        return await self._writer.submit(write)
+
+    async def change_membership(
+        self,
+        user_id: int,
+        project_id: int,
+        role: Role | None,
+        now_ms: int,
+        source: ChangeSource | None = None,
+    ) -> Membership | None:
+        def write(conn: sqlite3.Connection) -> Membership | None:
+            row = conn.execute(
+                "SELECT u.email, m.role, m.created_at_ms FROM users u LEFT JOIN memberships m "
+                "ON m.user_id = u.id AND m.project_id = ? WHERE u.id = ?",
+                (project_id, user_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"user {user_id}")
+            email, raw_role, created = row
+            current = Role(raw_role) if raw_role else None
+            others = conn.execute(
+                "SELECT COUNT(*) FROM memberships WHERE project_id = ? AND role = 'admin' "
+                "AND user_id != ?",
+                (project_id, user_id),
+            ).fetchone()[0]
+            if leaves_no_admin(current, role, others):
+                raise Conflict.last_admin()
+            if role is None and current is None:
+                return None
+            if role is None:
+                conn.execute(
+                    "DELETE FROM memberships WHERE user_id = ? AND project_id = ?",
+                    (user_id, project_id),
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO memberships (user_id, project_id, role, created_at_ms) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (user_id, project_id) DO UPDATE SET "
+                    "role = excluded.role",
+                    (user_id, project_id, role.value, now_ms),
+                )
+            write_change(
+                conn,
+                project_id=project_id,
+                scope=Scope.MEMBERSHIP,
+                item_id=user_id,
+                source=source,
+                before=membership_detail(email, current),
+                after=membership_detail(email, role),
+                now_ms=now_ms,
+            )
+            if role is None:
+                return None
+            return Membership(user_id, project_id, role, created if current else now_ms)
 
         return await self._writer.submit(write)
 

@@ -30,6 +30,7 @@ from flagstaff.store.ingest_batch import (
     survey_events,
     warnings_of,
 )
+from flagstaff.store.rows import WARNINGS_KEPT
 from flagstaff.store.sqlite import experiments
 from flagstaff.store.sqlite.person_cache import PersonCache
 
@@ -131,6 +132,10 @@ _INSERT_EVENTS = (
 )
 _INSERT_WARNINGS = (
     "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) VALUES (?, ?, ?, ?)"
+)
+_PRUNE_WARNINGS = (
+    "DELETE FROM ingestion_warnings WHERE project_id = ?1 AND id < (SELECT id FROM "
+    "ingestion_warnings WHERE project_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)"
 )
 
 
@@ -342,6 +347,7 @@ def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
     stored = conn.total_changes - before
     if plan.warning_rows:
         conn.executemany(_INSERT_WARNINGS, plan.warning_rows)
+        conn.execute(_PRUNE_WARNINGS, (plan.project_id, WARNINGS_KEPT - 1))
     return IngestResult(
         ingested=stored, duplicates=len(plan.event_rows) - stored, dropped=plan.dropped
     )
