@@ -3,13 +3,16 @@ access feature save makes together with its own row."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import asyncpg
 
+from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.store.base import Conflict, NotFound
+from flagstaff.store.postgres.accounts import write_change, write_flag_version
 from flagstaff.store.postgres.ingest import BUMP_DEFINITIONS, pg_text
-from flagstaff.store.rows import FLAG_COLUMNS, definition_body, json_text
+from flagstaff.store.rows import FLAG_COLUMNS, definition_body, flag_record, json_text
 
 
 async def bump_definitions(conn: asyncpg.Connection, project_id: int) -> None:
@@ -71,3 +74,50 @@ async def replace_flag(
         raise Conflict.flag_key_taken(data["key"]) from None
     await bump_definitions(conn, project_id)
     return row
+
+
+async def log_flag(
+    conn: asyncpg.Connection,
+    project_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    source: ChangeSource | None,
+) -> None:
+    """The activity record and the version row of a flag write, in its transaction."""
+    now_ms = int(time.time() * 1000)
+    if before is not None:  # a flag older than the history: keep the version it replaces
+        await write_flag_version(conn, project_id, before, None, None, now_ms)
+    activity_id = await write_change(
+        conn,
+        project_id=project_id,
+        scope=Scope.FEATURE_FLAG,
+        item_id=after["id"],
+        source=source,
+        before=before,
+        after=after,
+        now_ms=now_ms,
+    )
+    user_id = source.actor.user_id if source else None
+    await write_flag_version(conn, project_id, after, activity_id, user_id, now_ms)
+
+
+async def update_flag_logged(
+    conn: asyncpg.Connection,
+    project_id: int,
+    flag_id: int,
+    data: dict[str, Any],
+    source: ChangeSource | None,
+    now: str,
+) -> dict[str, Any]:
+    """The flag API's update, in the caller's transaction: replace the flag (version
+    checked) and log it; the flag as written."""
+    found = await conn.fetchrow(
+        f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2 FOR UPDATE",
+        project_id,
+        flag_id,
+    )
+    row = await replace_flag(conn, project_id, flag_id, data, now)  # NotFound: none
+    before = flag_record(found) if found else None
+    after = flag_record(row)
+    await log_flag(conn, project_id, before, after, source)
+    return after

@@ -45,9 +45,14 @@ from flagstaff.store.base import (
     Project,
     StoredEvent,
 )
-from flagstaff.store.postgres.accounts import PostgresAccounts, write_change, write_flag_version
+from flagstaff.store.postgres.accounts import PostgresAccounts, write_change
+from flagstaff.store.postgres.approvals import ApprovalMethods
 from flagstaff.store.postgres.experiment_store import ExperimentsMixin
-from flagstaff.store.postgres.flag_writes import insert_flag, replace_flag
+from flagstaff.store.postgres.flag_writes import (
+    insert_flag,
+    log_flag,
+    update_flag_logged,
+)
 from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
     BUMP_DEFINITIONS,
@@ -60,6 +65,7 @@ from flagstaff.store.postgres.ingest import (
 from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
 from flagstaff.store.postgres.schema import migrate
 from flagstaff.store.postgres.surveys import SurveyMethods
+from flagstaff.store.postgres.webhooks import WebhookMethods
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
@@ -142,31 +148,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def _log_flag(
-    conn: asyncpg.Connection,
-    project_id: int,
-    before: dict[str, Any] | None,
-    after: dict[str, Any],
-    source: ChangeSource | None,
-) -> None:
-    """The activity record and the version row of a flag write, in its transaction."""
-    now_ms = _now_ms()
-    if before is not None:  # a flag older than the history: keep the version it replaces
-        await write_flag_version(conn, project_id, before, None, None, now_ms)
-    activity_id = await write_change(
-        conn,
-        project_id=project_id,
-        scope=Scope.FEATURE_FLAG,
-        item_id=after["id"],
-        source=source,
-        before=before,
-        after=after,
-        now_ms=now_ms,
-    )
-    user_id = source.actor.user_id if source else None
-    await write_flag_version(conn, project_id, after, activity_id, user_id, now_ms)
-
-
 async def _log_cohort(
     conn: asyncpg.Connection,
     project_id: int,
@@ -186,7 +167,9 @@ async def _log_cohort(
     )
 
 
-class PostgresStore(PostgresAccounts, SurveyMethods, ExperimentsMixin):
+class PostgresStore(
+    PostgresAccounts, SurveyMethods, ExperimentsMixin, ApprovalMethods, WebhookMethods
+):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:
@@ -403,7 +386,7 @@ class PostgresStore(PostgresAccounts, SurveyMethods, ExperimentsMixin):
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
             row = await insert_flag(conn, project_id, data, now)
-            await _log_flag(conn, project_id, None, flag_record(row), source)
+            await log_flag(conn, project_id, None, flag_record(row), source)
         return flag_record(row)
 
     async def update_flag(
@@ -416,16 +399,7 @@ class PostgresStore(PostgresAccounts, SurveyMethods, ExperimentsMixin):
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
         now = now_iso()
         async with self.pool.acquire() as conn, conn.transaction():
-            found = await conn.fetchrow(
-                f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2 "
-                "FOR UPDATE",
-                project_id,
-                flag_id,
-            )
-            row = await replace_flag(conn, project_id, flag_id, data, now)  # NotFound: none
-            before = flag_record(found) if found else None
-            await _log_flag(conn, project_id, before, flag_record(row), source)
-        return flag_record(row)
+            return await update_flag_logged(conn, project_id, flag_id, data, source, now)
 
     # cohorts ---------------------------------------------------------------------------
 

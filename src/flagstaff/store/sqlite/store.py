@@ -61,14 +61,22 @@ from flagstaff.store.rows import (
     warning_record,
 )
 from flagstaff.store.sqlite import event_index
-from flagstaff.store.sqlite.accounts import SQLiteAccounts, write_change, write_flag_version
+from flagstaff.store.sqlite.accounts import SQLiteAccounts, write_change
+from flagstaff.store.sqlite.approvals import ApprovalMethods
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.experiment_store import ExperimentsMixin
-from flagstaff.store.sqlite.flag_writes import bump_definitions, insert_flag, replace_flag
+from flagstaff.store.sqlite.flag_writes import (
+    bump_definitions,
+    flag_in,
+    insert_flag,
+    log_flag,
+    update_flag_logged,
+)
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.surveys import SurveyMethods
+from flagstaff.store.sqlite.webhooks import WebhookMethods
 from flagstaff.store.sqlite.writer import Writer, connect
 
 _decode = msgspec.json.decode
@@ -78,39 +86,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _flag_in(conn: sqlite3.Connection, flag_id: int) -> dict[str, Any]:
-    row = conn.execute(f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE id = ?", (flag_id,))
-    return flag_record(row.fetchone())
-
-
 def _cohort_in(conn: sqlite3.Connection, cohort_id: int) -> dict[str, Any]:
     row = conn.execute(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = ?", (cohort_id,))
     return cohort_record(row.fetchone())
-
-
-def _log_flag(
-    conn: sqlite3.Connection,
-    project_id: int,
-    before: dict[str, Any] | None,
-    after: dict[str, Any],
-    source: ChangeSource | None,
-) -> None:
-    """The activity record and the version row of a flag write, in its transaction."""
-    now_ms = _now_ms()
-    if before is not None:  # a flag older than the history: keep the version it replaces
-        write_flag_version(conn, project_id, before, None, None, now_ms)
-    activity_id = write_change(
-        conn,
-        project_id=project_id,
-        scope=Scope.FEATURE_FLAG,
-        item_id=after["id"],
-        source=source,
-        before=before,
-        after=after,
-        now_ms=now_ms,
-    )
-    user_id = source.actor.user_id if source else None
-    write_flag_version(conn, project_id, after, activity_id, user_id, now_ms)
 
 
 def _log_cohort(
@@ -135,7 +113,7 @@ def _log_cohort(
 _bump_definitions = bump_definitions
 
 
-class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
+class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin, ApprovalMethods, WebhookMethods):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(self, path: Path, ingest_socket: str | None = None) -> None:
@@ -298,7 +276,7 @@ class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
 
         def write(conn: sqlite3.Connection) -> int:
             flag_id = insert_flag(conn, project_id, data, now)
-            _log_flag(conn, project_id, None, _flag_in(conn, flag_id), source)
+            log_flag(conn, project_id, None, flag_in(conn, flag_id), source)
             return flag_id
 
         flag_id = await self._writer.submit(write)
@@ -316,16 +294,9 @@ class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
         """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
         now = now_iso()
 
-        def write(conn: sqlite3.Connection) -> None:
-            found = conn.execute(
-                f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = ? AND id = ?",
-                (project_id, flag_id),
-            ).fetchone()
-            replace_flag(conn, project_id, flag_id, data, now)  # NotFound when there is none
-            before = flag_record(found) if found else None
-            _log_flag(conn, project_id, before, _flag_in(conn, flag_id), source)
-
-        await self._writer.submit(write)
+        await self._writer.submit(
+            lambda conn: update_flag_logged(conn, project_id, flag_id, data, source, now)
+        )
         flag = await self.get_flag(project_id, flag_id)
         assert flag is not None
         return flag
