@@ -9,7 +9,7 @@ console can do nothing the API would refuse.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote
@@ -117,6 +117,10 @@ def _now_ms() -> int:
 
 def _html(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status, headers=SECURITY_HEADERS)
+
+
+html_page = _html
+"""A rendered page with the console's security headers, for page modules of their own."""
 
 
 def _redirect(location: str) -> RedirectResponse:
@@ -579,10 +583,13 @@ def console_routes(
     data: ConsoleData,
     settings: ConsoleSettings = ConsoleSettings(),  # noqa: B008
     clock: Callable[[], int] = _now_ms,
+    extra: Sequence[Callable[[ConsolePages], list[BaseRoute]]] = (),
 ) -> list[BaseRoute]:
-    """The console's routes, to be placed in front of the management API's starlette app."""
+    """The console's routes, to be placed in front of the management API's starlette app;
+    ``extra`` builds the routes of page modules of their own (approvals, webhooks)."""
     pages = ConsolePages(accounts, data, settings, clock)
     return [
+        *(route for build in extra for route in build(pages)),
         Route("/", pages.home, methods=["GET"]),
         Route("/login", pages.login_form, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),

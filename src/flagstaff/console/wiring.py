@@ -6,8 +6,10 @@ from starlette.routing import BaseRoute
 
 from flagstaff.accounts.store import AccountStore
 from flagstaff.config import Settings
+from flagstaff.console.approvals import StoreApprovalData, approval_routes
 from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.console.store_data import StoreConsoleData
+from flagstaff.console.webhooks import StoreWebhookData, webhook_routes
 from flagstaff.store.base import Store
 
 
@@ -17,4 +19,8 @@ def console_for(settings: Settings, store: Store) -> list[BaseRoute]:
         accounts,
         StoreConsoleData(store),
         ConsoleSettings(trust_forwarded=settings.trust_forwarded_proto),
+        extra=[
+            lambda pages: approval_routes(pages, StoreApprovalData(store)),
+            lambda pages: webhook_routes(pages, StoreWebhookData(store)),
+        ],
     )
