@@ -9,7 +9,7 @@ console can do nothing the API would refuse.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote
@@ -124,6 +124,10 @@ def _now_ms() -> int:
 
 def _html(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status, headers=SECURITY_HEADERS)
+
+
+html_page = _html
+"""A rendered page with the console's security headers, for page modules of their own."""
 
 
 def _redirect(location: str) -> RedirectResponse:
@@ -592,13 +596,16 @@ def console_routes(
     settings: ConsoleSettings = ConsoleSettings(),  # noqa: B008
     clock: Callable[[], int] = _now_ms,
     team: TeamData | None = None,
+    extra: Sequence[Callable[[ConsolePages], list[BaseRoute]]] = (),
 ) -> list[BaseRoute]:
     """The console's routes, to be placed in front of the management API's starlette app
-    (with ``team``, the team pages of :mod:`flagstaff.console.team_pages` too)."""
+    (with ``team``, the team pages of :mod:`flagstaff.console.team_pages` too); ``extra``
+    builds the routes of page modules of their own (approvals, webhooks)."""
     pages = ConsolePages(accounts, data, settings, clock)
     team_routes = TeamPages(pages, team).routes() if team is not None else []
     return [
         *team_routes,
+        *(route for build in extra for route in build(pages)),
         Route("/", pages.home, methods=["GET"]),
         Route("/login", pages.login_form, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),

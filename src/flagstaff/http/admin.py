@@ -28,6 +28,7 @@ from flagstaff.accounts.roles import Action, Principal, action_for_method, can_r
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity import scheduled
 from flagstaff.activity.api import activity_page
+from flagstaff.activity.api import ms_to_iso as _ms_to_iso
 from flagstaff.activity.records import (
     Activity,
     Actor,
@@ -36,7 +37,14 @@ from flagstaff.activity.records import (
 )
 from flagstaff.activity.rollback import RollbackError, plan_rollback
 from flagstaff.activity.scheduled import ScheduledChange
-from flagstaff.http import admin_experiments, admin_models, admin_team, cohort_csv
+from flagstaff.http import (
+    admin_approvals,
+    admin_experiments,
+    admin_models,
+    admin_team,
+    admin_webhooks,
+    cohort_csv,
+)
 from flagstaff.http import surveys as survey_routes
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.errors import ApiError
@@ -45,6 +53,7 @@ from flagstaff.http.rest import MAX_ID
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
+from flagstaff.http.rest import path_int as _path_int
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, NotFound, Store, StoredEvent
 
@@ -69,21 +78,6 @@ def _now_ms() -> int:
 
 def _json(data: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(data), status, media_type="application/json")
-
-
-def _path_int(request: Request, name: str) -> int:
-    raw = request.path_params.get(name, "")
-    if not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
-        raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}")
-    return int(raw)
-
-
-def _ms_to_iso(ms: int) -> str:
-    return (
-        datetime.fromtimestamp(ms / 1000, UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def _iso_to_ms(raw: str) -> int | None:
@@ -179,6 +173,9 @@ async def get_flag(ctx: AdminContext, request: Request) -> Any:
 async def update_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     flag = admin_models.flag_from_input(await _body(request), current)
+    held = await admin_approvals.hold_flag_write(ctx, current, flag)
+    if held is not None:
+        return held
     return await ctx.store.update_flag(ctx.project_id, current["id"], flag, ctx.source)
 
 
@@ -187,15 +184,20 @@ async def replace_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     flag = admin_models.flag_from_input(await _body(request))
     flag = {**current, **flag, "version": current.get("version")}
+    held = await admin_approvals.hold_flag_write(ctx, current, flag)
+    if held is not None:
+        return held
     return await ctx.store.update_flag(ctx.project_id, current["id"], flag, ctx.source)
 
 
 async def delete_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     if not current["deleted"]:
-        await ctx.store.update_flag(
-            ctx.project_id, current["id"], {**current, "deleted": True}, ctx.source
-        )
+        deleted = {**current, "deleted": True}
+        held = await admin_approvals.hold_flag_write(ctx, current, deleted)
+        if held is not None:
+            return held
+        await ctx.store.update_flag(ctx.project_id, current["id"], deleted, ctx.source)
     return 204, None
 
 
@@ -213,6 +215,9 @@ async def rollback_flag(ctx: AdminContext, request: Request) -> Any:
     except RollbackError as exc:
         raise ApiError(400, "invalid_input", str(exc), exc.field) from None
     flag = admin_models.flag_from_input(plan.body, current)
+    held = await admin_approvals.hold_flag_write(ctx, current, flag)
+    if held is not None:
+        return held
     source = ChangeSource(
         actor=ctx.source.actor, trigger=plan.trigger, activity=Activity.ROLLED_BACK
     )
@@ -329,6 +334,9 @@ async def create_scheduled_change(ctx: AdminContext, request: Request) -> Any:
         operation = scheduled.check_schedule(body.get("payload"), run_at, now)
     except scheduled.ScheduleError as exc:
         raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    held = await admin_approvals.hold_schedule(ctx, flag, operation, body["payload"], run_at)
+    if held is not None:
+        return held
     change = await ctx.store.create_scheduled_change(
         ctx.project_id, record, operation, body["payload"], run_at, ctx.principal.user_id, now
     )
@@ -670,6 +678,8 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("DELETE", "/api/personal_api_keys/{key_id}/", revoke_key, "Revoke a personal API key"),
     *[(method, P + path, h, doc) for method, path, h, doc in admin_experiments.ROUTES],
     *[(method, P + path, h, doc) for method, path, h, doc in admin_team.ROUTES],
+    *admin_approvals.ROUTES,
+    *admin_webhooks.ROUTES,
 ]
 
 # Routes whose action is not the method's default: creating a project needs an admin; anyone
@@ -680,6 +690,8 @@ ROUTE_ACTIONS: dict[Handler, Action] = {
     create_key: Action.VIEW,
     revoke_key: Action.VIEW,
     **admin_team.ROUTE_ACTIONS,
+    **admin_approvals.ROUTE_ACTIONS,
+    **admin_webhooks.ROUTE_ACTIONS,
 }
 
 

@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from flagstaff import __version__
 from flagstaff.http import account_schemas as a
+from flagstaff.http import approval_schemas as ap
 from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
 from flagstaff.http import team_schemas as t
@@ -54,6 +55,8 @@ class Doc:
     """Error answers (each with the Error body)."""
     form: Any = None
     """A ``multipart/form-data`` body the route also takes (besides ``request``)."""
+    alternates: tuple[tuple[int, Any, str], ...] = ()
+    """Other answers with a body: (status, type, description)."""
 
 
 class PublicRouteLike(Protocol):
@@ -64,6 +67,14 @@ class PublicRouteLike(Protocol):
 # management API, by handler name -------------------------------------------------------------
 
 _PAGING = (Param("limit", "integer", "page size"), Param("offset", "integer", "rows to skip"))
+_HELD = (
+    (
+        202,
+        ap.ChangeRequest,
+        "held for approval (the project's approval policy is on): the stored change request; "
+        "nothing changes until someone else approves it",
+    ),
+)
 _ADMIN: dict[str, Doc] = {
     "list_projects": Doc("", s.ProjectPage),
     "create_project": Doc("", s.CreatedProject, s.ProjectInput, 201),
@@ -71,9 +82,9 @@ _ADMIN: dict[str, Doc] = {
     "list_flags": Doc("", s.FeatureFlagPage, query=_PAGING),
     "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
     "get_flag": Doc("", s.FeatureFlag),
-    "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
-    "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
-    "delete_flag": Doc("", None, status=204),
+    "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
+    "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
+    "delete_flag": Doc("", None, status=204, alternates=_HELD),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
     "create_cohort": Doc("", s.Cohort, s.CohortInput, 201, form=t.CohortCsvInput),
     "get_cohort": Doc("", s.Cohort),
@@ -147,7 +158,7 @@ _ADMIN: dict[str, Doc] = {
     "get_feature": Doc("", ss.EarlyAccessFeature),
     "patch_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput),
     "delete_feature": Doc("", None, status=204),
-    "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput),
+    "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput, alternates=_HELD),
     "flag_activity": Doc(
         "",
         a.FlagActivityPage,
@@ -171,7 +182,9 @@ _ADMIN: dict[str, Doc] = {
         a.ScheduledChangePage,
         query=(Param("record_id", "integer", "only this feature flag's changes"),),
     ),
-    "create_scheduled_change": Doc("", a.ScheduledChange, a.ScheduledChangeInput, 201),
+    "create_scheduled_change": Doc(
+        "", a.ScheduledChange, a.ScheduledChangeInput, 201, alternates=_HELD
+    ),
     "delete_scheduled_change": Doc("", None, status=204),
     "list_keys": Doc("", list[a.PersonalApiKey]),
     "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
@@ -188,6 +201,44 @@ _ADMIN: dict[str, Doc] = {
     "get_holdout": Doc("", s.Holdout),
     "update_holdout": Doc("", s.Holdout, s.HoldoutInput),
     "delete_holdout": Doc("", None, status=204, extra=((400, "used by an experiment"),)),
+    "get_approval_policy": Doc("", ap.ApprovalPolicy),
+    "update_approval_policy": Doc("", ap.ApprovalPolicy, ap.ApprovalPolicyInput, errors=(403,)),
+    "list_change_requests": Doc(
+        "",
+        ap.ChangeRequestPage,
+        query=(
+            Param("status", "string", "only requests in this status (pending, applied...)"),
+            Param("record_id", "integer", "only this feature flag's requests"),
+            *_PAGING,
+        ),
+    ),
+    "get_change_request": Doc("", ap.ChangeRequest),
+    "approve_change_request": Doc(
+        "",
+        ap.ChangeRequest,
+        ap.DecisionInput,
+        errors=(403, 409),
+    ),
+    "reject_change_request": Doc("", ap.ChangeRequest, ap.DecisionInput, errors=(403, 409)),
+    "list_webhooks": Doc("", ap.WebhookPage, errors=(403,)),
+    "create_webhook": Doc("", ap.CreatedWebhook, ap.WebhookInput, 201, errors=(403,)),
+    "get_webhook": Doc("", ap.Webhook, errors=(403,)),
+    "update_webhook": Doc(
+        "",
+        ap.Webhook,
+        ap.WebhookInput,
+        errors=(403,),
+        alternates=((200, ap.CreatedWebhook, "with rotate_secret: the new secret, once"),),
+    ),
+    "delete_webhook": Doc("", None, status=204, errors=(403,)),
+    "list_deliveries": Doc("", ap.WebhookDeliveryPage, query=_PAGING, errors=(403,)),
+    "redeliver": Doc(
+        "",
+        ap.WebhookDelivery,
+        dict[str, Any],
+        202,
+        errors=(403, 409),
+    ),
 }
 
 # public routes, by route name -----------------------------------------------------------------
@@ -343,6 +394,14 @@ def _operation(
     responses: dict[str, Any] = {str(doc.status): success}
     for status, description in doc.extra:
         responses[str(status)] = {"description": description}
+    for status, kind, description in doc.alternates:
+        if str(status) == str(doc.status):  # the same status, another shape: one of both
+            one_of = [success["content"][doc.media]["schema"], refs[kind]]
+            success["content"] = {doc.media: {"schema": {"oneOf": one_of}}}
+            success["description"] = f"success; {description}"
+            continue
+        schema = {"schema": refs[kind]}
+        responses[str(status)] = {"description": description, "content": {doc.media: schema}}
     for status in doc.errors:
         responses.setdefault(str(status), _ERROR)
     op: dict[str, Any] = {
@@ -397,13 +456,14 @@ def openapi_document(
     for doc in [d for *_, d in admin_docs] + [d for *_, d in public_docs + self_docs]:
         for kind in (doc.response, doc.request, doc.form):
             types += kind if isinstance(kind, tuple) else [kind] if kind is not None else []
+        types += [kind for _, kind, _ in doc.alternates]
     unique = list(dict.fromkeys(types))
     schemas, components = msgspec.json.schema_components(unique, ref_template=_REF)
     refs = dict(zip(unique, schemas, strict=True))
 
     paths: dict[str, dict[str, Any]] = {}
     for method, path, name, summary, doc in admin_docs:
-        doc = dataclasses.replace(doc, errors=(400, 401, 404))
+        doc = dataclasses.replace(doc, errors=tuple(sorted({400, 401, 404, *doc.errors})))
         op = _operation(doc, method, path, name, refs, summary)
         op["security"] = [{"PersonalAPIKey": []}]
         paths.setdefault(path, {})[method.lower()] = op

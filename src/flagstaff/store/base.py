@@ -27,9 +27,12 @@ from flagstaff.surveys.model import Survey
 from flagstaff.surveys.stats import SurveyStats
 
 if TYPE_CHECKING:
+    from flagstaff.activity.approvals import ApprovalPolicy, ChangeRequest, RequestStatus
+    from flagstaff.activity.webhooks import Delivery, Webhook
     from flagstaff.experiments.exposure import ExperimentTotals
     from flagstaff.experiments.model import ExperimentDefinition, Holdout
     from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord
+    from flagstaff.store.webhook_rows import ClaimedDelivery
 
 
 class StoreError(Exception):
@@ -515,3 +518,74 @@ class Store(Protocol):
     async def delete_holdout(self, project_id: int, holdout_id: int) -> None:
         """Conflict while an experiment uses it."""
         ...
+
+    # approvals: a project's policy and the flag changes waiting for a second person
+    async def approval_policy(self, project_id: int) -> ApprovalPolicy: ...
+    async def set_approval_policy(
+        self, project_id: int, enabled: bool, source: ChangeSource, now_ms: int
+    ) -> ApprovalPolicy: ...
+    async def create_change_request(
+        self, request: ChangeRequest, flag_key: str, source: ChangeSource
+    ) -> ChangeRequest:
+        """Store a pending request (its id given by the store) and its activity record."""
+        ...
+
+    async def list_change_requests(
+        self,
+        project_id: int,
+        status: RequestStatus | None,
+        flag_id: int | None,
+        limit: int,
+        offset: int,
+    ) -> Page:
+        """Requests, newest first (``results`` are :class:`ChangeRequest`)."""
+        ...
+
+    async def get_change_request(
+        self, project_id: int, request_id: int
+    ) -> ChangeRequest | None: ...
+    async def decide_change_request(
+        self,
+        decided: ChangeRequest,
+        flag_key: str,
+        source: ChangeSource,
+        apply_source: ChangeSource | None = None,
+    ) -> ChangeRequest:
+        """Store the decision (Conflict on ``status`` when the request is no longer pending)
+        and, with ``apply_source``, carry out its change in the same transaction: an update
+        or delete through the flag update path (Conflict on ``version`` when the flag moved),
+        a schedule by creating the scheduled change."""
+        ...
+
+    # outgoing webhooks: endpoints, and deliveries enqueued with each activity row
+    async def create_webhook(self, webhook: Webhook, source: ChangeSource) -> Webhook: ...
+    async def list_webhooks(self, project_id: int) -> list[Webhook]: ...
+    async def get_webhook(self, project_id: int, webhook_id: int) -> Webhook | None: ...
+    async def update_webhook(
+        self,
+        project_id: int,
+        webhook_id: int,
+        changes: dict[str, Any],
+        source: ChangeSource,
+        now_ms: int,
+    ) -> Webhook | None: ...
+    async def delete_webhook(
+        self, project_id: int, webhook_id: int, source: ChangeSource, now_ms: int
+    ) -> bool: ...
+    async def list_deliveries(
+        self, project_id: int, webhook_id: int, limit: int, offset: int
+    ) -> Page:
+        """Deliveries, newest first (``results`` are :class:`Delivery`)."""
+        ...
+
+    async def redeliver(
+        self, project_id: int, webhook_id: int, delivery_id: int, now_ms: int
+    ) -> Delivery | None: ...
+    async def claim_deliveries(
+        self, now_ms: int, limit: int, lease_ms: int
+    ) -> list[ClaimedDelivery]:
+        """Due deliveries, leased to the caller: no other worker or node sends them before
+        the lease ends or the outcome is recorded."""
+        ...
+
+    async def finish_delivery(self, delivery: Delivery, lease_token: str) -> bool: ...

@@ -43,18 +43,21 @@ from flagstaff.store.account_rows import (
 )
 from flagstaff.store.base import Conflict, NotFound
 from flagstaff.store.postgres.ingest import pg_text
+from flagstaff.store.postgres.webhook_queue import enqueue_deliveries
 from flagstaff.store.rows import json_text, now_iso
 
 _decode = msgspec.json.decode
 
 
 async def write_activity(conn: asyncpg.Connection, record: ActivityRecord) -> int:
-    return int(
+    """The activity row and, in the same transaction, its webhook deliveries."""
+    activity_uuid = str(uuid.uuid4())
+    activity_id = int(
         await conn.fetchval(
             "INSERT INTO activity_log (uuid, project_id, scope, item_id, activity, user_id, "
             "is_system, detail, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
             "RETURNING id",
-            str(uuid.uuid4()),
+            activity_uuid,
             record.project_id,
             record.scope.value,
             record.item_id,
@@ -65,6 +68,8 @@ async def write_activity(conn: asyncpg.Connection, record: ActivityRecord) -> in
             record.created_at_ms,
         )
     )
+    await enqueue_deliveries(conn, record, activity_id, activity_uuid)
+    return activity_id
 
 
 async def write_change(
@@ -115,6 +120,31 @@ async def write_flag_version(
         activity_id,
         user_id,
         now_ms,
+    )
+
+
+async def insert_scheduled_change(
+    conn: asyncpg.Connection,
+    project_id: int,
+    flag_id: int,
+    operation: Operation,
+    payload: dict[str, Any],
+    run_at_ms: int,
+    created_by: int | None,
+    now_ms: int,
+) -> int:
+    return int(
+        await conn.fetchval(
+            "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, run_at_ms, "
+            "created_by, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            project_id,
+            flag_id,
+            operation.value,
+            json_text(payload),
+            run_at_ms,
+            created_by,
+            now_ms,
+        )
     )
 
 
@@ -491,17 +521,10 @@ class PostgresAccounts:
         created_by: int | None,
         now_ms: int,
     ) -> ScheduledChange:
-        change_id = await self.pool.fetchval(
-            "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, run_at_ms, "
-            "created_by, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-            project_id,
-            flag_id,
-            operation.value,
-            json_text(payload),
-            run_at_ms,
-            created_by,
-            now_ms,
-        )
+        async with self.pool.acquire() as conn:
+            change_id = await insert_scheduled_change(
+                conn, project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
+            )
         return ScheduledChange(
             int(change_id), project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
         )

@@ -43,17 +43,20 @@ from flagstaff.store.account_rows import (
 )
 from flagstaff.store.base import Conflict, NotFound
 from flagstaff.store.rows import json_text, now_iso
+from flagstaff.store.sqlite.webhook_queue import enqueue_deliveries
 
 if TYPE_CHECKING:
     from flagstaff.store.sqlite.writer import Writer
 
 
 def write_activity(conn: sqlite3.Connection, record: ActivityRecord) -> int:
+    """The activity row and, in the same transaction, its webhook deliveries."""
+    activity_uuid = str(uuid.uuid4())
     cur = conn.execute(
         "INSERT INTO activity_log (uuid, project_id, scope, item_id, activity, user_id, "
         "is_system, detail, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
-            str(uuid.uuid4()),
+            activity_uuid,
             record.project_id,
             record.scope.value,
             record.item_id,
@@ -64,7 +67,9 @@ def write_activity(conn: sqlite3.Connection, record: ActivityRecord) -> int:
             record.created_at_ms,
         ),
     )
-    return int(cur.lastrowid or 0)
+    activity_id = int(cur.lastrowid or 0)
+    enqueue_deliveries(conn, record, activity_id, activity_uuid)
+    return activity_id
 
 
 def write_change(
@@ -109,6 +114,27 @@ def write_flag_version(
         "activity_id, user_id, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (flag["id"], flag["version"], project_id, json_text(flag), activity_id, user_id, now_ms),
     )
+
+
+def insert_scheduled_change(
+    conn: sqlite3.Connection,
+    project_id: int,
+    flag_id: int,
+    operation: Operation,
+    payload: dict[str, Any],
+    run_at_ms: int,
+    created_by: int | None,
+    now_ms: int,
+) -> int:
+    cur = conn.execute(
+        "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, "
+        "run_at_ms, created_by, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            project_id, flag_id, operation.value, json_text(payload), run_at_ms,
+            created_by, now_ms,
+        ),
+    )  # fmt: skip
+    return int(cur.lastrowid or 0)
 
 
 class SQLiteAccounts:
@@ -497,18 +523,11 @@ class SQLiteAccounts:
         created_by: int | None,
         now_ms: int,
     ) -> ScheduledChange:
-        def write(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, "
-                "run_at_ms, created_by, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    project_id, flag_id, operation.value, json_text(payload), run_at_ms,
-                    created_by, now_ms,
-                ),
-            )  # fmt: skip
-            return int(cur.lastrowid or 0)
-
-        change_id = await self._writer.submit(write)
+        change_id = await self._writer.submit(
+            lambda conn: insert_scheduled_change(
+                conn, project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
+            )
+        )
         return ScheduledChange(
             change_id, project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
         )
