@@ -16,8 +16,14 @@ thread on the same two cores), one after another:
 3. The peer: self-hosted Unleash's ``/api/frontend`` with the same 50 flags (``bench.unleash``).
 
 ``--scaling`` adds how cost grows: ``/flags`` at 5 and 500 flags, at 1M stored persons (with
-each process's RSS), ``/batch/`` over a growing events table, and ``/flags`` and ``/batch/`` on
-two PostgreSQL nodes. ``--write`` replaces the generated section of ``docs/benchmarks.md``.
+each process's RSS), ``/batch/`` at 0, 10M, 25M and 50M stored events (``--growth``), and
+``/flags`` and ``/batch/`` on two PostgreSQL nodes (``tests/pg.py`` finds or starts one). The
+stored rows between segments are written by ``bench.prefill`` into the stopped server's
+database (events: ~750 bytes each with their indexes, so 50M take ~38 GB of disk, deleted
+afterwards). ``--only-scaling`` runs those rows alone, ``--parts`` a subset of them. Beside
+every rate: latency percentiles and the CPU time of the server's processes per request or
+event (from /proc), which other work on the machine disturbs far less than the rates.
+``--write`` replaces the generated section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -121,7 +127,10 @@ class Report:
 
 
 def _latency(result: WrkResult) -> str:
-    return f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms"
+    failed = result.errors + result.non_2xx
+    return f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms" + (
+        f", {failed:,} FAILED of {result.requests:,}" if failed else ""
+    )
 
 
 def _load_flags(api: Api, flags: list[dict[str, Any]], cohorts: dict[str, Any]) -> None:
@@ -514,7 +523,7 @@ def postgres_nodes(args: argparse.Namespace, report: Report) -> None:
             (
                 "/batch/, 2 PostgreSQL nodes",
                 "/batch/",
-                lambda n: ingest_script(root, "/batch/", 100, 40000 + n),
+                lambda n: ingest_script(_folder(root, n), "/batch/", 100, 40000 + n),
             ),
         ):
             warm = argparse.Namespace(seconds=2, connections=16)
@@ -531,12 +540,14 @@ def postgres_nodes(args: argparse.Namespace, report: Report) -> None:
             unit = "events/s" if "batch" in path else "req/s"
             worst = max(r.p99_ms for r in results)
             p50 = max(r.p50_ms for r in results)
+            failed = sum(r.errors + r.non_2xx for r in results)
             report.rows.append(
                 Row(
                     label,
                     total,
                     unit,
-                    latency=f"p50 {p50:.2f} ms, p99 {worst:.2f} ms (worst node)",
+                    latency=f"p50 {p50:.2f} ms, p99 {worst:.2f} ms (worst node)"
+                    + (f", {failed:,} FAILED" if failed else ""),
                     cpu=_cpu_us(spent, count, ("nodes", "PostgreSQL")),
                 )
             )
@@ -544,6 +555,13 @@ def postgres_nodes(args: argparse.Namespace, report: Report) -> None:
         for node in nodes:
             node.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _folder(root: Path, n: int) -> Path:
+    """A folder of its own per node: the wrk scripts of ``bench.ingest_load`` have one name."""
+    folder = root / f"wrk-{n}"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def _parallel_wrk(
