@@ -182,15 +182,21 @@ def _descendants(pid: int) -> list[int]:
     return direct + [g for c in direct for g in _descendants(c)]
 
 
-def _status_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, RssAnon) of a process in MB: all resident pages, and those no file backs."""
+def _status_mb(pid: int) -> tuple[float, float, float]:
+    """(VmRSS, RssAnon, Pss) of a process in MB: all resident pages, those no file backs, and
+    the process's proportional share (a page shared by n processes counts 1/n)."""
     values = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             key, _, rest = line.partition(":")
             if key in ("VmRSS", "RssAnon"):
                 values[key] = int(rest.split()[0]) / 1024
-    return values["VmRSS"], values["RssAnon"]
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key == "Pss":
+                values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["RssAnon"], values["Pss"]
 
 
 def _role(pid: int, root: int) -> str:
@@ -201,20 +207,23 @@ def _role(pid: int, root: int) -> str:
 
 
 def process_rss(pid: int) -> str:
-    """RSS of each process of a server (server, each worker, writer), with its anonymous part.
+    """RSS of each process of a server (server, each worker, writer), with its anonymous part
+    and proportional share, and the node's total share.
 
     RSS counts the pages of SQLite's memory map (256 MB per connection at most) that the
     process touched; they are the page cache of the database file, shared by all processes.
     """
     parts = []
+    pss_total = 0.0
     for child in [pid, *_descendants(pid)]:
         try:
-            rss, anon = _status_mb(child)
+            rss, anon, pss = _status_mb(child)
             role = _role(child, pid)
         except (FileNotFoundError, KeyError):
             continue
-        parts.append(f"{role} {rss:.0f} MB ({anon:.0f} anon)")
-    return ", ".join(parts)
+        pss_total += pss
+        parts.append(f"{role} {rss:.0f} MB ({anon:.0f} anon, PSS {pss:.0f})")
+    return ", ".join(parts) + f"; the node's PSS {pss_total:.0f} MB"
 
 
 def _cpu_us(spent: dict[str, float], count: int, roles: tuple[str, ...]) -> str:
