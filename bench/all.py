@@ -467,6 +467,12 @@ def batch_growth(args: argparse.Namespace, report: Report) -> None:
                 script=ingest_script(root, "/batch/", 100, segment + 1),
             )
             cpu = _cpu_us(meter.stop(), result.requests * 100, ("writer", "workers"))
+            if result.requests:
+                report.notes.append(
+                    f"/batch/ at {stored / 1e6:.1f}M stored events: the ingest writer wrote "
+                    f"{meter.written['writer'] / (result.requests * 100) / 1e3:.1f} KB per "
+                    "event to storage (write_bytes of /proc/<pid>/io)."
+                )
             if template is None:
                 template = (before + 1, prefill.event_count(db))
             events_per_s = result.requests_per_s * 100

@@ -106,13 +106,28 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _write_bytes(pid: int) -> int:
+    """Bytes the process caused to be written to storage (``write_bytes`` of /proc/pid/io)."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, PermissionError):
+        pass
+    return 0
+
+
 class CpuMeter:
     """CPU seconds (user + system, from /proc) that the server's processes spend between
-    ``start`` and ``stop``, by role: the SQLite ingest writer or the HTTP workers."""
+    ``start`` and ``stop``, by role: the SQLite ingest writer or the HTTP workers; and the
+    bytes each role wrote to storage (``written``, after ``stop``)."""
 
     def __init__(self, server_pid: int) -> None:
         self.server_pid = server_pid
         self._before: dict[int, float] = {}
+        self._written_before: dict[int, int] = {}
+        self.written: dict[str, int] = {}
 
     def _roles(self) -> dict[int, str]:
         roles = {}
@@ -126,12 +141,16 @@ class CpuMeter:
         return roles
 
     def start(self) -> None:
-        self._before = {pid: _cpu_seconds(pid) for pid in self._roles()}
+        roles = self._roles()
+        self._before = {pid: _cpu_seconds(pid) for pid in roles}
+        self._written_before = {pid: _write_bytes(pid) for pid in roles}
 
     def stop(self) -> dict[str, float]:
         spent: dict[str, float] = {"writer": 0.0, "workers": 0.0}
+        self.written = {"writer": 0, "workers": 0}
         for pid, role in self._roles().items():
             spent[role] += _cpu_seconds(pid) - self._before.get(pid, 0.0)
+            self.written[role] += _write_bytes(pid) - self._written_before.get(pid, 0)
         return spent
 
 
