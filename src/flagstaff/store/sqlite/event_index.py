@@ -4,6 +4,13 @@ Events are inserted in time order, so their table and their uuid and timestamp i
 one end. An index keyed by distinct id would take one random page per event instead; rather,
 the events past a watermark are indexed in batches, sorted by key, so each touched page takes
 many entries. Readers combine the indexed entries with a scan of the events past the watermark.
+
+Sorted batches alone stop helping once the table outgrows a batch: at 10M stored events the
+8,192 entries of a step fell on ~5,600 leaf pages, and the ingest writer wrote 39.9 KB per event
+(2.4 KB on an empty table). So the key leads with a bucket of the sequence number
+(``seq >> BUCKET_BITS``, after the project): a step only touches the newest bucket's subtree,
+whose size is bounded whatever the table's. Readers seek each bucket of the project once, newest
+first, and merge (:func:`buckets`); entries older than migration 0043 are all in bucket 0.
 """
 
 from __future__ import annotations
@@ -15,6 +22,12 @@ BATCH = 8_192
 load a step runs after a commit, before that batch is answered: 65,536 per step held requests
 for up to ~0.2 s (bench.ingest_load p99: /i/v0/e/ 187-190 ms, /batch/ 422-551 ms); 8,192 gave
 53-57 ms and 264-298 ms at the same throughput, and 2,048 cost throughput."""
+
+
+BUCKET_BITS = 18
+"""Sequence numbers per bucket: 2**18 = 262,144. A bucket's entries fill about 1,500 pages of
+16 KB, so a step of ``BATCH`` entries rewrites at most that many, whatever the table's size;
+readers pay one seek per bucket (38 at 10M events). Measured in docs/benchmarks.md ("Growth")."""
 
 
 def watermark(conn: sqlite3.Connection) -> int:
@@ -43,12 +56,23 @@ def index_events(conn: sqlite3.Connection, limit: int = BATCH) -> int:
     if top is None:
         return 0
     conn.execute(
-        "INSERT OR IGNORE INTO events_by_distinct_id (project_id, distinct_id, timestamp_ms, seq) "
-        "SELECT project_id, distinct_id, timestamp_ms, seq FROM events "
-        "WHERE seq > ? AND seq <= ? ORDER BY project_id, distinct_id, timestamp_ms, seq",
-        (start, top),
+        "INSERT OR IGNORE INTO events_by_distinct_id "
+        "(project_id, bucket, distinct_id, timestamp_ms, seq) "
+        "SELECT project_id, seq >> ?, distinct_id, timestamp_ms, seq FROM events "
+        "WHERE seq > ? AND seq <= ? ORDER BY project_id, seq >> ?, distinct_id, timestamp_ms, seq",
+        (BUCKET_BITS, start, top, BUCKET_BITS),
     )
     conn.execute(
         "UPDATE event_index_state SET watermark = ? WHERE name = 'distinct_id'", (int(top),)
     )
     return int(top) - start
+
+
+def buckets(conn: sqlite3.Connection, project_id: int) -> range:
+    """The project's buckets, newest first (empty when nothing of it is indexed)."""
+    query = "SELECT {}(bucket) FROM events_by_distinct_id WHERE project_id = ?"
+    top = conn.execute(query.format("max"), (project_id,)).fetchone()[0]
+    if top is None:
+        return range(0)
+    low = conn.execute(query.format("min"), (project_id,)).fetchone()[0]
+    return range(int(top), int(low) - 1, -1)

@@ -648,8 +648,10 @@ class SQLiteStore(
     ) -> list[StoredEvent]:
         """Newest first by timestamp; ``cursor`` is the (timestamp, seq) of the last row seen.
 
-        By distinct id: the indexed entries (``events_by_distinct_id``) plus the events past
-        the index's watermark, read in one snapshot.
+        By distinct id: the events past the index's watermark plus the indexed entries
+        (``events_by_distinct_id``), one bucket at a time, newest bucket first, read in one
+        snapshot. Each bucket gives at most ``limit`` rows, and once ``limit`` rows are in hand
+        only rows newer than the last of them.
         """
         where: list[str] = []
         args: list[Any] = []
@@ -673,19 +675,28 @@ class SQLiteStore(
             db.execute("BEGIN")
             try:
                 mark = event_index.watermark(db)
+                # "+": a seq range past the watermark, not the project's whole timestamp index
                 rows = self._event_rows(
-                    "JOIN events_by_distinct_id x ON x.seq = e.seq ",
-                    ["x.project_id = ?", "x.distinct_id = ?", *indexed],
-                    [project_id, distinct_id, *args],
-                    limit,
-                    order="x.timestamp_ms DESC, x.seq DESC",
-                )
-                rows += self._event_rows(
                     "",
-                    ["e.project_id = ?", "e.seq > ?", "e.distinct_id = ?", *where],
+                    ["+e.project_id = ?", "e.seq > ?", "e.distinct_id = ?", *where],
                     [project_id, mark, distinct_id, *args],
                     limit,
                 )
+                for bucket in event_index.buckets(db, project_id):
+                    newer: list[str] = []
+                    floor: list[Any] = []
+                    if len(rows) >= limit:
+                        rows.sort(key=lambda r: (r[5], r[0]), reverse=True)
+                        del rows[limit:]
+                        # older buckets hold smaller seqs: on a tied timestamp they come after
+                        newer, floor = ["x.timestamp_ms > ?"], [rows[-1][5]]
+                    rows += self._event_rows(
+                        "JOIN events_by_distinct_id x ON x.seq = e.seq ",
+                        ["x.project_id = ?", "x.bucket = ?", "x.distinct_id = ?", *newer, *indexed],
+                        [project_id, bucket, distinct_id, *floor, *args],
+                        limit,
+                        order="x.timestamp_ms DESC, x.seq DESC",
+                    )
             finally:
                 db.execute("COMMIT")
             rows.sort(key=lambda r: (r[5], r[0]), reverse=True)
