@@ -6,11 +6,13 @@ the events past a watermark are indexed in batches, sorted by key, so each touch
 many entries. Readers combine the indexed entries with a scan of the events past the watermark.
 
 Sorted batches alone stop helping once the table outgrows a batch: at 10M stored events the
-8,192 entries of a step fell on ~5,600 leaf pages, and the ingest writer wrote 39.9 KB per event
-(2.4 KB on an empty table). So the key leads with a bucket of the sequence number
-(``seq >> BUCKET_BITS``, after the project): a step only touches the newest bucket's subtree,
-whose size is bounded whatever the table's. Readers seek each bucket of the project once, newest
-first, and merge (:func:`buckets`); entries older than migration 0043 are all in bucket 0.
+8,192 entries of a step fell on ~5,600 leaf pages, and the ingest writer spent 49 µs of CPU and
+wrote 33.8 KB per ``/batch/`` event (23 µs and 2.1 KB on an empty table). So the key leads with
+a bucket of the sequence number (``seq >> BUCKET_BITS``, after the project): a step only touches
+the newest bucket's subtree, whose size is bounded whatever the table's: 31 µs and 2.6 KB per
+event at 10M (28 µs and 2.2 KB empty; ``python -m bench.all --only-scaling --parts growth
+--growth 0,10``). Readers seek each bucket of the project once, newest first (:func:`buckets`),
+and merge; entries older than migration 0043 are all in bucket 0. Buckets only grow with seq.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ for up to ~0.2 s (bench.ingest_load p99: /i/v0/e/ 187-190 ms, /batch/ 422-551 ms
 
 
 BUCKET_BITS = 18
-"""Sequence numbers per bucket: 2**18 = 262,144. A bucket's entries fill about 1,500 pages of
-16 KB, so a step of ``BATCH`` entries rewrites at most that many, whatever the table's size;
-readers pay one seek per bucket (38 at 10M events). Measured in docs/benchmarks.md ("Growth")."""
+"""2**18 = 262,144 sequence numbers per bucket. Appending 2M entries in steps of ``BATCH`` to
+an index of 10M (``python -m bench.event_index --parts steps``) wrote 0.33 / 1.05 / 4.28 KB and
+took 2.6 / 4.4 / 8.0 µs of CPU per entry with 2**16 / 2**18 / 2**20 per bucket, against
+47.86 KB and 52.4 µs with one bucket (the layout before). Readers seek once per bucket: 38 at
+10M events, 381 at 100M; listings at 10M took 0.4-1.3 ms of CPU (docs/benchmarks.md)."""
 
 
 def watermark(conn: sqlite3.Connection) -> int:

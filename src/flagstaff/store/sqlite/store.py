@@ -665,12 +665,16 @@ class SQLiteStore(
             where.append("e.timestamp_ms < ?")
             args.append(before_ms)
         if cursor is not None:
-            where.append("(e.timestamp_ms < ? OR (e.timestamp_ms = ? AND e.seq < ?))")
+            # the "<=" bounds the index range, the rest of the test then holds per row
+            where.append("e.timestamp_ms <= ? AND (e.timestamp_ms < ? OR e.seq < ?)")
             args.extend([cursor[0], cursor[0], cursor[1]])
         if distinct_id is None:
             rows = self._event_rows("", ["e.project_id = ?", *where], [project_id, *args], limit)
         else:
-            indexed = [w.replace("e.timestamp_ms", "x.timestamp_ms") for w in where]
+            indexed = [
+                w.replace("e.timestamp_ms", "x.timestamp_ms").replace("e.seq", "x.seq")
+                for w in where
+            ]
             db = self.db
             db.execute("BEGIN")
             try:
