@@ -60,6 +60,7 @@ from flagstaff.store.postgres.ingest import (
 from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
 from flagstaff.store.postgres.schema import migrate
 from flagstaff.store.postgres.surveys import SurveyMethods
+from flagstaff.store.postgres.usage_store import UsageMixin
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
@@ -161,7 +162,7 @@ async def _log_cohort(
     )
 
 
-class PostgresStore(PostgresAccounts, SurveyMethods, ExperimentsMixin):
+class PostgresStore(PostgresAccounts, SurveyMethods, ExperimentsMixin, UsageMixin):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:

@@ -69,6 +69,7 @@ from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.surveys import SurveyMethods
+from flagstaff.store.sqlite.usage_store import UsageMixin
 from flagstaff.store.sqlite.writer import Writer, connect
 
 _decode = msgspec.json.decode
@@ -105,7 +106,7 @@ def _log_cohort(
 _bump_definitions = bump_definitions
 
 
-class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin):
+class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin, UsageMixin):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(self, path: Path, ingest_socket: str | None = None) -> None:
