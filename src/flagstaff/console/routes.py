@@ -9,7 +9,7 @@ console can do nothing the API would refuse.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote
@@ -27,7 +27,7 @@ from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.console import session as console_session
-from flagstaff.console import templates, views
+from flagstaff.console import templates, usage, views
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
 from flagstaff.store.base import Person
@@ -61,8 +61,17 @@ class ConsoleData(Protocol):
 
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
 
-    async def flag_usage(self, project_id: int, now_ms: int) -> dict[str, views.FlagUsage]:
-        """Usage by flag key, from ``$feature_flag_called`` events."""
+    async def flag_usage(
+        self, project_id: int, now_ms: int, keys: Sequence[str]
+    ) -> dict[str, views.FlagUsage]:
+        """Usage by flag key (of these flags, and any checked in the last 30 days), from the
+        rollup of ``$feature_flag_called`` events."""
+        ...
+
+    async def flag_checks(
+        self, project_id: int, flag: dict[str, Any], now_ms: int
+    ) -> usage.FlagChecks:
+        """The flag's checks per day and value over the last 30 days."""
         ...
 
     async def group_types(self, project_id: int) -> dict[int, str]: ...
@@ -309,9 +318,10 @@ class ConsolePages:
         auth, principal, project = context
         now = self.clock()
         flags = await self.data.list_flags(project.id)
-        usage = await self.data.flag_usage(project.id, now)
+        keys = [str(f.get("key")) for f in flags if not f.get("deleted")]
+        used = await self.data.flag_usage(project.id, now, keys)
         filters = views.ListFilters.from_query(request.query_params)
-        rows = views.flag_rows(flags, usage, filters, now)
+        rows = views.flag_rows(flags, used, filters, now)
         body = templates.render(
             "flags.html",
             **self._base(auth, principal, project),
@@ -344,6 +354,10 @@ class ConsolePages:
             ],
             "property_keys": sorted(await self.data.property_keys(project.id)),
         }
+        charts = None
+        if flag is not None:
+            checks = await self.data.flag_checks(project.id, flag, self.clock())
+            charts = usage.flag_charts(str(flag.get("key")), checks)
         body = templates.render(
             "flag_edit.html",
             **self._base(auth, principal, project),
@@ -351,6 +365,7 @@ class ConsolePages:
             flag=views.editor_model(flag),
             ctx=builder,
             can_edit=can(principal.role, Action.EDIT),
+            usage=charts,
         )
         return _html(body)
 

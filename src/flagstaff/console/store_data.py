@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import msgspec
 
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.console import usage
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
 from flagstaff.flags.explain import Explanation, explain
 from flagstaff.flags_explain import ExplainError, explain_from_store, request_from_store
 from flagstaff.http.admin import event_json
-from flagstaff.ingest.event_names import FEATURE_FLAG_CALLED
 from flagstaff.store.base import Person, Store
-from flagstaff.units import DAY_MS
 
-USAGE_WINDOW_DAYS = 30
-USAGE_SCAN_LIMIT = 20_000
-"""At most this many of the newest ``$feature_flag_called`` events are counted per page view
-(a busy project's usage is then a lower bound: a daily rollup kept at ingest would lift it)."""
 PROPERTY_SCAN_EVENTS = 500
 MAX_LIST = 10_000
 
@@ -38,35 +36,25 @@ class StoreConsoleData:
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         return await self.store.get_flag(project_id, flag_id)
 
-    async def flag_usage(self, project_id: int, now_ms: int) -> dict[str, FlagUsage]:
-        since = now_ms - USAGE_WINDOW_DAYS * DAY_MS
-        counts: dict[str, int] = {}
-        last: dict[str, int] = {}
-        cursor: tuple[int, int] | None = None
-        seen = 0
-        while seen < USAGE_SCAN_LIMIT:
-            rows = await self.store.list_events(
-                project_id,
-                distinct_id=None,
-                event=FEATURE_FLAG_CALLED,
-                after_ms=since,
-                before_ms=None,
-                cursor=cursor,
-                limit=1000,
-            )
-            for row in rows:
-                key = row.properties.get("$feature_flag")
-                if isinstance(key, str):
-                    counts[key] = counts.get(key, 0) + 1
-                    last[key] = max(last.get(key, 0), row.timestamp_ms)
-            seen += len(rows)
-            if len(rows) < 1000:
-                break
-            cursor = (rows[-1].timestamp_ms, rows[-1].seq)
-        return {
-            key: FlagUsage(checks_per_day=n / USAGE_WINDOW_DAYS, last_seen_ms=last[key])
-            for key, n in counts.items()
-        }
+    async def flag_usage(
+        self, project_id: int, now_ms: int, keys: Sequence[str]
+    ) -> dict[str, FlagUsage]:
+        rows = await self.store.flag_daily_checks(project_id, usage.first_day(now_ms))
+        in_window = {r.flag_key for r in rows}
+        older = [k for k in keys if k not in in_window]
+        last_seen = await self.store.flag_last_seen(project_id, older) if older else {}
+        return usage.usage_by_flag(rows, last_seen, now_ms)
+
+    async def flag_checks(
+        self, project_id: int, flag: dict[str, Any], now_ms: int
+    ) -> usage.FlagChecks:
+        key = str(flag.get("key", ""))
+        rows = await self.store.flag_value_checks(project_id, key, usage.first_day(now_ms))
+        checks = usage.flag_checks(rows, now_ms, usage.variant_keys(flag))
+        if checks.last_seen_ms is None:
+            seen = await self.store.flag_last_seen(project_id, [key])
+            checks = msgspec.structs.replace(checks, last_seen_ms=seen.get(key))
+        return checks
 
     async def group_types(self, project_id: int) -> dict[int, str]:
         return await self.store.list_group_types(project_id)

@@ -36,7 +36,7 @@ from flagstaff.activity.records import (
 )
 from flagstaff.activity.rollback import RollbackError, plan_rollback
 from flagstaff.activity.scheduled import ScheduledChange
-from flagstaff.http import admin_experiments, admin_models
+from flagstaff.http import admin_experiments, admin_models, admin_usage
 from flagstaff.http import surveys as survey_routes
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.errors import ApiError
@@ -647,6 +647,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("POST", "/api/personal_api_keys/", create_key, "Create a personal API key (shown once)"),
     ("DELETE", "/api/personal_api_keys/{key_id}/", revoke_key, "Revoke a personal API key"),
     *[(method, P + path, h, doc) for method, path, h, doc in admin_experiments.ROUTES],
+    *[(method, P + path, h, doc) for method, path, h, doc in admin_usage.ROUTES],
 ]
 
 # Routes whose action is not the method's default: creating a project needs an admin; anyone
