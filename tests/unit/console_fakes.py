@@ -190,10 +190,17 @@ class MemoryData:
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         return next((f for f in self.flags if f["id"] == flag_id), None)
 
+    async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
+        return {
+            k: u.last_seen_ms
+            for k, u in self.usage.items()
+            if k in keys and u.last_seen_ms is not None
+        }
+
     async def flag_usage(
         self, project_id: int, now_ms: int, keys: Sequence[str]
     ) -> dict[str, FlagUsage]:
-        return self.usage
+        return {k: u for k, u in self.usage.items() if k in keys}
 
     async def flag_checks(
         self, project_id: int, flag: dict[str, Any], now_ms: int

@@ -326,3 +326,44 @@ def test_pages_show_the_sparkline_and_the_charts() -> None:
     assert "true 66.7% (20); false 33.3% (10)." in page
     assert "<summary>Checks per day as a table</summary>" in page
     assert client.get("/feature_flags/new").text.count("usage-heading") == 0
+
+
+def test_pages_of_a_list_keep_the_filters() -> None:
+    from flagstaff.console import paging
+
+    rows = list(range(250))
+    first = paging.page_of(rows, {"search": "a b", "page": "x"})
+    assert (first.number, first.pages, len(first.rows)) == (1, 3, 100)
+    assert first.previous is None and first.next == "?search=a+b&page=2"
+    last = paging.page_of(rows, {"page": "9", "active": "true"})
+    assert (last.number, last.rows[0], len(last.rows)) == (3, 200, 50)
+    assert last.previous == "?active=true&page=2" and last.next is None
+    assert paging.page_of(rows, {"page": "2"}).previous == "?"
+    empty = paging.page_of([], {})
+    assert (empty.number, empty.pages, empty.rows) == (1, 1, [])
+
+
+def test_the_flags_list_pages_but_searches_every_flag() -> None:
+    from tests.unit.console_fakes import MemoryData
+    from tests.unit.test_console import NOW as PAGE_NOW
+    from tests.unit.test_console import _client, _flag, _login
+
+    flags = [_flag(i, f"flag-{i:04d}") for i in range(1, 251)]
+    data = MemoryData(flags)
+    data.usage = {"flag-0007": views.FlagUsage(2.0, PAGE_NOW - 5, tuple([2] * 30))}
+    data.usage["flag-0240"] = views.FlagUsage(1.0, PAGE_NOW - 1, tuple([1] * 30))
+    client, _, _ = _client(data=data)
+    _login(client)
+    first = client.get("/feature_flags").text
+    assert "250 of 250 flags" in first and "Page 1 of 3" in first
+    assert "flag-0100" in first and "flag-0101" not in first
+    assert 'href="?page=2" rel="next"' in first
+    assert "60 checks in the last 30 days" in first  # flag-0007's sparkline
+    third = client.get("/feature_flags?page=3").text
+    assert "flag-0201" in third and "flag-0200" not in third and "Page 3 of 3" in third
+    assert "30 checks in the last 30 days" in third  # flag-0240, on its own page
+    found = client.get("/feature_flags?search=flag-0240").text
+    assert "1 of 250 flags" in found and "Page 1" not in found and "flag-0240" in found
+    stale = client.get("/feature_flags?stale=false").text  # checked lately: across pages
+    assert "2 of 250 flags" in stale
+    assert "flag-0007" in stale and "flag-0240" in stale

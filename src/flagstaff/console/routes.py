@@ -26,8 +26,8 @@ from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.console import paging, templates, usage, views
 from flagstaff.console import session as console_session
-from flagstaff.console import templates, usage, views
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
 from flagstaff.store.base import Person
@@ -61,11 +61,15 @@ class ConsoleData(Protocol):
 
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
 
+    async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
+        """The last check of each of these flags (never checked: left out)."""
+        ...
+
     async def flag_usage(
         self, project_id: int, now_ms: int, keys: Sequence[str]
     ) -> dict[str, views.FlagUsage]:
-        """Usage by flag key (of these flags, and any checked in the last 30 days), from the
-        rollup of ``$feature_flag_called`` events."""
+        """Usage of these flags over the last 30 days (checked ones only), from the rollup of
+        ``$feature_flag_called`` events."""
         ...
 
     async def flag_checks(
@@ -319,15 +323,19 @@ class ConsolePages:
         now = self.clock()
         flags = await self.data.list_flags(project.id)
         keys = [str(f.get("key")) for f in flags if not f.get("deleted")]
-        used = await self.data.flag_usage(project.id, now, keys)
+        seen = await self.data.flag_last_seen(project.id, keys)  # stale: every flag's
         filters = views.ListFilters.from_query(request.query_params)
-        rows = views.flag_rows(flags, used, filters, now)
+        rows = views.flag_rows(flags, usage.last_checks(seen), filters, now)
+        page = paging.page_of(rows, request.query_params)
+        used = await self.data.flag_usage(project.id, now, [r.key for r in page.rows])
+        page = msgspec.structs.replace(page, rows=usage.with_usage(page.rows, used))
         body = templates.render(
             "flags.html",
             **self._base(auth, principal, project),
             nav="flags",
             filters=filters,
             rows=rows,
+            page=page,
             total=sum(1 for f in flags if not f.get("deleted")),
             tags=views.all_tags(flags),
             can_edit=can(principal.role, Action.EDIT),

@@ -37,6 +37,24 @@ def value_label(value: str) -> str:
     return NO_RESPONSE_LABEL if value == NO_RESPONSE else value
 
 
+def last_checks(last_seen: Mapping[str, int]) -> dict[str, FlagUsage]:
+    """Usage that knows only each flag's last check (enough to tell which are stale)."""
+    return {key: FlagUsage(last_seen_ms=ms) for key, ms in last_seen.items()}
+
+
+def with_usage(rows: Iterable[FlagRow], used: Mapping[str, FlagUsage]) -> list[FlagRow]:
+    """The rows with their checks per day (the flags list reads them for one page only)."""
+    out = []
+    for row in rows:
+        found = used.get(row.key)
+        if found is not None:
+            row = msgspec.structs.replace(
+                row, checks_per_day=found.checks_per_day, daily=found.daily
+            )
+        out.append(row)
+    return out
+
+
 def usage_by_flag(
     rows: Iterable[DailyChecks], last_seen: Mapping[str, int], now_ms: int
 ) -> dict[str, FlagUsage]:

@@ -334,8 +334,10 @@ class Store(Protocol):
         ...
 
     # flag usage kept by ingestion (store/flag_usage.py), property value suggestions
-    async def flag_daily_checks(self, project_id: int, since_day: int) -> list[DailyChecks]:
-        """Every flag's checks per UTC day from ``since_day`` on."""
+    async def flag_daily_checks(
+        self, project_id: int, since_day: int, keys: list[str]
+    ) -> list[DailyChecks]:
+        """These flags' checks per UTC day from ``since_day`` on, values added together."""
         ...
 
     async def flag_value_checks(

@@ -12,6 +12,7 @@ later ones add theirs after it).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 
 import asyncpg
 
@@ -35,10 +36,10 @@ _INSERTED_NOW = (
     "AND event = $3 AND xmin = pg_current_xact_id()::xid"
 )
 _UPSERT = (
-    "INSERT INTO flag_usage_daily (project_id, day, flag_key, value, lane, checks, "
-    "last_seen_ms) SELECT $1, d, k, v, $2, c, l FROM unnest($3::int[], $4::text[], $5::text[], "
-    "$6::bigint[], $7::bigint[]) AS x(d, k, v, c, l) "
-    "ON CONFLICT (project_id, day, flag_key, value, lane) DO UPDATE SET "
+    "INSERT INTO flag_usage_daily (project_id, flag_key, day, value, lane, checks, "
+    "last_seen_ms) SELECT $1, k, d, v, $2, c, l FROM unnest($3::text[], $4::int[], $5::text[], "
+    "$6::bigint[], $7::bigint[]) AS x(k, d, v, c, l) "
+    "ON CONFLICT (project_id, flag_key, day, value, lane) DO UPDATE SET "
     "checks = flag_usage_daily.checks + excluded.checks, "
     "last_seen_ms = greatest(flag_usage_daily.last_seen_ms, excluded.last_seen_ms)"
 )
@@ -67,8 +68,8 @@ async def _add(conn: asyncpg.Connection, project_id: int, tally: Tally, lane: in
         _UPSERT,
         project_id,
         lane,
-        [day for _, day, _, _, _ in rows],
         [pg_ingest.pg_text(key) for key, _, _, _, _ in rows],
+        [day for _, day, _, _, _ in rows],
         [pg_ingest.pg_text(value) for _, _, value, _, _ in rows],
         [n for _, _, _, n, _ in rows],
         [last for _, _, _, _, last in rows],
@@ -93,13 +94,16 @@ async def recompute(conn: asyncpg.Connection, project_id: int) -> int:
 
 
 async def daily_checks(
-    conn: asyncpg.Connection | asyncpg.Pool, project_id: int, since_day: int
+    conn: asyncpg.Connection | asyncpg.Pool, project_id: int, since_day: int, keys: Iterable[str]
 ) -> list[DailyChecks]:
-    """Every flag's checks per day from ``since_day`` on, values and lanes added together."""
+    """These flags' checks per day from ``since_day`` on, values and lanes added together: one
+    index range per flag."""
     rows = await conn.fetch(
         "SELECT flag_key, day, sum(checks)::bigint, max(last_seen_ms) FROM flag_usage_daily "
-        "WHERE project_id = $1 AND day >= $2 GROUP BY day, flag_key",
+        "WHERE project_id = $1 AND flag_key = ANY($2::text[]) AND day >= $3 "
+        "GROUP BY flag_key, day",
         project_id,
+        sorted({pg_ingest.pg_text(k) for k in keys}),
         since_day,
     )
     return [DailyChecks(*row) for row in rows]
@@ -121,11 +125,12 @@ async def value_checks(
 
 
 async def last_seen(
-    conn: asyncpg.Connection | asyncpg.Pool, project_id: int, keys: list[str]
+    conn: asyncpg.Connection | asyncpg.Pool, project_id: int, keys: Iterable[str]
 ) -> dict[str, int]:
     """The time of each flag's last check ever (flags never checked are left out): one index
     look-up per flag."""
-    if not keys:
+    wanted = sorted({pg_ingest.pg_text(k) for k in keys})
+    if not wanted:
         return {}
     rows = await conn.fetch(
         "SELECT k, (SELECT max(u.last_seen_ms) FROM flag_usage_daily u "
@@ -133,6 +138,6 @@ async def last_seen(
         "FROM flag_usage_daily m WHERE m.project_id = $1 AND m.flag_key = k)) "
         "FROM unnest($2::text[]) AS x(k)",
         project_id,
-        [pg_ingest.pg_text(k) for k in keys],
+        wanted,
     )
     return {k: int(v) for k, v in rows if v is not None}

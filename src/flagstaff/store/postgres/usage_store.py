@@ -14,8 +14,10 @@ from flagstaff.store.property_values import SAMPLE_ROWS, ValueCount, value_count
 class UsageMixin:
     pool: asyncpg.Pool
 
-    async def flag_daily_checks(self, project_id: int, since_day: int) -> list[DailyChecks]:
-        return await flag_usage.daily_checks(self.pool, project_id, since_day)
+    async def flag_daily_checks(
+        self, project_id: int, since_day: int, keys: list[str]
+    ) -> list[DailyChecks]:
+        return await flag_usage.daily_checks(self.pool, project_id, since_day, keys)
 
     async def flag_value_checks(
         self, project_id: int, flag_key: str, since_day: int

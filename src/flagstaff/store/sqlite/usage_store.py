@@ -21,8 +21,10 @@ class UsageMixin:
     db: sqlite3.Connection
     _writer: Writer
 
-    async def flag_daily_checks(self, project_id: int, since_day: int) -> list[DailyChecks]:
-        return flag_usage.daily_checks(self.db, project_id, since_day)
+    async def flag_daily_checks(
+        self, project_id: int, since_day: int, keys: list[str]
+    ) -> list[DailyChecks]:
+        return flag_usage.daily_checks(self.db, project_id, since_day, keys)
 
     async def flag_value_checks(
         self, project_id: int, flag_key: str, since_day: int

@@ -3,19 +3,18 @@
 -- `flagstaff flags recompute-usage` rebuilds them from the stored events. Each process adds
 -- to rows of its own lane (store/postgres/flag_usage.py), so nodes never wait on each
 -- other's rows; reads add the lanes up.
--- Day first: the flags list reads the last 30 days of every flag in one range.
+-- Key first: a page reads its flags' last 30 days with one seek per flag (and a flag's last
+-- check is its newest day).
 CREATE TABLE flag_usage_daily (
     project_id bigint NOT NULL,
-    day integer NOT NULL,
     flag_key text COLLATE "C" NOT NULL,
+    day integer NOT NULL,
     value text COLLATE "C" NOT NULL,
     lane bigint NOT NULL,
     checks bigint NOT NULL,
     last_seen_ms bigint NOT NULL,
-    PRIMARY KEY (project_id, day, flag_key, value, lane)
+    PRIMARY KEY (project_id, flag_key, day, value, lane)
 );
--- One flag's days (its page, its last check ever).
-CREATE INDEX flag_usage_daily_flag ON flag_usage_daily (project_id, flag_key, day);
 
 -- A project's newest persons, the bounded sample property value suggestions read.
 CREATE INDEX persons_project ON persons (project_id, id);
