@@ -4,7 +4,8 @@
 -- to rows of its own lane (store/postgres/flag_usage.py), so nodes never wait on each
 -- other's rows; reads add the lanes up.
 -- Key first: a page reads its flags' last 30 days with one seek per flag (and a flag's last
--- check is its newest day).
+-- check is its newest day). Today's rows are updated by every batch: half of each page is
+-- left free so those updates can stay on their page (HOT) rather than add index entries.
 CREATE TABLE flag_usage_daily (
     project_id bigint NOT NULL,
     flag_key text COLLATE "C" NOT NULL,
@@ -14,7 +15,7 @@ CREATE TABLE flag_usage_daily (
     checks bigint NOT NULL,
     last_seen_ms bigint NOT NULL,
     PRIMARY KEY (project_id, flag_key, day, value, lane)
-);
+) WITH (fillfactor = 50);
 
 -- A project's newest persons, the bounded sample property value suggestions read.
 CREATE INDEX persons_project ON persons (project_id, id);
