@@ -16,8 +16,14 @@ thread on the same two cores), one after another:
 3. The peer: self-hosted Unleash's ``/api/frontend`` with the same 50 flags (``bench.unleash``).
 
 ``--scaling`` adds how cost grows: ``/flags`` at 5 and 500 flags, at 1M stored persons (with
-each process's RSS), ``/batch/`` over a growing events table, and ``/flags`` and ``/batch/`` on
-two PostgreSQL nodes. ``--write`` replaces the generated section of ``docs/benchmarks.md``.
+each process's RSS), ``/batch/`` at 0, 10M, 25M and 50M stored events (``--growth``), and
+``/flags`` and ``/batch/`` on two PostgreSQL nodes (``tests/pg.py`` finds or starts one). The
+stored rows between segments are written by ``bench.prefill`` into the stopped server's
+database (events: ~750 bytes each with their indexes, so 50M take ~38 GB of disk, deleted
+afterwards). ``--only-scaling`` runs those rows alone, ``--parts`` a subset of them. Beside
+every rate: latency percentiles and the CPU time of the server's processes per request or
+event (from /proc), which other work on the machine disturbs far less than the rates.
+``--write`` replaces the generated section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import datetime
 import os
 import platform
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -40,12 +47,12 @@ import httpx
 import msgspec
 from tests.server import PROJECT_TOKEN, Api, Server, free_port
 
-from bench import unleash
+from bench import prefill, unleash
 from bench.engine import build_definitions, build_people
 from bench.flags_load import _load_people
 from bench.floor import EVENT_BODY, FLAGS_BODY, _wait_http
 from bench.ingest_load import _script as ingest_script
-from bench.load import WrkResult, lua_post, start_server, wrk
+from bench.load import CpuMeter, WrkResult, lua_post, start_server, wrk
 from bench.sqlite_insert import _PROPERTIES, _TABLE
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -66,6 +73,8 @@ class Row:
     resolve_at: float = 0.0
     goal: float = 0.0
     latency: str = ""
+    cpu: str = ""
+    """CPU time of the server's processes per request or event (noise-robust)."""
 
     @property
     def ratio(self) -> float:
@@ -74,7 +83,7 @@ class Row:
     def cells(self) -> list[str]:
         ratio = f"{self.ratio:.2f}" if self.floor else ""
         verdict = ""
-        if self.floor:
+        if self.floor and self.goal:
             verdict = (
                 "goal"
                 if self.ratio >= self.goal
@@ -83,11 +92,12 @@ class Row:
                 else "below"
             )
         floor = f"{self.floor_label} {self.floor:,.0f}" if self.floor else ""
-        levels = f"≥ {self.resolve_at:g} / ≥ {self.goal:g}" if self.floor else ""
+        levels = f"≥ {self.resolve_at:g} / ≥ {self.goal:g}" if self.goal else ""
         return [
             self.measure,
             f"{self.value:,.0f} {self.unit}",
             self.latency,
+            self.cpu,
             floor,
             ratio,
             levels,
@@ -101,14 +111,26 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     def markdown(self) -> str:
-        head = ["measure", "value", "latency", "floor (same run)", "ratio", "resolve / goal", ""]
+        head = [
+            "measure",
+            "value",
+            "latency",
+            "server CPU",
+            "floor (same run)",
+            "ratio",
+            "resolve / goal",
+            "",
+        ]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row.cells()) + " |" for row in self.rows]
         return "\n".join(lines + [""] + [f"- {note}" for note in self.notes])
 
 
 def _latency(result: WrkResult) -> str:
-    return f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms"
+    failed = result.errors + result.non_2xx
+    return f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms" + (
+        f", {failed:,} FAILED of {result.requests:,}" if failed else ""
+    )
 
 
 def _load_flags(api: Api, flags: list[dict[str, Any]], cohorts: dict[str, Any]) -> None:
@@ -151,19 +173,6 @@ def _flags_bodies(people: list[tuple[str, dict, dict[str, str]]]) -> list[bytes]
     ]
 
 
-def _rss_mb(pid: int) -> float:
-    total = 0.0
-    for child in [pid, *_descendants(pid)]:
-        try:
-            with open(f"/proc/{child}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total = max(total, int(line.split()[1]) / 1024)
-        except FileNotFoundError:
-            continue
-    return total
-
-
 def _descendants(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -173,34 +182,101 @@ def _descendants(pid: int) -> list[int]:
     return direct + [g for c in direct for g in _descendants(c)]
 
 
-def _process_rss(pid: int) -> str:
+def _status_mb(pid: int) -> tuple[float, float, float]:
+    """(VmRSS, RssAnon, Pss) of a process in MB: all resident pages, those no file backs, and
+    the process's proportional share (a page shared by n processes counts 1/n)."""
+    values = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "RssAnon"):
+                values[key] = int(rest.split()[0]) / 1024
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key == "Pss":
+                values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["RssAnon"], values["Pss"]
+
+
+def _role(pid: int, root: int) -> str:
+    if pid == root:
+        return "server"
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return "writer" if b"sqlite.ingestd" in f.read() else "worker"
+
+
+def process_rss(pid: int) -> str:
+    """RSS of each process of a server (server, each worker, writer), with its anonymous part
+    and proportional share, and the node's total share.
+
+    RSS counts the pages of SQLite's memory map (256 MB per connection at most) that the
+    process touched; they are the page cache of the database file, shared by all processes.
+    """
     parts = []
+    pss_total = 0.0
     for child in [pid, *_descendants(pid)]:
         try:
-            with open(f"/proc/{child}/status") as f:
-                rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-        except (FileNotFoundError, StopIteration):
+            rss, anon, pss = _status_mb(child)
+            role = _role(child, pid)
+        except (FileNotFoundError, KeyError):
             continue
-        parts.append(f"{rss / 1024:.0f}")
-    return "/".join(parts) + " MB"
+        pss_total += pss
+        parts.append(f"{role} {rss:.0f} MB ({anon:.0f} anon, PSS {pss:.0f})")
+    return ", ".join(parts) + f"; the node's PSS {pss_total:.0f} MB"
+
+
+def _cpu_us(spent: dict[str, float], count: int, roles: tuple[str, ...]) -> str:
+    if not count:
+        return ""
+    parts = [f"{role} {spent[role] / count * 1e6:.0f}" for role in roles if role in spent]
+    total = sum(spent[role] for role in roles if role in spent) / count * 1e6
+    return (" + ".join(parts) + f" = {total:.0f} µs") if len(parts) > 1 else f"{total:.0f} µs"
+
+
+def _people_loaded(
+    srv: Server, people: list[tuple[str, dict, dict[str, str]]], through_http: int = 10_000
+) -> None:
+    """The first ``through_http`` persons through ``/batch/`` ``$set`` events, the rest written
+    into the stopped server's database (checked against rows the service wrote itself)."""
+    _load_people(srv.url, people[:through_http])
+    rest = people[through_http:]
+    if not rest:
+        return
+    time.sleep(0.5)
+    srv.stop()
+    db = srv.data_dir / prefill.DB_NAME
+    sample = [did for did, _, _ in people[:50]]
+    stored = prefill.stored_persons(db, sample)
+    built, _ = prefill.person_rows(sorted(people[:50]), 1, 0)
+    assert [r[1:] for r in stored] == [(r[1], r[2], r[3], r[4], r[6]) for r in built], (
+        "prefilled person rows differ from the service's"
+    )
+    rate = prefill.prefill_persons(db, rest)
+    print(f"prefill: {len(rest):,} persons at {rate:,.0f}/s", flush=True)
+    srv.start(timeout=120)
 
 
 def measure_flags(
     args: argparse.Namespace, flag_count: int = 50, persons: int = 10_000, paced: bool = True
-) -> tuple[WrkResult, WrkResult | None, int, str]:
-    """``/flags`` on a fresh server; returns (full, half-rate, answer bytes, RSS per process)."""
+) -> tuple[WrkResult, WrkResult | None, int, str, str]:
+    """``/flags`` on a fresh server; returns (full, half-rate, answer bytes, RSS per process,
+    CPU per request of the workers)."""
     flags, cohorts = scaled_definitions(flag_count)
     people = build_people(random.Random(11), persons)
     srv, root = start_server(2)
     try:
         _load_flags(Api(srv.url), flags, cohorts)
-        _load_people(srv.url, people)
+        _people_loaded(srv, people)
         time.sleep(0.5)
         sample = people if persons <= 20_000 else random.Random(3).sample(people, 20_000)
         bodies = _flags_bodies(sample)
         answer = httpx.post(f"{srv.url}/flags/?v=2", content=bodies[0]).content
         script = lua_post("/flags/?v=2", bodies, root)
         wrk("warm-up", srv.url + "/flags/?v=2", seconds=2, connections=16, script=script)
+        assert srv.proc is not None
+        meter = CpuMeter(srv.proc.pid)
+        meter.start()
         full = wrk(
             f"/flags ({flag_count} flags, {persons:,} persons)",
             srv.url + "/flags/?v=2",
@@ -208,6 +284,8 @@ def measure_flags(
             connections=args.connections,
             script=script,
         )
+        cpu = _cpu_us(meter.stop(), full.requests, ("workers",))
+        rss = process_rss(srv.proc.pid)
         half = None
         if paced:
             connections = 16
@@ -220,18 +298,22 @@ def measure_flags(
                 connections=connections,
                 script=paced_script,
             )
-        assert srv.proc is not None
-        return full, half, len(answer), _process_rss(srv.proc.pid)
+        return full, half, len(answer), rss, cpu
     finally:
         srv.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def measure_ingest(args: argparse.Namespace) -> tuple[WrkResult, WrkResult]:
+def measure_ingest(args: argparse.Namespace) -> tuple[WrkResult, WrkResult, str, str]:
+    """Single events and 100-event batches; with the CPU per event of writer and workers."""
     srv, root = start_server(2)
     try:
         run_id = random.randrange(1, 60000)
         warm = ingest_script(root, "/batch/", 100, run_id)
         wrk("warm-up", srv.url + "/batch/", seconds=2, connections=8, script=warm)
+        assert srv.proc is not None
+        meter = CpuMeter(srv.proc.pid)
+        meter.start()
         single = wrk(
             "/i/v0/e/ single events",
             srv.url + "/i/v0/e/",
@@ -239,6 +321,8 @@ def measure_ingest(args: argparse.Namespace) -> tuple[WrkResult, WrkResult]:
             connections=args.connections,
             script=ingest_script(root, "/i/v0/e/", 1, run_id + 1),
         )
+        single_cpu = _cpu_us(meter.stop(), single.requests, ("writer", "workers"))
+        meter.start()
         batch = wrk(
             "/batch/ 100-event batches",
             srv.url + "/batch/",
@@ -246,14 +330,19 @@ def measure_ingest(args: argparse.Namespace) -> tuple[WrkResult, WrkResult]:
             connections=args.connections,
             script=ingest_script(root, "/batch/", 100, run_id + 2),
         )
-        return single, batch
+        batch_cpu = _cpu_us(meter.stop(), batch.requests * 100, ("writer", "workers"))
+        return single, batch, single_cpu, batch_cpu
     finally:
         srv.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def measure_floors(args: argparse.Namespace, answer_bytes: int) -> dict[str, WrkResult]:
-    """Bare ASGI and RSGI apps: the same POST answered with ``answer_bytes`` or a status."""
-    results = {}
+def measure_floors(
+    args: argparse.Namespace, answer_bytes: int
+) -> tuple[dict[str, WrkResult], dict[str, str]]:
+    """Bare ASGI and RSGI apps: the same POST answered with ``answer_bytes`` or a status;
+    with the CPU per request of their processes."""
+    results, cpu = {}, {}
     with tempfile.TemporaryDirectory(prefix="flagstaff-floor-") as folder:
         env = {
             **os.environ,
@@ -273,23 +362,29 @@ def measure_floors(args: argparse.Namespace, answer_bytes: int) -> dict[str, Wrk
             try:
                 _wait_http(url + "/get")
                 run = {"seconds": args.seconds, "connections": args.connections}
-                results[f"{interface} answer"] = wrk(
-                    f"bare {interface} POST, {answer_bytes} B answer",
-                    url + "/post",
-                    script=post,
-                    **run,
-                )
-                results[f"{interface} status"] = wrk(
-                    f"bare {interface} POST, status answer", url + "/status", script=status, **run
-                )
+                meter = CpuMeter(proc.pid)
+                for kind, path, script in (
+                    ("answer", "/post", post),
+                    ("status", "/status", status),
+                ):
+                    label = f"bare {interface} POST, " + (
+                        f"{answer_bytes} B answer" if kind == "answer" else "status answer"
+                    )
+                    meter.start()
+                    result = wrk(label, url + path, script=script, **run)
+                    results[f"{interface} {kind}"] = result
+                    cpu[f"{interface} {kind}"] = _cpu_us(
+                        meter.stop(), result.requests, ("workers",)
+                    )
             finally:
                 proc.terminate()
                 proc.wait(10)
-    return results
+    return results, cpu
 
 
-def sqlite_floor(rows: int = 200_000, batch: int = 2_000) -> float:
-    """SQLite's raw durable insert rate of event rows: time-ordered key, no other index."""
+def sqlite_floor(rows: int = 200_000, batch: int = 2_000) -> tuple[float, float]:
+    """SQLite's raw durable insert rate of event rows (time-ordered key, no other index), and
+    the CPU µs per row it took (rows built beforehand)."""
     ts = 1_763_805_600_000
     prepared = [
         (
@@ -317,37 +412,96 @@ def sqlite_floor(rows: int = 200_000, batch: int = 2_000) -> float:
             "received_ms, historical, properties) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         )
         started = time.perf_counter()
+        cpu_started = time.process_time()
         for chunk in chunks:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(insert, chunk)
             conn.execute("COMMIT")
         elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
         conn.close()
-    return rows / elapsed
+    return rows / elapsed, cpu / rows * 1e6
 
 
 def batch_growth(args: argparse.Namespace, report: Report) -> None:
-    """``/batch/`` throughput while the events table grows, one figure per segment."""
+    """``/batch/`` while the events table grows: a measured segment at each size of
+    ``--growth`` (millions of stored events), the rows between written by ``bench.prefill``
+    into the stopped server's database (copies of the first segment's events)."""
     srv, root = start_server(2)
+    db = srv.data_dir / prefill.DB_NAME
+    template: tuple[int, int] | None = None
+    first = 0.0
     try:
         run_id = random.randrange(1, 60000)
-        stored = 0
-        segment = 0
-        while stored < args.growth_rows:
-            segment += 1
-            result = wrk(
-                f"/batch/ from {stored / 1e6:.1f}M stored events",
+        for number, millions in enumerate(args.growth):
+            stored = prefill.event_count(db)
+            target = int(millions * 1_000_000)
+            if target > stored:
+                assert template is not None, "the first segment gives the rows to copy"
+                srv.stop()
+                fill = prefill.prefill_events(db, target - stored, template)
+                print(
+                    f"prefill: {target - stored:,} events at {fill['rows_per_s']:,.0f} rows/s, "
+                    f"{fill['bytes_per_row']:.0f} bytes per stored row",
+                    flush=True,
+                )
+                srv.start(timeout=300)
+                stored = prefill.event_count(db)
+            segment = run_id + 10 * number
+            wrk(
+                "warm-up",
                 srv.url + "/batch/",
-                seconds=args.growth_seconds,
+                seconds=2,
+                connections=8,
+                script=ingest_script(root, "/batch/", 100, segment),
+            )
+            assert srv.proc is not None
+            meter = CpuMeter(srv.proc.pid)
+            before = prefill.event_count(db)
+            meter.start()
+            result = wrk(
+                f"/batch/ at {stored / 1e6:.1f}M stored events",
+                srv.url + "/batch/",
+                seconds=args.seconds,
                 connections=args.connections,
-                script=ingest_script(root, "/batch/", 100, run_id + segment),
+                script=ingest_script(root, "/batch/", 100, segment + 1),
             )
-            stored += int(result.requests_per_s * 100 * args.growth_seconds)
+            cpu = _cpu_us(meter.stop(), result.requests * 100, ("writer", "workers"))
+            if template is None:
+                template = (before + 1, prefill.event_count(db))
+            events_per_s = result.requests_per_s * 100
+            first = first or events_per_s
             report.rows.append(
-                Row(result.label, result.requests_per_s * 100, "events/s", latency=_latency(result))
+                Row(
+                    result.label,
+                    events_per_s,
+                    "events/s",
+                    "at the first size",
+                    first,
+                    latency=_latency(result),
+                    cpu=cpu,
+                )
             )
+        size = db.stat().st_size
+        report.notes.append(
+            f"/batch/ growth: the database held {prefill.event_count(db):,} events in "
+            f"{size / 1e9:.1f} GB ({size / prefill.event_count(db):.0f} bytes per event with "
+            "its indexes); rows between segments written by `bench.prefill` with the server "
+            "stopped."
+        )
     finally:
         srv.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _postgres_pid() -> int | None:
+    """The postmaster of tests/pg.py's own server, when it started one."""
+    from tests import pg
+
+    server = pg._HARNESS.server
+    if server is None:
+        return None
+    return int((server.data / "postmaster.pid").read_text().split()[0])
 
 
 def postgres_nodes(args: argparse.Namespace, report: Report) -> None:
@@ -370,22 +524,53 @@ def postgres_nodes(args: argparse.Namespace, report: Report) -> None:
         time.sleep(1.0)
         bodies = _flags_bodies(people)
         script = lua_post("/flags/?v=2", bodies, root)
+        meters = [CpuMeter(n.proc.pid) for n in nodes if n.proc is not None]
+        postmaster = _postgres_pid()
+        database = CpuMeter(postmaster) if postmaster else None
         for label, path, script_for in (
             ("/flags, 2 PostgreSQL nodes", "/flags/?v=2", lambda n: script),
             (
                 "/batch/, 2 PostgreSQL nodes",
                 "/batch/",
-                lambda n: ingest_script(root, "/batch/", 100, 40000 + n),
+                lambda n: ingest_script(_folder(root, n), "/batch/", 100, 40000 + n),
             ),
         ):
+            warm = argparse.Namespace(seconds=2, connections=16)
+            _parallel_wrk("warm-up", [n.url + path for n in nodes], warm, script_for)
+            for meter in [*meters, *([database] if database else [])]:
+                meter.start()
             results = _parallel_wrk(label, [n.url + path for n in nodes], args, script_for)
-            total = sum(r.requests_per_s for r in results) * (100 if "batch" in path else 1)
+            per = 100 if "batch" in path else 1
+            count = sum(r.requests for r in results) * per
+            spent = {"nodes": sum(m.stop()["workers"] for m in meters)}
+            if database is not None:
+                spent["PostgreSQL"] = database.stop()["workers"]
+            total = sum(r.requests_per_s for r in results) * per
             unit = "events/s" if "batch" in path else "req/s"
             worst = max(r.p99_ms for r in results)
-            report.rows.append(Row(label, total, unit, latency=f"p99 {worst:.2f} ms (worst node)"))
+            p50 = max(r.p50_ms for r in results)
+            failed = sum(r.errors + r.non_2xx for r in results)
+            report.rows.append(
+                Row(
+                    label,
+                    total,
+                    unit,
+                    latency=f"p50 {p50:.2f} ms, p99 {worst:.2f} ms (worst node)"
+                    + (f", {failed:,} FAILED" if failed else ""),
+                    cpu=_cpu_us(spent, count, ("nodes", "PostgreSQL")),
+                )
+            )
     finally:
         for node in nodes:
             node.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _folder(root: Path, n: int) -> Path:
+    """A folder of its own per node: the wrk scripts of ``bench.ingest_load`` have one name."""
+    folder = root / f"wrk-{n}"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def _parallel_wrk(
@@ -408,22 +593,104 @@ def _parallel_wrk(
         return [f.result() for f in futures]
 
 
+def scaling(args: argparse.Namespace, report: Report) -> None:
+    """How cost grows: flags, persons (with RSS), stored events, two PostgreSQL nodes."""
+    parts = set(args.parts.split(","))
+    if "flags" in parts:
+        for count in (5, 500):
+            result, _, _, _, cpu = measure_flags(args, flag_count=count, paced=False)
+            report.rows.append(
+                Row(
+                    f"/flags, {count} flags, 10k persons",
+                    result.requests_per_s,
+                    "req/s",
+                    latency=_latency(result),
+                    cpu=cpu,
+                )
+            )
+    if "persons" in parts:
+        result, _, _, rss, cpu = measure_flags(args, persons=1_000_000, paced=False)
+        report.rows.append(
+            Row(
+                "/flags, 50 flags, 1M persons",
+                result.requests_per_s,
+                "req/s",
+                latency=_latency(result),
+                cpu=cpu,
+            )
+        )
+        report.notes.append(
+            f"RSS per process after /flags at 1M persons (goal: under 300 MB): {rss}; "
+            "990k of the persons written by `bench.prefill` with the server stopped, "
+            "bodies for 20,000 of them."
+        )
+    if "growth" in parts:
+        batch_growth(args, report)
+    if "postgres" in parts:
+        postgres_nodes(args, report)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--scaling", action="store_true")
-    parser.add_argument("--growth-rows", type=int, default=5_000_000)
-    parser.add_argument("--growth-seconds", type=int, default=20)
+    parser.add_argument(
+        "--only-scaling", action="store_true", help="the scaling rows alone (no floors)"
+    )
+    parser.add_argument(
+        "--parts",
+        default="flags,persons,growth,postgres",
+        help="scaling parts to run (comma-separated)",
+    )
+    parser.add_argument(
+        "--growth",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=[0, 10, 25, 50],
+        help="stored events (millions) at each /batch/ segment",
+    )
     parser.add_argument("--no-unleash", action="store_true")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     report = Report()
 
-    full, half, answer_bytes, _ = measure_flags(args)
-    single, batch = measure_ingest(args)
-    floors = measure_floors(args, answer_bytes)
-    insert_floor = sqlite_floor()
+    if not args.only_scaling:
+        main_rows(args, report)
+    if args.scaling or args.only_scaling:
+        scaling(args, report)
+
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = os.getloadavg()[0]
+    command = "python -m bench.all" + (
+        " --only-scaling" if args.only_scaling else " --scaling" if args.scaling else ""
+    )
+    header = (
+        f"Measured {stamp} by `{command}` on {os.cpu_count()} cores "
+        f"({platform.processor() or platform.machine()}), Python {platform.python_version()}; "
+        f"wrk -t1 -c{args.connections} -d{args.seconds}s on the same cores; each server alone, "
+        f"2 workers; load average {load:.1f} at the end. Server CPU: user + system time of "
+        "the server's processes per request (per event for ingestion), from /proc."
+    )
+    text = header + "\n\n" + report.markdown()
+    print(text)
+    if args.write:
+        current = DOCS.read_text()
+        block = f"{BEGIN}\n{text}\n{END}"
+        if BEGIN in current:
+            before, rest = current.split(BEGIN, 1)
+            current = before + block + rest.split(END, 1)[1]
+        else:
+            title, _, body = current.partition("\n")
+            current = f"{title}\n\n{block}\n{body}"
+        DOCS.write_text(current)
+
+
+def main_rows(args: argparse.Namespace, report: Report) -> None:
+    """The targets of issue 17, each against its floor measured in this run."""
+    full, half, answer_bytes, _, flags_cpu = measure_flags(args)
+    single, batch, single_cpu, batch_cpu = measure_ingest(args)
+    floors, floor_cpu = measure_floors(args, answer_bytes)
+    insert_floor, insert_cpu = sqlite_floor()
     peer = None if args.no_unleash else unleash.measure(args.seconds, args.connections)
 
     best_answer = max(("asgi answer", "rsgi answer"), key=lambda k: floors[k].requests_per_s)
@@ -438,6 +705,7 @@ def main() -> None:
             0.25,
             0.50,
             _latency(full),
+            flags_cpu,
         ),
         Row(
             "/i/v0/e/ single events, durable",
@@ -448,6 +716,7 @@ def main() -> None:
             0.35,
             0.50,
             _latency(single),
+            single_cpu,
         ),
         Row(
             "/batch/ 100-event batches, durable",
@@ -458,6 +727,7 @@ def main() -> None:
             0.35,
             0.50,
             _latency(batch),
+            batch_cpu,
         ),
     ]
     if peer is not None:
@@ -480,55 +750,13 @@ def main() -> None:
         )
     report.notes.append(
         "Floors: "
-        + "; ".join(f"{r.label} {r.requests_per_s:,.0f} req/s" for r in floors.values())
-        + f"; SQLite raw insert {insert_floor:,.0f} rows/s."
+        + "; ".join(
+            f"{r.label} {r.requests_per_s:,.0f} req/s ({floor_cpu[k]} CPU/request)"
+            for k, r in floors.items()
+        )
+        + f"; SQLite raw insert {insert_floor:,.0f} rows/s ({insert_cpu:.1f} µs CPU/row)."
     )
     report.notes.append(f"/batch/ goal of 100,000 events/s: {batch.requests_per_s * 100:,.0f}.")
-
-    if args.scaling:
-        for count in (5, 500):
-            result, _, _, _ = measure_flags(args, flag_count=count, paced=False)
-            report.rows.append(
-                Row(
-                    f"/flags, {count} flags, 10k persons",
-                    result.requests_per_s,
-                    "req/s",
-                    latency=_latency(result),
-                )
-            )
-        result, _, _, rss = measure_flags(args, persons=1_000_000, paced=False)
-        report.rows.append(
-            Row(
-                "/flags, 50 flags, 1M persons",
-                result.requests_per_s,
-                "req/s",
-                latency=_latency(result),
-            )
-        )
-        report.notes.append(f"RSS per process at 1M persons (server/workers/writer): {rss}.")
-        batch_growth(args, report)
-        postgres_nodes(args, report)
-
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    header = (
-        f"Measured {stamp} by `python -m bench.all"
-        + (" --scaling" if args.scaling else "")
-        + f"` on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-        f"Python {platform.python_version()}; wrk -t1 -c{args.connections} -d{args.seconds}s "
-        "on the same cores; each server alone, 2 workers."
-    )
-    text = header + "\n\n" + report.markdown()
-    print(text)
-    if args.write:
-        current = DOCS.read_text()
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in current:
-            before, rest = current.split(BEGIN, 1)
-            current = before + block + rest.split(END, 1)[1]
-        else:
-            title, _, body = current.partition("\n")
-            current = f"{title}\n\n{block}\n{body}"
-        DOCS.write_text(current)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from flagstaff.activity.webhooks import RETRY_DELAYS_S, parse_retry_delays
+
 ENV_PREFIX = "FLAGSTAFF_"
 
 
@@ -83,6 +85,9 @@ class Settings:
     """Memory one worker may spend decoding large bodies at once; beyond it 503 + Retry-After."""
     ingest_socket: str | None = None
     """Set by ``flagstaff serve``: the Unix socket of the SQLite ingest writer process."""
+    webhook_retry_delays: str | None = None
+    """Seconds before each retry of a failed webhook delivery, comma separated (default
+    10,60,300,1800,7200,21600); fewer numbers, fewer retries."""
 
     @property
     def sqlite_path(self) -> Path:
@@ -126,6 +131,18 @@ class Settings:
             raise ConfigError("memory budget must be at least 16 MB")
         if self.body_limit < 1024:
             raise ConfigError("body limit must be at least 1024 bytes")
+        if self.webhook_retry_delays is not None:
+            try:
+                parse_retry_delays(self.webhook_retry_delays)
+            except ValueError as exc:
+                raise ConfigError(f"webhook retry delays: {exc}") from None
+
+    @property
+    def retry_delays_s(self) -> tuple[float, ...]:
+        """The webhook retry schedule: the configured one, else the default."""
+        if self.webhook_retry_delays is None:
+            return RETRY_DELAYS_S
+        return parse_retry_delays(self.webhook_retry_delays)
 
     def to_env(self) -> dict[str, str]:
         """The environment that makes :meth:`from_env` rebuild these settings in a worker."""

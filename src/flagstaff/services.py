@@ -17,6 +17,7 @@ from flagstaff.jobs import scheduled_changes_loop
 from flagstaff.metrics import Metrics, MetricsFiles
 from flagstaff.quotas import Quotas
 from flagstaff.store.base import Store
+from flagstaff.webhook_delivery import deliveries_loop
 
 
 def make_store(settings: Settings) -> Store:
@@ -55,6 +56,7 @@ class Services:
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
         self._jobs: asyncio.Task[Any] | None = None
+        self._webhooks: asyncio.Task[Any] | None = None
 
     def geoip_lookup(self, ip: str) -> dict[str, Any]:
         if self.geoip is None:
@@ -68,6 +70,9 @@ class Services:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())
         self._jobs = asyncio.create_task(scheduled_changes_loop(self.store, self.changes.bump))
+        self._webhooks = asyncio.create_task(
+            deliveries_loop(self.store, self.settings.retry_delays_s)
+        )
 
     def _changed_elsewhere(self, project_id: int | None) -> None:
         """Another node changed definitions (or the listener reconnected and may have missed
@@ -75,10 +80,11 @@ class Services:
         self.changes.bump()
 
     async def stop(self) -> None:
-        if self._jobs is not None:
-            self._jobs.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._jobs
+        for job in (self._jobs, self._webhooks):
+            if job is not None:
+                job.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -41,6 +41,7 @@ GOOD_PARAMS = {
     "name": "array.js",
     # a well-formed id of no key: sweeping DELETE must not revoke the suite's own key (id 1)
     "key_id": "999999",
+    "user_id": "999999",  # nor remove a member
 }
 
 BAD_QUERIES: list[dict[str, str]] = [

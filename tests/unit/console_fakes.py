@@ -21,7 +21,9 @@ from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.console import usage
 from flagstaff.console.routes import ProjectInfo
-from flagstaff.console.views import FlagUsage
+from flagstaff.console.team_views import DynamicCounts
+from flagstaff.console.views import EventRow, FlagUsage, PersonFlag
+from flagstaff.store.base import Group, Page, Project, Usage, Warning
 from flagstaff.store.flag_usage import ValueChecks
 
 
@@ -73,6 +75,19 @@ class MemoryAccounts:
 
     async def remove_membership(self, user_id: int, project_id: int) -> bool:
         return self.memberships.pop((user_id, project_id), None) is not None
+
+    async def change_membership(
+        self,
+        user_id: int,
+        project_id: int,
+        role: Role | None,
+        now_ms: int,
+        source: Any = None,
+    ) -> Membership | None:
+        if role is None:
+            self.memberships.pop((user_id, project_id), None)
+            return None
+        return await self.set_membership(user_id, project_id, role, now_ms)
 
     async def create_session(
         self,
@@ -222,3 +237,69 @@ class MemoryData:
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
         return self.versions.get(flag_id, [])
+
+    async def recent_events(
+        self, project_id: int, event: str | None, distinct_id: str | None, limit: int
+    ) -> list[EventRow]:
+        return []
+
+    async def events_per_minute(self, project_id: int, start_ms: int, minutes: int) -> list[int]:
+        self.chart_start = start_ms
+        return [(i * 7) % 5 for i in range(minutes)]
+
+
+class MemoryTeamData:
+    """The team pages' reads, from lists."""
+
+    def __init__(self) -> None:
+        self.projects = {1: Project(1, "uuid-1", "Default project", "phc_public_token", "")}
+        self.cohort_list: list[dict[str, Any]] = []
+        self.group_list: list[Group] = []
+        self.flags: list[PersonFlag] = []
+        self.warning_list: list[Warning] = []
+        self.counts = DynamicCounts({}, frozenset(), 0, True)
+        self.members: dict[int, list[str]] = {}
+
+    async def project(self, project_id: int) -> Project | None:
+        return self.projects.get(project_id)
+
+    async def usage(self, project_id: int) -> Usage:
+        return Usage(events=1_000_000, persons=12, flags=3, cohorts=len(self.cohort_list),
+                     cap=1_000_000)  # fmt: skip
+
+    def quotas(self) -> tuple[int, int]:
+        return (600, 0)
+
+    async def cohorts(self, project_id: int) -> list[dict[str, Any]]:
+        return self.cohort_list
+
+    async def cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
+        return next((c for c in self.cohort_list if c["id"] == cohort_id), None)
+
+    async def dynamic_counts(
+        self, project_id: int, cohorts: list[dict[str, Any]], only: list[int] | None = None
+    ) -> DynamicCounts:
+        return self.counts
+
+    async def static_members(self, project_id: int, cohort_id: int) -> list[str]:
+        return self.members.get(cohort_id, [])
+
+    async def group_types(self, project_id: int) -> dict[int, str]:
+        return {0: "company"}
+
+    async def groups(
+        self, project_id: int, group_type_index: int, search: str, offset: int
+    ) -> list[Group]:
+        found = [g for g in self.group_list if search.lower() in g.group_key.lower()]
+        return found[offset:]
+
+    async def group(self, project_id: int, group_type_index: int, key: str) -> Group | None:
+        return next((g for g in self.group_list if g.group_key == key), None)
+
+    async def group_flags(
+        self, project_id: int, group_type_name: str, group_type_index: int, key: str
+    ) -> list[PersonFlag]:
+        return self.flags
+
+    async def warnings(self, project_id: int, limit: int, offset: int) -> Page:
+        return Page(len(self.warning_list), self.warning_list[offset : offset + limit])

@@ -274,3 +274,22 @@ def test_retry_schedule_until_success_or_give_up() -> None:
         webhooks.after_attempt(fresh, None, "timeout", 5).status is webhooks.DeliveryStatus.PENDING
     )
     assert webhooks.delivery_json(retried, _iso)["next_attempt_at"] == "iso(10005)"
+
+
+def test_retry_schedule_can_be_configured() -> None:
+    assert webhooks.parse_retry_delays("0.5, 2,") == (0.5, 2.0)
+    assert webhooks.parse_retry_delays("") == ()
+    for bad in ("x", "-1", ",".join(["1"] * 21), "999999999"):
+        with pytest.raises(ValueError):
+            webhooks.parse_retry_delays(bad)
+    delivery = webhooks.Delivery(1, 2, 3, webhooks.DeliveryStatus.PENDING, 0, 0, 0)
+    first = webhooks.after_attempt(delivery, None, "refused", 1_000, (0.25,), duration_ms=3)
+    assert first.next_attempt_ms == 1_250 and first.last_duration_ms == 3
+    assert first.last_attempt_ms == 1_000
+    assert webhooks.after_attempt(first, 500, "", 2_000, (0.25,)).status is (
+        webhooks.DeliveryStatus.FAILED
+    )
+    assert webhooks.after_attempt(delivery, 500, "", 0, ()).status is webhooks.DeliveryStatus.FAILED
+    assert webhooks.webhook_url_problem("https://x.example:99999/") is not None
+    assert webhooks.webhook_url_problem("https://x.example/a b") is not None
+    assert webhooks.webhook_url_problem("https://x.example/" + "a" * 2000) is not None

@@ -10,7 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from flagstaff.console import charts, usage, views
+from flagstaff.console import usage, views
+from flagstaff.console import usage_charts as charts
 from flagstaff.ingest.flag_usage import (
     MAX_VALUE_LENGTH,
     NO_RESPONSE,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+import orjson
 import pytest
 
 from flagstaff.http.payload import decode_body
@@ -21,6 +22,7 @@ from flagstaff.ingest.normalize import (
     parse_envelope,
     parse_iso_ms,
 )
+from flagstaff.ingest.validate import MAX_EVENT_BYTES
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sdk"
 NOW = 1_780_000_000_000  # 2026-05-28T20:26:40Z
@@ -541,3 +543,44 @@ def test_deeply_nested_event_is_dropped_not_raised(depth: int, where: str) -> No
     assert len(result.digest) == 16
     if where == "properties":
         assert (result.event, result.distinct_id) == ("clicked", "user-1")
+
+
+# --- the limits at their edges -----------------------------------------------------------
+
+
+def _limit_depth() -> int:
+    """The smallest depth of nested objects in properties that orjson refuses in an event."""
+    depth = 1
+    while True:
+        try:
+            orjson.dumps(event(properties={"deep": _nested(depth)}))
+        except orjson.JSONEncodeError:
+            return depth
+        depth += 1
+
+
+def test_nesting_at_orjsons_limit_is_judged_on_the_whole_event() -> None:
+    """Properties that would encode alone but not inside the event are dropped: a store that
+    encodes the properties alone must not nest them deeper than the check allowed."""
+    depth = _limit_depth()
+    orjson.dumps({"deep": _nested(depth)})  # the properties alone encode
+    dropped = normalize_event(
+        event(properties={"deep": _nested(depth)}), ENV, now_ms=NOW, ip=None, geoip=None
+    )
+    assert isinstance(dropped, Drop) and dropped.reason == "invalid_event"
+    kept = normalized(event(properties={"deep": _nested(depth - 1)}))
+    assert orjson.dumps(kept.properties)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_size_limit_counts_the_whole_encoded_event(extra: int) -> None:
+    raw = event(uuid="not-a-uuid", properties={"blob": ""})
+    blob = "x" * (MAX_EVENT_BYTES - len(orjson.dumps(raw)) + extra)
+    raw["properties"]["blob"] = blob
+    assert len(orjson.dumps(raw)) == MAX_EVENT_BYTES + extra
+    result = normalize_event(raw, ENV, now_ms=NOW, ip=None, geoip=None)
+    if extra:
+        assert isinstance(result, Drop) and result.reason != "invalid_event"
+    else:
+        assert isinstance(result, Event)
+        assert raw["properties"]["blob"] is blob  # the event was left as it came

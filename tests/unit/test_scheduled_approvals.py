@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from flagstaff.accounts.records import Role
@@ -146,3 +147,26 @@ def test_rejecting_or_withdrawing() -> None:
     assert withdrawn.problem is None
     refused = approvals.reject(_request(), _who(7, Role.VIEWER), "", NOW)
     assert refused.problem is not None and refused.request.status is approvals.RequestStatus.PENDING
+
+
+def test_a_user_less_key_is_its_own_author_and_schedules_go_stale_when_due() -> None:
+    key_made = msgspec.structs.replace(_request(), author_user_id=None, author_key_id=4)
+    same_key = Principal(1, Role.ADMIN, AuthMethod.PERSONAL_KEY, user_id=None, key_id=4)
+    other_key = Principal(1, Role.ADMIN, AuthMethod.PERSONAL_KEY, user_id=None, key_id=5)
+    assert "someone other" in (approvals.approve(key_made, same_key, 3, NOW).problem or "")
+    assert approvals.approve(key_made, other_key, 3, NOW).apply
+    assert approvals.approve(key_made, _who(2), 3, NOW).apply
+    assert approvals.is_author(key_made, same_key) and not approvals.is_author(key_made, _who(2))
+    assert approvals.reject(key_made, same_key, "", NOW).problem is None
+
+    schedule = msgspec.structs.replace(
+        _request(None),
+        kind=approvals.RequestKind.SCHEDULE,
+        body={"operation": "update_status", "payload": {}, "run_at_ms": NOW + 10},
+    )
+    # the flag's version does not matter to a schedule, only that it exists and is not due
+    assert approvals.approve(schedule, _who(2), 8, NOW).apply
+    late = approvals.approve(schedule, _who(2), 8, NOW + 10)
+    assert late.request.status is approvals.RequestStatus.STALE and "passed" in (late.problem or "")
+    gone = approvals.approve(schedule, _who(2), None, NOW)
+    assert gone.request.status is approvals.RequestStatus.STALE

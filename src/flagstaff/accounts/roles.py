@@ -73,15 +73,27 @@ def permission_problem(principal: Principal, action: Action) -> str | None:
     return f"this needs the admin role; you are {principal.role.value}"
 
 
-def can_approve(principal: Principal, author_user_id: int | None) -> str | None:
-    """Why ``principal`` may not approve a change made by ``author_user_id``, or None:
-    approval needs a second person."""
+def can_approve(
+    principal: Principal, author_user_id: int | None, author_key_id: int | None = None
+) -> str | None:
+    """Why ``principal`` may not approve a change made by ``author_user_id`` (or, for a key
+    with no user, by ``author_key_id``), or None: approval needs a second person."""
     problem = permission_problem(principal, Action.APPROVE)
     if problem is not None:
         return problem
-    if principal.user_id is not None and principal.user_id == author_user_id:
+    if principal.user_id is not None:
+        same = principal.user_id == author_user_id
+    else:
+        same = author_user_id is None and principal.key_id == author_key_id
+    if same:
         return "a change must be approved by someone other than its author"
     return None
+
+
+def leaves_no_admin(current: Role | None, new: Role | None, other_admins: int) -> bool:
+    """Whether changing a member from ``current`` to ``new`` (None: not a member) would leave
+    the project with no admin; stores check it in the change's transaction."""
+    return current is Role.ADMIN and new is not Role.ADMIN and other_admins == 0
 
 
 def can_revoke_key(principal: Principal, key_user_id: int | None) -> str | None:

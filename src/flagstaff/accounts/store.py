@@ -5,7 +5,7 @@ Errors follow the Store's conventions: a duplicate email raises ``Conflict("emai
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from flagstaff.accounts.records import (
     ApiKeyInfo,
@@ -15,6 +15,9 @@ from flagstaff.accounts.records import (
     Session,
     User,
 )
+
+if TYPE_CHECKING:
+    from flagstaff.activity.records import ChangeSource
 
 
 class AccountStore(Protocol):
@@ -43,6 +46,21 @@ class AccountStore(Protocol):
     async def list_members(self, project_id: int) -> list[tuple[User, Membership]]: ...
 
     async def remove_membership(self, user_id: int, project_id: int) -> bool: ...
+
+    async def change_membership(
+        self,
+        user_id: int,
+        project_id: int,
+        role: Role | None,
+        now_ms: int,
+        source: ChangeSource | None = None,
+    ) -> Membership | None:
+        """Add the user with ``role``, change their role, or remove them (``role`` None), with
+        its activity record (scope Membership), in one transaction. ``Conflict("role")`` when
+        the project would be left without an admin (checked in the transaction, so two admins
+        demoting each other at once cannot both succeed); ``NotFound`` for an unknown user.
+        Returns the membership, or None once removed (or when there was none to remove)."""
+        ...
 
     # sessions (looked up by the SHA-256 of the cookie's token)
     async def create_session(

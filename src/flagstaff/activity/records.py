@@ -22,6 +22,7 @@ class Scope(enum.StrEnum):
     WEBHOOK = "Webhook"
     MEMBERSHIP = "Membership"
     PROJECT = "Project"
+    CHANGE_REQUEST = "ChangeRequest"
 
 
 class Activity(enum.StrEnum):

@@ -11,6 +11,7 @@ import enum
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,7 +27,8 @@ SIGNATURE_VERSION = "v1"
 DEFAULT_TOLERANCE_S = 300
 TIMEOUT_S = 10.0
 # Delay before each retry; a delivery is tried at most len(RETRY_DELAYS_S) + 1 times (~8 h).
-RETRY_DELAYS_S = (10, 60, 300, 1_800, 7_200, 21_600)
+RETRY_DELAYS_S: tuple[float, ...] = (10, 60, 300, 1_800, 7_200, 21_600)
+MAX_URL_LENGTH = 2000
 _RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 
 
@@ -35,7 +37,15 @@ def new_webhook_secret() -> str:
 
 
 def webhook_url_problem(url: str) -> str | None:
-    parts = urlsplit(url)
+    if len(url) > MAX_URL_LENGTH:
+        return f"the webhook URL is longer than {MAX_URL_LENGTH} characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (a bad port raises here)
+    except ValueError:
+        return "the webhook URL is not a valid URL"
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        return "the webhook URL must not contain spaces or control characters"
     if parts.scheme not in ("http", "https"):
         return "the webhook URL must start with http:// or https://"
     if not parts.hostname:
@@ -106,6 +116,33 @@ def request_headers(
     }
 
 
+class Webhook(msgspec.Struct, frozen=True):
+    """An endpoint of a project that is sent the project's activity (``scopes`` empty: all)."""
+
+    id: int
+    project_id: int
+    url: str
+    secret: str
+    enabled: bool
+    scopes: list[str]
+    description: str
+    created_at_ms: int
+    created_by: int | None = None
+
+
+def webhook_json(webhook: Webhook, iso: IsoTime) -> dict[str, Any]:
+    """A webhook as the API shows it: never its secret (shown once, at creation)."""
+    return {
+        "id": webhook.id,
+        "url": webhook.url,
+        "enabled": webhook.enabled,
+        "scopes": webhook.scopes,
+        "description": webhook.description,
+        "created_at": iso(webhook.created_at_ms),
+        "created_by": {"id": webhook.created_by} if webhook.created_by is not None else None,
+    }
+
+
 class DeliveryStatus(enum.StrEnum):
     PENDING = "pending"
     SUCCEEDED = "succeeded"
@@ -122,6 +159,9 @@ class Delivery(msgspec.Struct, frozen=True):
     created_at_ms: int
     last_status_code: int | None = None
     last_error: str = ""
+    event: str = ""
+    last_attempt_ms: int | None = None
+    last_duration_ms: int | None = None
 
 
 def should_retry(status_code: int | None) -> bool:
@@ -131,13 +171,21 @@ def should_retry(status_code: int | None) -> bool:
     return status_code in _RETRYABLE_4XX
 
 
-def after_attempt(delivery: Delivery, status_code: int | None, error: str, now_ms: int) -> Delivery:
-    """The delivery's state once an attempt answered ``status_code`` (None: no answer)."""
+def after_attempt(
+    delivery: Delivery,
+    status_code: int | None,
+    error: str,
+    now_ms: int,
+    delays_s: Sequence[float] = RETRY_DELAYS_S,
+    duration_ms: int | None = None,
+) -> Delivery:
+    """The delivery's state once an attempt answered ``status_code`` (None: no answer);
+    ``delays_s`` is the retry schedule (the default, or the operator's)."""
     attempts = delivery.attempts + 1
     if status_code is not None and 200 <= status_code < 300:
         status, next_ms = DeliveryStatus.SUCCEEDED, None
-    elif should_retry(status_code) and attempts <= len(RETRY_DELAYS_S):
-        status, next_ms = DeliveryStatus.PENDING, now_ms + RETRY_DELAYS_S[attempts - 1] * 1000
+    elif should_retry(status_code) and attempts <= len(delays_s):
+        status, next_ms = DeliveryStatus.PENDING, now_ms + round(delays_s[attempts - 1] * 1000)
     else:
         status, next_ms = DeliveryStatus.FAILED, None
     return msgspec.structs.replace(
@@ -147,6 +195,8 @@ def after_attempt(delivery: Delivery, status_code: int | None, error: str, now_m
         next_attempt_ms=next_ms,
         last_status_code=status_code,
         last_error=error[:500],
+        last_attempt_ms=now_ms,
+        last_duration_ms=duration_ms,
     )
 
 
@@ -160,5 +210,18 @@ def delivery_json(delivery: Delivery, iso: IsoTime) -> dict[str, Any]:
         "next_attempt_at": iso(delivery.next_attempt_ms) if delivery.next_attempt_ms else None,
         "last_status_code": delivery.last_status_code,
         "last_error": delivery.last_error,
+        "last_attempt_at": iso(delivery.last_attempt_ms) if delivery.last_attempt_ms else None,
+        "last_duration_ms": delivery.last_duration_ms,
+        "event": delivery.event,
         "created_at": iso(delivery.created_at_ms),
     }
+
+
+def parse_retry_delays(raw: str) -> tuple[float, ...]:
+    """``"10,60,300"`` -> (10.0, 60.0, 300.0): seconds before each retry, as configured.
+    ValueError when a part is not a number >= 0 or there are more than 20."""
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    delays = tuple(float(p) for p in parts)
+    if len(delays) > 20 or any(not 0 <= d <= 7 * 86_400 for d in delays):
+        raise ValueError("retry delays must be at most 20 numbers of seconds, 0 to a week")
+    return delays

@@ -26,8 +26,10 @@ from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
-from flagstaff.console import paging, templates, usage, views
+from flagstaff.console import charts, paging, templates, usage, views
 from flagstaff.console import session as console_session
+from flagstaff.console.team_data import TeamData
+from flagstaff.console.team_pages import TeamPages
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
 from flagstaff.store.base import Person
@@ -117,6 +119,11 @@ class ConsoleData(Protocol):
         """The newest events, newest first (the live events page)."""
         ...
 
+    async def events_per_minute(self, project_id: int, start_ms: int, minutes: int) -> list[int]:
+        """Events by timestamp in each minute from ``start_ms`` (``charts.EVENT_CHART_CAP`` at
+        most each)."""
+        ...
+
 
 class ConsoleSettings(msgspec.Struct, frozen=True):
     trust_forwarded: bool = False
@@ -130,6 +137,10 @@ def _now_ms() -> int:
 
 def _html(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status, headers=SECURITY_HEADERS)
+
+
+html_page = _html
+"""A rendered page with the console's security headers, for page modules of their own."""
 
 
 def _redirect(location: str) -> RedirectResponse:
@@ -478,11 +489,16 @@ class ConsolePages:
         rows = await self.data.recent_events(
             project.id, event or None, distinct_id or None, views.LIVE_EVENT_ROWS
         )
+        start = charts.chart_start(self.clock())
+        per_minute = await self.data.events_per_minute(
+            project.id, start, charts.EVENT_CHART_MINUTES
+        )
         body = templates.render(
             "events.html",
             **self._base(auth, principal, project),
             nav="events",
             events=rows,
+            chart=charts.events_per_minute_chart(per_minute, start, charts.EVENT_CHART_CAP),
             event_filter=event,
             distinct_id_filter=distinct_id,
         )
@@ -602,10 +618,17 @@ def console_routes(
     data: ConsoleData,
     settings: ConsoleSettings = ConsoleSettings(),  # noqa: B008
     clock: Callable[[], int] = _now_ms,
+    team: TeamData | None = None,
+    extra: Sequence[Callable[[ConsolePages], list[BaseRoute]]] = (),
 ) -> list[BaseRoute]:
-    """The console's routes, to be placed in front of the management API's starlette app."""
+    """The console's routes, to be placed in front of the management API's starlette app
+    (with ``team``, the team pages of :mod:`flagstaff.console.team_pages` too); ``extra``
+    builds the routes of page modules of their own (approvals, webhooks)."""
     pages = ConsolePages(accounts, data, settings, clock)
+    team_routes = TeamPages(pages, team).routes() if team is not None else []
     return [
+        *team_routes,
+        *(route for build in extra for route in build(pages)),
         Route("/", pages.home, methods=["GET"]),
         Route("/login", pages.login_form, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),

@@ -11,6 +11,7 @@ from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.console import usage
+from flagstaff.console.charts import EVENT_CHART_CAP
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
 from flagstaff.flags import CompiledFlags, compile_flags, evaluate
@@ -161,6 +162,9 @@ class StoreConsoleData:
             r = results.get(flag["key"]) or explained[flag["key"]]
             rows.append(PersonFlag(flag["id"], r.key, r.enabled, r.variant, r.reason_description))
         return rows
+
+    async def events_per_minute(self, project_id: int, start_ms: int, minutes: int) -> list[int]:
+        return await self.store.events_per_minute(project_id, start_ms, minutes, EVENT_CHART_CAP)
 
     def _compiled(self, project_id: int, definitions: Definitions) -> CompiledFlags:
         cached = self._compiled_flags.get(project_id)

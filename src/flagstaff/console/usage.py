@@ -1,6 +1,6 @@
 """What the console shows of a flag's usage, from the rollup rows ingestion keeps: checks per
 day over the last :data:`WINDOW_DAYS` days (per value for one flag, all values for the list),
-each value's share, and the mean per day, and the charts of them (drawn by ``charts.py``).
+each value's share, and the mean per day, and the charts of them (drawn by ``usage_charts.py``).
 No I/O."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from markupsafe import Markup
 
-from flagstaff.console import charts
+from flagstaff.console import usage_charts
 from flagstaff.console.views import FlagRow, FlagUsage
 from flagstaff.ingest.flag_usage import NO_RESPONSE, day_of
 from flagstaff.store.flag_usage import DailyChecks, ValueChecks
@@ -184,11 +184,13 @@ def flag_charts(key: str, checks: FlagChecks) -> FlagCharts:
     """The flag page's charts: checks per day stacked by value, and each value's share."""
     days = checks.day_labels()
     span = f"from {days[0]} to {days[-1]} (UTC)"
-    per_value = "; ".join(f"{s.label} {charts.number(s.total)}" for s in checks.series if s.total)
-    timeline = charts.stacked_bars(
+    per_value = "; ".join(
+        f"{s.label} {usage_charts.number(s.total)}" for s in checks.series if s.total
+    )
+    timeline = usage_charts.stacked_bars(
         "flag-checks",
         f"Checks of {key} per day, last {WINDOW_DAYS} days",
-        f"{charts.number(checks.total)} checks {span}"
+        f"{usage_charts.number(checks.total)} checks {span}"
         + (f": {per_value}." if per_value else ", none recorded."),
         days,
         [(s.label, s.counts) for s in checks.series] or [(NO_RESPONSE_LABEL, [0] * len(days))],
@@ -198,11 +200,12 @@ def flag_charts(key: str, checks: FlagChecks) -> FlagCharts:
     shares = checks.shares()
     split = None
     if len(shares) > 1:
-        split = charts.share_bars(
+        split = usage_charts.share_bars(
             "flag-split",
             f"Share of checks of {key} per value, last {WINDOW_DAYS} days",
             "; ".join(
-                f"{s.label} {share * 100:.1f}% ({charts.number(s.total)})" for _, s, share in shares
+                f"{s.label} {share * 100:.1f}% ({usage_charts.number(s.total)})"
+                for _, s, share in shares
             )
             + ".",
             [(s.label, s.total, share, i) for i, s, share in shares],
@@ -216,10 +219,10 @@ def sparkline(row: FlagRow) -> Markup:
     total = sum(row.daily)
     if total:
         desc = (
-            f"{charts.number(total)} checks in the last {WINDOW_DAYS} days, "
-            f"at most {charts.number(max(row.daily))} a day."
+            f"{usage_charts.number(total)} checks in the last {WINDOW_DAYS} days, "
+            f"at most {usage_charts.number(max(row.daily))} a day."
         )
     else:
         desc = f"No checks in the last {WINDOW_DAYS} days."
     values = list(row.daily) or [0] * WINDOW_DAYS
-    return charts.sparkline(f"spark-{row.id}", values, f"Checks of {row.key} per day", desc)
+    return usage_charts.sparkline(f"spark-{row.id}", values, f"Checks of {row.key} per day", desc)

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.activity.approvals import APPROVAL_JOB
 from flagstaff.activity.readable import DiffLine, readable_changes
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
@@ -500,6 +501,10 @@ def history_entries(
         record = stored.record
         actor = record.actor
         who = actor.email or ("Flagstaff" if actor.is_system else "a personal API key")
+        trigger = record.detail.trigger
+        if trigger is not None and trigger.job_type == APPROVAL_JOB:
+            approver = trigger.payload.get("approved_by_email") or "a personal API key"
+            who += f", approved by {approver}"
         version = version_of.get(stored.id)
         entries.append(
             HistoryEntry(

@@ -28,6 +28,7 @@ from flagstaff.accounts.roles import Action, Principal, action_for_method, can_r
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity import scheduled
 from flagstaff.activity.api import activity_page
+from flagstaff.activity.api import ms_to_iso as _ms_to_iso
 from flagstaff.activity.records import (
     Activity,
     Actor,
@@ -36,7 +37,15 @@ from flagstaff.activity.records import (
 )
 from flagstaff.activity.rollback import RollbackError, plan_rollback
 from flagstaff.activity.scheduled import ScheduledChange
-from flagstaff.http import admin_experiments, admin_models, admin_usage
+from flagstaff.http import (
+    admin_approvals,
+    admin_experiments,
+    admin_models,
+    admin_team,
+    admin_usage,
+    admin_webhooks,
+    cohort_csv,
+)
 from flagstaff.http import surveys as survey_routes
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.errors import ApiError
@@ -45,6 +54,7 @@ from flagstaff.http.rest import MAX_ID
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
+from flagstaff.http.rest import path_int as _path_int
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, NotFound, Store, StoredEvent
 
@@ -69,21 +79,6 @@ def _now_ms() -> int:
 
 def _json(data: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(data), status, media_type="application/json")
-
-
-def _path_int(request: Request, name: str) -> int:
-    raw = request.path_params.get(name, "")
-    if not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
-        raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}")
-    return int(raw)
-
-
-def _ms_to_iso(ms: int) -> str:
-    return (
-        datetime.fromtimestamp(ms / 1000, UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def _iso_to_ms(raw: str) -> int | None:
@@ -179,6 +174,9 @@ async def get_flag(ctx: AdminContext, request: Request) -> Any:
 async def update_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     flag = admin_models.flag_from_input(await _body(request), current)
+    held = await admin_approvals.hold_flag_write(ctx, current, flag)
+    if held is not None:
+        return held
     return await ctx.store.update_flag(ctx.project_id, current["id"], flag, ctx.source)
 
 
@@ -187,15 +185,20 @@ async def replace_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     flag = admin_models.flag_from_input(await _body(request))
     flag = {**current, **flag, "version": current.get("version")}
+    held = await admin_approvals.hold_flag_write(ctx, current, flag)
+    if held is not None:
+        return held
     return await ctx.store.update_flag(ctx.project_id, current["id"], flag, ctx.source)
 
 
 async def delete_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     if not current["deleted"]:
-        await ctx.store.update_flag(
-            ctx.project_id, current["id"], {**current, "deleted": True}, ctx.source
-        )
+        deleted = {**current, "deleted": True}
+        held = await admin_approvals.hold_flag_write(ctx, current, deleted)
+        if held is not None:
+            return held
+        await ctx.store.update_flag(ctx.project_id, current["id"], deleted, ctx.source)
     return 204, None
 
 
@@ -213,6 +216,9 @@ async def rollback_flag(ctx: AdminContext, request: Request) -> Any:
     except RollbackError as exc:
         raise ApiError(400, "invalid_input", str(exc), exc.field) from None
     flag = admin_models.flag_from_input(plan.body, current)
+    held = await admin_approvals.hold_flag_write(ctx, current, flag)
+    if held is not None:
+        return held
     source = ChangeSource(
         actor=ctx.source.actor, trigger=plan.trigger, activity=Activity.ROLLED_BACK
     )
@@ -329,6 +335,9 @@ async def create_scheduled_change(ctx: AdminContext, request: Request) -> Any:
         operation = scheduled.check_schedule(body.get("payload"), run_at, now)
     except scheduled.ScheduleError as exc:
         raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    held = await admin_approvals.hold_schedule(ctx, flag, operation, body["payload"], run_at)
+    if held is not None:
+        return held
     change = await ctx.store.create_scheduled_change(
         ctx.project_id, record, operation, body["payload"], run_at, ctx.principal.user_id, now
     )
@@ -392,7 +401,15 @@ async def list_cohorts(ctx: AdminContext, request: Request) -> Any:
 
 
 async def create_cohort(ctx: AdminContext, request: Request) -> Any:
-    cohort = admin_models.cohort_from_input(await _body(request))
+    """JSON, or a multipart form with a ``csv`` of distinct ids: a static cohort of them."""
+    if cohort_csv.is_multipart(request):
+        form = await cohort_csv.read_form(request)
+        body: Any = dict(form.fields)
+        if form.distinct_ids is not None:
+            body.update(is_static=True, distinct_ids=form.distinct_ids)
+    else:
+        body = await _body(request)
+    cohort = admin_models.cohort_from_input(body)
     return 201, await ctx.store.create_cohort(ctx.project_id, cohort, ctx.source)
 
 
@@ -408,9 +425,23 @@ async def get_cohort(ctx: AdminContext, request: Request) -> Any:
 
 
 async def update_cohort(ctx: AdminContext, request: Request) -> Any:
+    """JSON, or a multipart form whose ``csv`` adds its distinct ids to a static cohort."""
     current = await _existing_cohort(ctx, request)
-    cohort = admin_models.cohort_from_input(await _body(request), current)
-    return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
+    if not cohort_csv.is_multipart(request):
+        cohort = admin_models.cohort_from_input(await _body(request), current)
+        return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
+    form = await cohort_csv.read_form(request)
+    if not current["is_static"] and form.distinct_ids is not None:
+        raise ApiError(400, "invalid_input", "only a static cohort takes a CSV", "csv")
+    changes = {k: v for k, v in form.fields.items() if k != "is_static"}
+    if changes:
+        cohort = admin_models.cohort_from_input(changes, current)
+        current = await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
+    if form.distinct_ids:
+        current = await ctx.store.change_static_members(
+            ctx.project_id, current["id"], form.distinct_ids, [], ctx.source
+        )
+    return current
 
 
 async def delete_cohort(ctx: AdminContext, request: Request) -> Any:
@@ -647,6 +678,9 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("POST", "/api/personal_api_keys/", create_key, "Create a personal API key (shown once)"),
     ("DELETE", "/api/personal_api_keys/{key_id}/", revoke_key, "Revoke a personal API key"),
     *[(method, P + path, h, doc) for method, path, h, doc in admin_experiments.ROUTES],
+    *[(method, P + path, h, doc) for method, path, h, doc in admin_team.ROUTES],
+    *admin_approvals.ROUTES,
+    *admin_webhooks.ROUTES,
     *[(method, P + path, h, doc) for method, path, h, doc in admin_usage.ROUTES],
 ]
 
@@ -657,6 +691,9 @@ ROUTE_ACTIONS: dict[Handler, Action] = {
     list_keys: Action.VIEW,
     create_key: Action.VIEW,
     revoke_key: Action.VIEW,
+    **admin_team.ROUTE_ACTIONS,
+    **admin_approvals.ROUTE_ACTIONS,
+    **admin_webhooks.ROUTE_ACTIONS,
 }
 
 

@@ -20,8 +20,10 @@ from starlette.routing import Route
 
 from flagstaff import __version__
 from flagstaff.http import account_schemas as a
+from flagstaff.http import approval_schemas as ap
 from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
+from flagstaff.http import team_schemas as t
 from flagstaff.http import usage_schemas as us
 
 _REF = "#/components/schemas/{name}"
@@ -52,6 +54,10 @@ class Doc:
     """Other answers than errors: (status, description)."""
     errors: tuple[int, ...] = (400, 401)
     """Error answers (each with the Error body)."""
+    form: Any = None
+    """A ``multipart/form-data`` body the route also takes (besides ``request``)."""
+    alternates: tuple[tuple[int, Any, str], ...] = ()
+    """Other answers with a body: (status, type, description)."""
 
 
 class PublicRouteLike(Protocol):
@@ -67,6 +73,14 @@ _VALUES_QUERY = (
     Param("value", "string", "only values containing this text (any case)"),
     Param("limit", "integer", "values to answer, most frequent first (default 20, at most 100)"),
 )
+_HELD = (
+    (
+        202,
+        ap.ChangeRequest,
+        "held for approval (the project's approval policy is on): the stored change request; "
+        "nothing changes until someone else approves it",
+    ),
+)
 _ADMIN: dict[str, Doc] = {
     "list_projects": Doc("", s.ProjectPage),
     "create_project": Doc("", s.CreatedProject, s.ProjectInput, 201),
@@ -74,13 +88,13 @@ _ADMIN: dict[str, Doc] = {
     "list_flags": Doc("", s.FeatureFlagPage, query=_PAGING),
     "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
     "get_flag": Doc("", s.FeatureFlag),
-    "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
-    "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput),
-    "delete_flag": Doc("", None, status=204),
+    "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
+    "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
+    "delete_flag": Doc("", None, status=204, alternates=_HELD),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
-    "create_cohort": Doc("", s.Cohort, s.CohortInput, 201),
+    "create_cohort": Doc("", s.Cohort, s.CohortInput, 201, form=t.CohortCsvInput),
     "get_cohort": Doc("", s.Cohort),
-    "update_cohort": Doc("", s.Cohort, s.CohortInput),
+    "update_cohort": Doc("", s.Cohort, s.CohortInput, form=t.CohortCsvInput),
     "delete_cohort": Doc("", None, status=204),
     "list_cohort_members": Doc("", s.DistinctIdPage),
     "add_cohort_members": Doc("", s.Cohort, s.DistinctIds),
@@ -113,6 +127,20 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_warnings": Doc("", s.WarningPage, query=_PAGING),
+    "update_project": Doc("", s.Project, s.ProjectInput),
+    "list_members": Doc("", t.MemberPage),
+    "add_member": Doc("", t.CreatedMember, t.MemberInput, 201),
+    "update_member": Doc("", t.Member, t.MemberRoleInput),
+    "remove_member": Doc("", None, status=204),
+    "list_groups": Doc(
+        "",
+        t.GroupPage,
+        query=(
+            Param("group_type_index", "integer", "the group type's index, 0-4 (required)"),
+            Param("search", "string", "only groups whose key contains this (any case)"),
+            *_PAGING,
+        ),
+    ),
     "list_surveys": Doc("", ss.SurveyPage, query=_PAGING),
     "create_survey": Doc("", ss.Survey, ss.SurveyInput, 201),
     "get_survey": Doc("", ss.Survey),
@@ -136,7 +164,7 @@ _ADMIN: dict[str, Doc] = {
     "get_feature": Doc("", ss.EarlyAccessFeature),
     "patch_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput),
     "delete_feature": Doc("", None, status=204),
-    "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput),
+    "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput, alternates=_HELD),
     "flag_activity": Doc(
         "",
         a.FlagActivityPage,
@@ -160,7 +188,9 @@ _ADMIN: dict[str, Doc] = {
         a.ScheduledChangePage,
         query=(Param("record_id", "integer", "only this feature flag's changes"),),
     ),
-    "create_scheduled_change": Doc("", a.ScheduledChange, a.ScheduledChangeInput, 201),
+    "create_scheduled_change": Doc(
+        "", a.ScheduledChange, a.ScheduledChangeInput, 201, alternates=_HELD
+    ),
     "delete_scheduled_change": Doc("", None, status=204),
     "list_keys": Doc("", list[a.PersonalApiKey]),
     "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
@@ -185,6 +215,44 @@ _ADMIN: dict[str, Doc] = {
         "",
         list[us.PropertyValue],
         query=(Param("group_type_index", "integer", "group type index, 0-4"), *_VALUES_QUERY),
+    ),
+    "get_approval_policy": Doc("", ap.ApprovalPolicy),
+    "update_approval_policy": Doc("", ap.ApprovalPolicy, ap.ApprovalPolicyInput, errors=(403,)),
+    "list_change_requests": Doc(
+        "",
+        ap.ChangeRequestPage,
+        query=(
+            Param("status", "string", "only requests in this status (pending, applied...)"),
+            Param("record_id", "integer", "only this feature flag's requests"),
+            *_PAGING,
+        ),
+    ),
+    "get_change_request": Doc("", ap.ChangeRequest),
+    "approve_change_request": Doc(
+        "",
+        ap.ChangeRequest,
+        ap.DecisionInput,
+        errors=(403, 409),
+    ),
+    "reject_change_request": Doc("", ap.ChangeRequest, ap.DecisionInput, errors=(403, 409)),
+    "list_webhooks": Doc("", ap.WebhookPage, errors=(403,)),
+    "create_webhook": Doc("", ap.CreatedWebhook, ap.WebhookInput, 201, errors=(403,)),
+    "get_webhook": Doc("", ap.Webhook, errors=(403,)),
+    "update_webhook": Doc(
+        "",
+        ap.Webhook,
+        ap.WebhookInput,
+        errors=(403,),
+        alternates=((200, ap.CreatedWebhook, "with rotate_secret: the new secret, once"),),
+    ),
+    "delete_webhook": Doc("", None, status=204, errors=(403,)),
+    "list_deliveries": Doc("", ap.WebhookDeliveryPage, query=_PAGING, errors=(403,)),
+    "redeliver": Doc(
+        "",
+        ap.WebhookDelivery,
+        dict[str, Any],
+        202,
+        errors=(403, 409),
     ),
 }
 
@@ -341,6 +409,14 @@ def _operation(
     responses: dict[str, Any] = {str(doc.status): success}
     for status, description in doc.extra:
         responses[str(status)] = {"description": description}
+    for status, kind, description in doc.alternates:
+        if str(status) == str(doc.status):  # the same status, another shape: one of both
+            one_of = [success["content"][doc.media]["schema"], refs[kind]]
+            success["content"] = {doc.media: {"schema": {"oneOf": one_of}}}
+            success["description"] = f"success; {description}"
+            continue
+        schema = {"schema": refs[kind]}
+        responses[str(status)] = {"description": description, "content": {doc.media: schema}}
     for status in doc.errors:
         responses.setdefault(str(status), _ERROR)
     op: dict[str, Any] = {
@@ -356,6 +432,8 @@ def _operation(
             "required": True,
             "content": {"application/json": {"schema": refs[doc.request]}},
         }
+        if doc.form is not None:
+            op["requestBody"]["content"]["multipart/form-data"] = {"schema": refs[doc.form]}
     return op
 
 
@@ -391,15 +469,16 @@ def openapi_document(
     self_docs = [("GET", path, doc) for path, doc in SELF_PATHS.items()]
     types: list[Any] = [s.Error]
     for doc in [d for *_, d in admin_docs] + [d for *_, d in public_docs + self_docs]:
-        for t in (doc.response, doc.request):
-            types += t if isinstance(t, tuple) else [t] if t is not None else []
+        for kind in (doc.response, doc.request, doc.form):
+            types += kind if isinstance(kind, tuple) else [kind] if kind is not None else []
+        types += [kind for _, kind, _ in doc.alternates]
     unique = list(dict.fromkeys(types))
     schemas, components = msgspec.json.schema_components(unique, ref_template=_REF)
     refs = dict(zip(unique, schemas, strict=True))
 
     paths: dict[str, dict[str, Any]] = {}
     for method, path, name, summary, doc in admin_docs:
-        doc = dataclasses.replace(doc, errors=(400, 401, 404))
+        doc = dataclasses.replace(doc, errors=tuple(sorted({400, 401, 404, *doc.errors})))
         op = _operation(doc, method, path, name, refs, summary)
         op["security"] = [{"PersonalAPIKey": []}]
         paths.setdefault(path, {})[method.lower()] = op

@@ -34,6 +34,14 @@ async def json_body(request: Request) -> Any:
         raise ApiError(400, "parse_error", "the body is not valid JSON") from None
 
 
+def path_int(request: Request, name: str) -> int:
+    """A positive integer id from the path; 404 ``no such <name>`` otherwise."""
+    raw = request.path_params.get(name, "")
+    if not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
+        raise ApiError(404, "not_found", f"no such {name.replace('_', ' ')}")
+    return int(raw)
+
+
 def int_param(request: Request, name: str, default: int, maximum: int | None = None) -> int:
     raw = request.query_params.get(name)
     if raw is None or raw == "":

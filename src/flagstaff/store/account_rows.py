@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from flagstaff.accounts.records import ApiKeyInfo, Session, User
+from flagstaff.accounts.records import ApiKeyInfo, Role, Session, User
 from flagstaff.activity.records import (
     Activity,
     ActivityRecord,
@@ -34,6 +34,11 @@ ACTIVITY_COLUMNS = (
 
 def user_record(row: Any) -> User:
     return User(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
+
+
+def membership_detail(email: str, role: Role | None) -> dict[str, Any] | None:
+    """A membership as its activity record shows it (None: not a member)."""
+    return None if role is None else {"name": email, "role": role.value}
 
 
 def key_record(row: Any) -> ApiKeyInfo:

@@ -27,11 +27,14 @@ from flagstaff.surveys.model import Survey
 from flagstaff.surveys.stats import SurveyStats
 
 if TYPE_CHECKING:
+    from flagstaff.activity.approvals import ApprovalPolicy, ChangeRequest, RequestStatus
+    from flagstaff.activity.webhooks import Delivery, Webhook
     from flagstaff.experiments.exposure import ExperimentTotals
     from flagstaff.experiments.model import ExperimentDefinition, Holdout
     from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord
     from flagstaff.store.flag_usage import DailyChecks, ValueChecks
     from flagstaff.store.property_values import ValueCount
+    from flagstaff.store.webhook_rows import ClaimedDelivery
 
 
 class StoreError(Exception):
@@ -71,6 +74,10 @@ class Conflict(StoreError):
     @classmethod
     def cohort_not_static(cls) -> Conflict:
         return cls("is_static", "only static cohorts have members to add or remove")
+
+    @classmethod
+    def last_admin(cls) -> Conflict:
+        return cls("role", "a project needs an admin: make another member admin first")
 
 
 class NotFound(StoreError):
@@ -147,6 +154,25 @@ class Warning(msgspec.Struct):
     type: str
     details: dict[str, Any]
     created_at_ms: int
+
+
+class PersonRow(msgspec.Struct):
+    """A person as a scan over a project's persons reads it (dynamic cohort counts)."""
+
+    id: int
+    properties: dict[str, Any]
+    static_cohort_ids: frozenset[int]
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """What a project holds. ``events`` and ``persons`` are counted up to ``cap``: a count
+    equal to it means that many or more."""
+
+    events: int
+    persons: int
+    flags: int
+    cohorts: int
+    cap: int
 
 
 class IngestResult(msgspec.Struct):
@@ -327,7 +353,42 @@ class Store(Protocol):
     def iter_events(
         self, project_id: int, since_ms: int | None, batch: int = 1000
     ) -> AsyncIterator[list[StoredEvent]]: ...
-    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page: ...
+    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
+        """The project's ingestion warnings, newest first (ingestion keeps the newest
+        :data:`~flagstaff.store.rows.WARNINGS_KEPT`)."""
+        ...
+
+    # what the console's team pages read (store/<engine>/team_store.py)
+    async def rename_project(self, project_id: int, name: str) -> Project | None: ...
+    async def project_usage(self, project_id: int, cap: int) -> Usage:
+        """Counts of the project's data; events and persons counted up to ``cap`` (on
+        SQLite in a thread of its own, so a large count does not hold the event loop)."""
+        ...
+
+    async def events_per_minute(
+        self, project_id: int, start_ms: int, minutes: int, cap: int
+    ) -> list[int]:
+        """Events by timestamp in each minute from ``start_ms``, each counted up to ``cap``
+        (read from the (project, timestamp) index: at most ``minutes * cap`` entries)."""
+        ...
+
+    async def scan_persons(
+        self, project_id: int, after_id: int, limit: int, static_cohorts: bool
+    ) -> list[PersonRow]:
+        """Up to ``limit`` persons with an id above ``after_id``, in id order (with their
+        static cohorts when asked)."""
+        ...
+
+    async def list_groups(
+        self, project_id: int, group_type_index: int, search: str, limit: int, offset: int
+    ) -> list[Group]:
+        """Groups of one type by key, those whose key contains ``search`` (any case)."""
+        ...
+
+    async def static_member_sample(self, project_id: int, cohort_id: int, limit: int) -> list[str]:
+        """The first ``limit`` distinct ids of a static cohort, in order."""
+        ...
+
     async def list_group_types(self, project_id: int) -> dict[int, str]: ...
     async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
         """Map ``index`` to ``name``; False when so already; Conflict when either is taken."""
@@ -487,3 +548,74 @@ class Store(Protocol):
     async def delete_holdout(self, project_id: int, holdout_id: int) -> None:
         """Conflict while an experiment uses it."""
         ...
+
+    # approvals: a project's policy and the flag changes waiting for a second person
+    async def approval_policy(self, project_id: int) -> ApprovalPolicy: ...
+    async def set_approval_policy(
+        self, project_id: int, enabled: bool, source: ChangeSource, now_ms: int
+    ) -> ApprovalPolicy: ...
+    async def create_change_request(
+        self, request: ChangeRequest, flag_key: str, source: ChangeSource
+    ) -> ChangeRequest:
+        """Store a pending request (its id given by the store) and its activity record."""
+        ...
+
+    async def list_change_requests(
+        self,
+        project_id: int,
+        status: RequestStatus | None,
+        flag_id: int | None,
+        limit: int,
+        offset: int,
+    ) -> Page:
+        """Requests, newest first (``results`` are :class:`ChangeRequest`)."""
+        ...
+
+    async def get_change_request(
+        self, project_id: int, request_id: int
+    ) -> ChangeRequest | None: ...
+    async def decide_change_request(
+        self,
+        decided: ChangeRequest,
+        flag_key: str,
+        source: ChangeSource,
+        apply_source: ChangeSource | None = None,
+    ) -> ChangeRequest:
+        """Store the decision (Conflict on ``status`` when the request is no longer pending)
+        and, with ``apply_source``, carry out its change in the same transaction: an update
+        or delete through the flag update path (Conflict on ``version`` when the flag moved),
+        a schedule by creating the scheduled change."""
+        ...
+
+    # outgoing webhooks: endpoints, and deliveries enqueued with each activity row
+    async def create_webhook(self, webhook: Webhook, source: ChangeSource) -> Webhook: ...
+    async def list_webhooks(self, project_id: int) -> list[Webhook]: ...
+    async def get_webhook(self, project_id: int, webhook_id: int) -> Webhook | None: ...
+    async def update_webhook(
+        self,
+        project_id: int,
+        webhook_id: int,
+        changes: dict[str, Any],
+        source: ChangeSource,
+        now_ms: int,
+    ) -> Webhook | None: ...
+    async def delete_webhook(
+        self, project_id: int, webhook_id: int, source: ChangeSource, now_ms: int
+    ) -> bool: ...
+    async def list_deliveries(
+        self, project_id: int, webhook_id: int, limit: int, offset: int
+    ) -> Page:
+        """Deliveries, newest first (``results`` are :class:`Delivery`)."""
+        ...
+
+    async def redeliver(
+        self, project_id: int, webhook_id: int, delivery_id: int, now_ms: int
+    ) -> Delivery | None: ...
+    async def claim_deliveries(
+        self, now_ms: int, limit: int, lease_ms: int
+    ) -> list[ClaimedDelivery]:
+        """Due deliveries, leased to the caller: no other worker or node sends them before
+        the lease ends or the outcome is recorded."""
+        ...
+
+    async def finish_delivery(self, delivery: Delivery, lease_token: str) -> bool: ...

@@ -37,6 +37,10 @@ GROUP_COLUMNS = (
     "AND t.group_type_index = g.group_type_index"
 )
 WARNING_COLUMNS = "id, type, details, created_at_ms"
+WARNINGS_KEPT = 1_000
+"""Ingestion warnings kept per project: each ingest transaction that adds some deletes those
+older than the newest ``WARNINGS_KEPT`` (a walk of that many index entries), so a client
+sending only bad events cannot grow the table without bound."""
 
 
 def now_iso() -> str:

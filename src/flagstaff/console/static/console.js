@@ -37,6 +37,26 @@
     return data;
   }
 
+  // A write the project's approval policy held: the API answered 202 with a change request.
+  const isChangeRequest = (data) =>
+    Boolean(data && data.status === "pending" && typeof data.kind === "string" && "base_version" in data);
+
+  function showHeld(request) {
+    showErrors([]);
+    const box = document.querySelector("[data-note]");
+    if (!box) return;
+    const text = document.createElement("p");
+    text.textContent =
+      `Saved as change request ${request.id}: it goes live once someone else approves it. `;
+    const link = document.createElement("a");
+    link.href = "/approvals";
+    link.textContent = "See the requests waiting for approval";
+    text.append(link);
+    box.replaceChildren(text);
+    box.hidden = false;
+    box.scrollIntoView({ block: "nearest" });
+  }
+
   function showErrors(messages) {
     const box = document.querySelector("[data-errors]");
     if (!box) return;
@@ -289,7 +309,11 @@
       } else if (action === "delete-flag") {
         if (!window.confirm("Delete this feature flag?")) return;
         try {
-          await api("DELETE", `${apiBase}/feature_flags/${form.dataset.flagId}/`);
+          const held = await api("DELETE", `${apiBase}/feature_flags/${form.dataset.flagId}/`);
+          if (isChangeRequest(held)) {
+            showHeld(held);
+            return;
+          }
           window.location.assign("/feature_flags");
         } catch (error) {
           showErrors([error.message]);
@@ -319,6 +343,10 @@
         const saved = id
           ? await api("PATCH", `${apiBase}/feature_flags/${id}/`, body)
           : await api("POST", `${apiBase}/feature_flags/`, body);
+        if (isChangeRequest(saved)) {
+          showHeld(saved);
+          return;
+        }
         showErrors([]);
         window.location.assign(`/feature_flags/${saved.id}`);
       } catch (error) {
@@ -338,7 +366,13 @@
       const version = Number(button.dataset.version);
       if (!window.confirm(`Roll the flag back to version ${version}?`)) return;
       try {
-        await api("POST", `${apiBase}/feature_flags/${list.dataset.flagId}/rollback/`, { version });
+        const done = await api("POST", `${apiBase}/feature_flags/${list.dataset.flagId}/rollback/`, {
+          version,
+        });
+        if (isChangeRequest(done)) {
+          showHeld(done);
+          return;
+        }
         window.location.reload();
       } catch (error) {
         showErrors([error.message]);
@@ -451,12 +485,16 @@
         return;
       }
       try {
-        await api("POST", `${apiBase}/scheduled_changes/`, {
+        const made = await api("POST", `${apiBase}/scheduled_changes/`, {
           record_id: Number(form.dataset.flagId),
           model_name: "FeatureFlag",
           payload,
           scheduled_at: when.toISOString(),
         });
+        if (isChangeRequest(made)) {
+          showHeld(made);
+          return;
+        }
         window.location.reload();
       } catch (error) {
         showErrors([error.message]);
@@ -483,5 +521,10 @@
     document.querySelectorAll("[data-flag-history]").forEach(setUpHistory);
   });
 
-  window.flagstaff = { api, showErrors };
+  // The builder's pieces, shared with team.js (the cohort editor).
+  window.flagstaff = {
+    api,
+    showErrors,
+    builder: { serializeFilter, renumber, showFilterKind, cloneTemplate, checkJson },
+  };
 })();

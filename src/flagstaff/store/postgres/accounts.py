@@ -16,6 +16,7 @@ import msgspec
 from flagstaff.accounts import keys
 from flagstaff.accounts.api_keys import key_prefix
 from flagstaff.accounts.records import ApiKeyInfo, LoginAttempt, Membership, Role, Session, User
+from flagstaff.accounts.roles import leaves_no_admin
 from flagstaff.activity.diff import record_change
 from flagstaff.activity.records import (
     Activity,
@@ -35,24 +36,28 @@ from flagstaff.store.account_rows import (
     activity_filter,
     activity_record,
     key_record,
+    membership_detail,
     scheduled_record,
     session_record,
     user_record,
 )
-from flagstaff.store.base import Conflict
+from flagstaff.store.base import Conflict, NotFound
 from flagstaff.store.postgres.ingest import pg_text
+from flagstaff.store.postgres.webhook_queue import enqueue_deliveries
 from flagstaff.store.rows import json_text, now_iso
 
 _decode = msgspec.json.decode
 
 
 async def write_activity(conn: asyncpg.Connection, record: ActivityRecord) -> int:
-    return int(
+    """The activity row and, in the same transaction, its webhook deliveries."""
+    activity_uuid = str(uuid.uuid4())
+    activity_id = int(
         await conn.fetchval(
             "INSERT INTO activity_log (uuid, project_id, scope, item_id, activity, user_id, "
             "is_system, detail, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
             "RETURNING id",
-            str(uuid.uuid4()),
+            activity_uuid,
             record.project_id,
             record.scope.value,
             record.item_id,
@@ -63,6 +68,8 @@ async def write_activity(conn: asyncpg.Connection, record: ActivityRecord) -> in
             record.created_at_ms,
         )
     )
+    await enqueue_deliveries(conn, record, activity_id, activity_uuid)
+    return activity_id
 
 
 async def write_change(
@@ -113,6 +120,31 @@ async def write_flag_version(
         activity_id,
         user_id,
         now_ms,
+    )
+
+
+async def insert_scheduled_change(
+    conn: asyncpg.Connection,
+    project_id: int,
+    flag_id: int,
+    operation: Operation,
+    payload: dict[str, Any],
+    run_at_ms: int,
+    created_by: int | None,
+    now_ms: int,
+) -> int:
+    return int(
+        await conn.fetchval(
+            "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, run_at_ms, "
+            "created_by, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            project_id,
+            flag_id,
+            operation.value,
+            json_text(payload),
+            run_at_ms,
+            created_by,
+            now_ms,
+        )
     )
 
 
@@ -206,6 +238,65 @@ class PostgresAccounts:
             "DELETE FROM memberships WHERE user_id = $1 AND project_id = $2", user_id, project_id
         )
         return status != "DELETE 0"
+
+    async def change_membership(
+        self,
+        user_id: int,
+        project_id: int,
+        role: Role | None,
+        now_ms: int,
+        source: ChangeSource | None = None,
+    ) -> Membership | None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            # Lock the project's admin rows first: a concurrent demotion waits, then sees the
+            # committed roles (read committed re-checks a locked row's role).
+            admins = await conn.fetch(
+                "SELECT user_id FROM memberships WHERE project_id = $1 AND role = 'admin' "
+                "ORDER BY user_id FOR UPDATE",
+                project_id,
+            )
+            row = await conn.fetchrow(
+                "SELECT u.email, m.role, m.created_at_ms FROM users u LEFT JOIN memberships m "
+                "ON m.user_id = u.id AND m.project_id = $1 WHERE u.id = $2",
+                project_id,
+                user_id,
+            )
+            if row is None:
+                raise NotFound(f"user {user_id}")
+            email, raw_role, created = row
+            current = Role(raw_role) if raw_role else None
+            others = sum(1 for a in admins if a[0] != user_id)
+            if leaves_no_admin(current, role, others):
+                raise Conflict.last_admin()
+            if role is None and current is None:
+                return None
+            if role is None:
+                await conn.execute(
+                    "DELETE FROM memberships WHERE user_id = $1 AND project_id = $2",
+                    user_id,
+                    project_id,
+                )
+            else:
+                created = await conn.fetchval(
+                    "INSERT INTO memberships (user_id, project_id, role, created_at_ms) "
+                    "VALUES ($1, $2, $3, $4) ON CONFLICT (user_id, project_id) DO UPDATE SET "
+                    "role = excluded.role RETURNING created_at_ms",
+                    user_id,
+                    project_id,
+                    role.value,
+                    now_ms,
+                )
+            await write_change(
+                conn,
+                project_id=project_id,
+                scope=Scope.MEMBERSHIP,
+                item_id=user_id,
+                source=source,
+                before=membership_detail(email, current),
+                after=membership_detail(email, role),
+                now_ms=now_ms,
+            )
+        return None if role is None else Membership(user_id, project_id, role, int(created))
 
     # sessions ------------------------------------------------------------------------------
 
@@ -430,17 +521,10 @@ class PostgresAccounts:
         created_by: int | None,
         now_ms: int,
     ) -> ScheduledChange:
-        change_id = await self.pool.fetchval(
-            "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, run_at_ms, "
-            "created_by, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-            project_id,
-            flag_id,
-            operation.value,
-            json_text(payload),
-            run_at_ms,
-            created_by,
-            now_ms,
-        )
+        async with self.pool.acquire() as conn:
+            change_id = await insert_scheduled_change(
+                conn, project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
+            )
         return ScheduledChange(
             int(change_id), project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
         )

@@ -39,6 +39,7 @@ from flagstaff.store.ingest_batch import (
     warnings_of,
 )
 from flagstaff.store.postgres import experiments, flag_usage
+from flagstaff.store.rows import WARNINGS_KEPT
 from flagstaff.surveys import stats as survey_stats
 
 _encode = msgspec.json.encode
@@ -132,6 +133,13 @@ _INSERT_EVENTS = (
 INSERT_WARNINGS = (
     "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) "
     "SELECT $1, t, d, $4 FROM unnest($2::text[], $3::json[]) AS x(t, d)"
+)
+# Rows another transaction is pruning are skipped, not waited for (no lock waits, no deadlock
+# between ingest transactions of one project on several nodes).
+_PRUNE_WARNINGS = (
+    "DELETE FROM ingestion_warnings WHERE id IN (SELECT id FROM ingestion_warnings "
+    "WHERE project_id = $1 AND id < (SELECT id FROM ingestion_warnings WHERE project_id = $1 "
+    "ORDER BY id DESC OFFSET $2 LIMIT 1) FOR UPDATE SKIP LOCKED)"
 )
 
 
@@ -377,6 +385,7 @@ async def apply_ingest(
             [_json(w.details) for w in warnings],
             now_ms,
         )
+        await conn.execute(_PRUNE_WARNINGS, project_id, WARNINGS_KEPT - 1)
     results: list[IngestResult] = []
     for n in range(len(requests)):
         dropped = count_reasons(drops[n])

@@ -46,6 +46,7 @@ from flagstaff.store.base import (
     StoredEvent,
 )
 from flagstaff.store.postgres.accounts import PostgresAccounts, write_change
+from flagstaff.store.postgres.approvals import ApprovalMethods
 from flagstaff.store.postgres.experiment_store import ExperimentsMixin
 from flagstaff.store.postgres.flag_writes import write_flag
 from flagstaff.store.postgres.group_commit import IngestLanes
@@ -60,7 +61,9 @@ from flagstaff.store.postgres.ingest import (
 from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
 from flagstaff.store.postgres.schema import migrate
 from flagstaff.store.postgres.surveys import SurveyMethods
+from flagstaff.store.postgres.team_store import TeamStoreMixin
 from flagstaff.store.postgres.usage_store import UsageMixin
+from flagstaff.store.postgres.webhooks import WebhookMethods
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
@@ -162,7 +165,15 @@ async def _log_cohort(
     )
 
 
-class PostgresStore(PostgresAccounts, SurveyMethods, ExperimentsMixin, UsageMixin):
+class PostgresStore(
+    PostgresAccounts,
+    SurveyMethods,
+    ExperimentsMixin,
+    TeamStoreMixin,
+    ApprovalMethods,
+    WebhookMethods,
+    UsageMixin,
+):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:

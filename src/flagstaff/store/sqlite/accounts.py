@@ -16,6 +16,7 @@ import msgspec
 from flagstaff.accounts import keys
 from flagstaff.accounts.api_keys import key_prefix
 from flagstaff.accounts.records import ApiKeyInfo, LoginAttempt, Membership, Role, Session, User
+from flagstaff.accounts.roles import leaves_no_admin
 from flagstaff.activity.diff import record_change
 from flagstaff.activity.records import (
     Activity,
@@ -35,23 +36,27 @@ from flagstaff.store.account_rows import (
     activity_filter,
     activity_record,
     key_record,
+    membership_detail,
     scheduled_record,
     session_record,
     user_record,
 )
-from flagstaff.store.base import Conflict
+from flagstaff.store.base import Conflict, NotFound
 from flagstaff.store.rows import json_text, now_iso
+from flagstaff.store.sqlite.webhook_queue import enqueue_deliveries
 
 if TYPE_CHECKING:
     from flagstaff.store.sqlite.writer import Writer
 
 
 def write_activity(conn: sqlite3.Connection, record: ActivityRecord) -> int:
+    """The activity row and, in the same transaction, its webhook deliveries."""
+    activity_uuid = str(uuid.uuid4())
     cur = conn.execute(
         "INSERT INTO activity_log (uuid, project_id, scope, item_id, activity, user_id, "
         "is_system, detail, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
-            str(uuid.uuid4()),
+            activity_uuid,
             record.project_id,
             record.scope.value,
             record.item_id,
@@ -62,7 +67,9 @@ def write_activity(conn: sqlite3.Connection, record: ActivityRecord) -> int:
             record.created_at_ms,
         ),
     )
-    return int(cur.lastrowid or 0)
+    activity_id = int(cur.lastrowid or 0)
+    enqueue_deliveries(conn, record, activity_id, activity_uuid)
+    return activity_id
 
 
 def write_change(
@@ -107,6 +114,27 @@ def write_flag_version(
         "activity_id, user_id, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (flag["id"], flag["version"], project_id, json_text(flag), activity_id, user_id, now_ms),
     )
+
+
+def insert_scheduled_change(
+    conn: sqlite3.Connection,
+    project_id: int,
+    flag_id: int,
+    operation: Operation,
+    payload: dict[str, Any],
+    run_at_ms: int,
+    created_by: int | None,
+    now_ms: int,
+) -> int:
+    cur = conn.execute(
+        "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, "
+        "run_at_ms, created_by, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            project_id, flag_id, operation.value, json_text(payload), run_at_ms,
+            created_by, now_ms,
+        ),
+    )  # fmt: skip
+    return int(cur.lastrowid or 0)
 
 
 class SQLiteAccounts:
@@ -212,6 +240,61 @@ class SQLiteAccounts:
                 (user_id, project_id),
             )
             return cur.rowcount > 0
+
+        return await self._writer.submit(write)
+
+    async def change_membership(
+        self,
+        user_id: int,
+        project_id: int,
+        role: Role | None,
+        now_ms: int,
+        source: ChangeSource | None = None,
+    ) -> Membership | None:
+        def write(conn: sqlite3.Connection) -> Membership | None:
+            row = conn.execute(
+                "SELECT u.email, m.role, m.created_at_ms FROM users u LEFT JOIN memberships m "
+                "ON m.user_id = u.id AND m.project_id = ? WHERE u.id = ?",
+                (project_id, user_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"user {user_id}")
+            email, raw_role, created = row
+            current = Role(raw_role) if raw_role else None
+            others = conn.execute(
+                "SELECT COUNT(*) FROM memberships WHERE project_id = ? AND role = 'admin' "
+                "AND user_id != ?",
+                (project_id, user_id),
+            ).fetchone()[0]
+            if leaves_no_admin(current, role, others):
+                raise Conflict.last_admin()
+            if role is None and current is None:
+                return None
+            if role is None:
+                conn.execute(
+                    "DELETE FROM memberships WHERE user_id = ? AND project_id = ?",
+                    (user_id, project_id),
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO memberships (user_id, project_id, role, created_at_ms) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (user_id, project_id) DO UPDATE SET "
+                    "role = excluded.role",
+                    (user_id, project_id, role.value, now_ms),
+                )
+            write_change(
+                conn,
+                project_id=project_id,
+                scope=Scope.MEMBERSHIP,
+                item_id=user_id,
+                source=source,
+                before=membership_detail(email, current),
+                after=membership_detail(email, role),
+                now_ms=now_ms,
+            )
+            if role is None:
+                return None
+            return Membership(user_id, project_id, role, created if current else now_ms)
 
         return await self._writer.submit(write)
 
@@ -440,18 +523,11 @@ class SQLiteAccounts:
         created_by: int | None,
         now_ms: int,
     ) -> ScheduledChange:
-        def write(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, "
-                "run_at_ms, created_by, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    project_id, flag_id, operation.value, json_text(payload), run_at_ms,
-                    created_by, now_ms,
-                ),
-            )  # fmt: skip
-            return int(cur.lastrowid or 0)
-
-        change_id = await self._writer.submit(write)
+        change_id = await self._writer.submit(
+            lambda conn: insert_scheduled_change(
+                conn, project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
+            )
+        )
         return ScheduledChange(
             change_id, project_id, flag_id, operation, payload, run_at_ms, created_by, now_ms
         )

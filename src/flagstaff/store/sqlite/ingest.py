@@ -31,6 +31,7 @@ from flagstaff.store.ingest_batch import (
     survey_events,
     warnings_of,
 )
+from flagstaff.store.rows import WARNINGS_KEPT
 from flagstaff.store.sqlite import experiments, flag_usage
 from flagstaff.store.sqlite.person_cache import PersonCache
 
@@ -132,6 +133,10 @@ _INSERT_EVENTS = (
 )
 _INSERT_WARNINGS = (
     "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) VALUES (?, ?, ?, ?)"
+)
+_PRUNE_WARNINGS = (
+    "DELETE FROM ingestion_warnings WHERE project_id = ?1 AND id < (SELECT id FROM "
+    "ingestion_warnings WHERE project_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)"
 )
 
 
@@ -349,6 +354,7 @@ def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
     flag_usage.after_events(conn, plan.project_id, plan.flag_checks, usage_mark, all_stored)
     if plan.warning_rows:
         conn.executemany(_INSERT_WARNINGS, plan.warning_rows)
+        conn.execute(_PRUNE_WARNINGS, (plan.project_id, WARNINGS_KEPT - 1))
     return IngestResult(
         ingested=stored, duplicates=len(plan.event_rows) - stored, dropped=plan.dropped
     )

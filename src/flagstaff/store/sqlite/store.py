@@ -62,6 +62,7 @@ from flagstaff.store.rows import (
 )
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.accounts import SQLiteAccounts, write_change
+from flagstaff.store.sqlite.approvals import ApprovalMethods
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.experiment_store import ExperimentsMixin
 from flagstaff.store.sqlite.flag_writes import bump_definitions, write_flag
@@ -69,7 +70,9 @@ from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.surveys import SurveyMethods
+from flagstaff.store.sqlite.team_store import TeamStoreMixin
 from flagstaff.store.sqlite.usage_store import UsageMixin
+from flagstaff.store.sqlite.webhooks import WebhookMethods
 from flagstaff.store.sqlite.writer import Writer, connect
 
 _decode = msgspec.json.decode
@@ -106,7 +109,15 @@ def _log_cohort(
 _bump_definitions = bump_definitions
 
 
-class SQLiteStore(SQLiteAccounts, SurveyMethods, ExperimentsMixin, UsageMixin):
+class SQLiteStore(
+    SQLiteAccounts,
+    SurveyMethods,
+    ExperimentsMixin,
+    TeamStoreMixin,
+    ApprovalMethods,
+    WebhookMethods,
+    UsageMixin,
+):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(self, path: Path, ingest_socket: str | None = None) -> None:

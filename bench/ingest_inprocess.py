@@ -1,0 +1,121 @@
+"""``/batch/`` work in-process, for instruction counts on a shared machine.
+
+The two halves of a 100-event batch's path, without HTTP or sockets, on the events of
+``bench.ingest_load``:
+
+- ``worker N``: what an HTTP worker does with N batches: decode the body, the envelope,
+  normalise each event, the hand-off (``protocol.for_writer``) and the frame's msgpack;
+- ``writer N``: what the SQLite ingest writer does with those N frames: decode, plan (person
+  rules, rows; persons cached as in the writer), execute, one transaction per frame, on a
+  fresh database (``synchronous=OFF``: instructions, not the disk).
+
+Count each at two sizes; the difference over the extra events is the cost of one event
+(start-up cancels out)::
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
+        python -m bench.ingest_inprocess worker 20     (then 120)
+
+With ``BENCH_DIGEST=1`` (outside valgrind), ``digest`` must match between trees compared
+(the same frames; for ``writer``, the same stored rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.server import PROJECT_TOKEN
+
+from bench.ingest_load import _EVENT
+from flagstaff.http.payload import decode_body
+from flagstaff.ingest.model import Event
+from flagstaff.ingest.normalize import normalize_event, parse_envelope
+from flagstaff.store.sqlite import ingest, schema
+from flagstaff.store.sqlite.person_cache import PersonCache
+from flagstaff.store.sqlite.protocol import for_writer, request_decoder, request_encoder
+
+BATCH = 100
+NOW_MS = 1_795_600_000_000
+LIMIT = 20 * 1024 * 1024
+
+
+def bodies(count: int) -> list[bytes]:
+    out = []
+    n = 0
+    for _ in range(count):
+        events = []
+        for _ in range(BATCH):
+            n += 1
+            uuid = f"01930001-0000-7000-8001-{n:012x}"
+            user = n * 7919 % 10_000
+            events.append(_EVENT % (uuid, user, n % 500, n % 500, n, n, n % 500))
+        out.append(f'{{"api_key":"{PROJECT_TOKEN}","batch":[{",".join(events)}]}}'.encode())
+    return out
+
+
+def worker(count: int) -> list[bytes]:
+    """The frames a worker sends for ``count`` batches."""
+    frames = []
+    for number, body in enumerate(bodies(count)):
+        payload = decode_body(
+            body, content_type="application/json", content_encoding=None, query={}, limit=LIMIT
+        )
+        envelope = parse_envelope(payload, {})
+        events = [
+            e
+            for raw in envelope.events
+            if type(e := normalize_event(raw, envelope, now_ms=NOW_MS, ip="127.0.0.1", geoip=None))
+            is Event
+        ]
+        frames.append(request_encoder.encode((number, 1, for_writer(events), [])))
+    return frames
+
+
+def writer(frames: list[bytes], folder: Path) -> tuple[int, str]:
+    """Plan and write ``frames`` as the ingest writer would; returns events stored and a
+    digest of the stored events and persons."""
+    db = folder / "flagstaff.sqlite3"
+    schema.migrate(db)
+    conn = sqlite3.connect(str(db), isolation_level=None)
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute(
+        "INSERT INTO projects (id, uuid, name, api_token, created_at) VALUES (1, 'u', 'b', 't', '')"
+    )
+    cache = PersonCache()
+    ids = ingest.PersonIds()
+    stored = 0
+    for frame in frames:
+        _, project_id, events, drops = request_decoder.decode(frame)
+        conn.execute("BEGIN IMMEDIATE")
+        plan = ingest.plan_ingest(lambda: conn, project_id, events, drops, NOW_MS, ids, cache)
+        stored += ingest.execute_plan(conn, plan).ingested
+        conn.execute("COMMIT")
+    digest = hashlib.sha256()
+    for table in ("events ORDER BY seq", "persons ORDER BY id"):
+        for row in conn.execute(f"SELECT * FROM {table}"):
+            digest.update(repr(row).encode())
+    conn.close()
+    return stored, digest.hexdigest()[:16]
+
+
+def main() -> None:
+    if len(sys.argv) != 3 or sys.argv[1] not in ("worker", "writer"):
+        raise SystemExit(__doc__)
+    count = int(sys.argv[2])
+    if sys.argv[1] == "worker":
+        frames = worker(count)
+        if os.environ.get("BENCH_DIGEST"):  # not while counting: hashing costs per byte
+            print("digest", hashlib.sha256(b"".join(frames)).hexdigest()[:16])
+        return
+    frames = worker(count)  # built before the writer's part; subtract a `worker N` count
+    with tempfile.TemporaryDirectory() as folder:
+        stored, digest = writer(frames, Path(folder))
+        print("stored", stored, "digest", digest)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The approvals page (``/approvals``): the project's policy (admins switch it), pending change
+requests with their readable diff and Approve / Reject buttons, and the recent decisions.
+Decisions are made by ``static/approvals.js`` calling the documented management API."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from flagstaff.accounts.roles import Action, can
+from flagstaff.activity.approvals import ApprovalPolicy, ChangeRequest, RequestStatus
+from flagstaff.console import review_views, templates
+from flagstaff.console.routes import ConsolePages, html_page
+from flagstaff.store.base import Store
+
+MAX_PENDING = 200
+
+
+class ApprovalData(Protocol):
+    async def approval_policy(self, project_id: int) -> ApprovalPolicy: ...
+
+    async def change_requests(
+        self, project_id: int, status: RequestStatus | None, limit: int
+    ) -> list[ChangeRequest]:
+        """Newest first."""
+        ...
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+
+class StoreApprovalData:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def approval_policy(self, project_id: int) -> ApprovalPolicy:
+        return await self.store.approval_policy(project_id)
+
+    async def change_requests(
+        self, project_id: int, status: RequestStatus | None, limit: int
+    ) -> list[ChangeRequest]:
+        page = await self.store.list_change_requests(project_id, status, None, limit, 0)
+        return list(page.results)
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+        return await self.store.get_flag(project_id, flag_id)
+
+
+def approval_routes(pages: ConsolePages, data: ApprovalData) -> list[BaseRoute]:
+    async def approvals_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        now = pages.clock()
+        emails = {u.id: u.email for u, _ in await pages.accounts.list_members(project.id)}
+        pending = await data.change_requests(project.id, RequestStatus.PENDING, MAX_PENDING)
+        recent = [
+            r
+            for r in await data.change_requests(project.id, None, review_views.RECENT_DECIDED * 2)
+            if r.status is not RequestStatus.PENDING
+        ][: review_views.RECENT_DECIDED]
+        flags: dict[int, dict[str, Any] | None] = {}
+        for found in pending + recent:
+            if found.flag_id is not None and found.flag_id not in flags:
+                flags[found.flag_id] = await data.get_flag(project.id, found.flag_id)
+
+        def rows(requests: list[ChangeRequest]) -> list[review_views.RequestRow]:
+            return [
+                review_views.request_row(
+                    r, flags.get(r.flag_id) if r.flag_id else None, emails, principal, now
+                )
+                for r in requests
+            ]
+
+        body = templates.render(
+            "approvals.html",
+            **pages._base(auth, principal, project),
+            nav="approvals",
+            policy=await data.approval_policy(project.id),
+            can_manage=can(principal.role, Action.MANAGE),
+            pending=rows(pending),
+            recent=rows(recent),
+        )
+        return html_page(body)
+
+    return [Route("/approvals", approvals_page, methods=["GET"])]

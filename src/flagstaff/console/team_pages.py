@@ -1,0 +1,270 @@
+"""The console's team pages: members and roles, cohorts (the builder, static cohorts from a
+CSV), groups and the flags they get, ingestion warnings, project settings.
+
+Rendered on the server from :class:`~flagstaff.console.team_data.TeamData`; changes are made by
+``static/team.js`` through the documented management API (members, cohorts, the project), so
+a page can do nothing its viewer's role would be refused by the API. Registered by
+:func:`flagstaff.console.routes.console_routes` next to the flag pages, whose session and
+rendering helpers they share.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from flagstaff.accounts.roles import Action, can
+from flagstaff.console import team_views, templates, views
+from flagstaff.console.team_data import GROUPS_PER_PAGE, WARNINGS_PER_PAGE, TeamData
+from flagstaff.store.rows import WARNINGS_KEPT
+
+if TYPE_CHECKING:
+    from flagstaff.console.routes import ConsolePages
+
+MAX_QUERY = 200
+
+
+def _offset(request: Request) -> int:
+    raw = request.query_params.get("offset", "")
+    return min(int(raw), 10_000_000) if raw.isdigit() else 0
+
+
+class TeamPages:
+    def __init__(self, pages: ConsolePages, data: TeamData) -> None:
+        self.pages = pages
+        self.data = data
+
+    def _render(self, context: Any, template: str, nav: str, **values: Any) -> Response:
+        from flagstaff.console.routes import _html
+
+        auth, principal, project = context
+        body = templates.render(
+            template,
+            **self.pages._base(auth, principal, project),
+            nav=nav,
+            can_edit=can(principal.role, Action.EDIT),
+            can_manage=can(principal.role, Action.MANAGE),
+            **values,
+        )
+        return _html(body)
+
+    async def _context(self, request: Request) -> Any:
+        return await self.pages._page_context(request)
+
+    def _not_found(self, context: Any, what: str) -> Response:
+        return self.pages._error_page(context[0], 404, "Not found", f"There is no such {what}.")
+
+    # members -------------------------------------------------------------------------------
+
+    async def members(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        auth, _, project = context
+        members = await self.pages.accounts.list_members(project.id)
+        rows = team_views.member_rows(members, auth.user.id)
+        return self._render(
+            context,
+            "members.html",
+            "members",
+            members=rows,
+            admins=team_views.admins(rows),
+            role_choices=team_views.ROLE_CHOICES,
+        )
+
+    # cohorts -------------------------------------------------------------------------------
+
+    async def cohorts(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        project = context[2]
+        cohorts = await self.data.cohorts(project.id)
+        counts = await self.data.dynamic_counts(project.id, cohorts)
+        return self._render(
+            context,
+            "cohorts.html",
+            "cohorts",
+            rows=team_views.cohort_rows(cohorts, counts),
+            counts=counts,
+        )
+
+    async def _builder(self, project_id: int, cohort_id: int | None) -> dict[str, Any]:
+        cohorts = await self.data.cohorts(project_id)
+        return {
+            "group_types": sorted((await self.data.group_types(project_id)).items()),
+            "cohorts": [c for c in cohorts if c.get("id") != cohort_id],
+            "other_flags": [],
+            "property_keys": sorted(await self.pages.data.property_keys(project_id)),
+        }
+
+    async def new_cohort(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        if not can(principal.role, Action.EDIT):
+            return self.pages._error_page(auth, 403, "No access", "Viewers cannot create cohorts.")
+        return self._render(
+            context,
+            "cohort_edit.html",
+            "cohorts",
+            cohort=team_views.cohort_editor_model(None),
+            ctx=await self._builder(project.id, None),
+            filter_types=team_views.COHORT_FILTER_TYPES,
+            members=[],
+            count="",
+        )
+
+    async def cohort(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        project = context[2]
+        raw = request.path_params.get("cohort_id", "")
+        cohort = await self.data.cohort(project.id, int(raw)) if raw.isdigit() else None
+        if cohort is None or cohort.get("deleted"):
+            return self._not_found(context, "cohort")
+        members: list[str] = []
+        count = ""
+        if cohort.get("is_static"):
+            members = await self.data.static_members(project.id, cohort["id"])
+            count = team_views.count_text(cohort, team_views.NO_COUNTS)
+        else:
+            everything = await self.data.cohorts(project.id)
+            counts = await self.data.dynamic_counts(project.id, everything, [cohort["id"]])
+            count = team_views.count_text(cohort, counts)
+        return self._render(
+            context,
+            "cohort_edit.html",
+            "cohorts",
+            cohort=team_views.cohort_editor_model(cohort),
+            ctx=await self._builder(project.id, cohort["id"]),
+            filter_types=team_views.COHORT_FILTER_TYPES,
+            members=members,
+            count=count,
+        )
+
+    # groups --------------------------------------------------------------------------------
+
+    async def group_types(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        types = await self.data.group_types(context[2].id)
+        if types:
+            target = f"/groups/{min(types)}"
+            if request.url.query:
+                target += f"?{request.url.query}"
+            from flagstaff.console.routes import _redirect
+
+            return _redirect(target)
+        return self._render(
+            context, "groups.html", "groups", types=[], index=None, groups=[], search="", more=False
+        )
+
+    async def groups(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        project = context[2]
+        types = await self.data.group_types(project.id)
+        raw = request.path_params.get("group_type_index", "")
+        index = int(raw) if raw.isdigit() else -1
+        if index not in types:
+            return self._not_found(context, "group type")
+        search = request.query_params.get("search", "").strip()[:MAX_QUERY]
+        offset = _offset(request)
+        groups = await self.data.groups(project.id, index, search, offset)
+        return self._render(
+            context,
+            "groups.html",
+            "groups",
+            types=sorted(types.items()),
+            index=index,
+            type_name=types[index],
+            groups=groups[:GROUPS_PER_PAGE],
+            search=search,
+            offset=offset,
+            more=len(groups) > GROUPS_PER_PAGE,
+            per_page=GROUPS_PER_PAGE,
+        )
+
+    async def group(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        project = context[2]
+        types = await self.data.group_types(project.id)
+        raw = request.path_params.get("group_type_index", "")
+        index = int(raw) if raw.isdigit() else -1
+        key = request.path_params.get("group_key", "")
+        group = await self.data.group(project.id, index, key) if index in types else None
+        if group is None:
+            return self._not_found(context, "group")
+        flags = await self.data.group_flags(project.id, types[index], index, key)
+        return self._render(
+            context,
+            "group.html",
+            "groups",
+            group=group,
+            properties=views.property_rows(group.properties),
+            flags=flags,
+        )
+
+    # ingestion warnings --------------------------------------------------------------------
+
+    async def warnings(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        project = context[2]
+        offset = _offset(request)
+        everything = await self.data.warnings(project.id, WARNINGS_KEPT, 0)
+        page = everything.results[offset : offset + WARNINGS_PER_PAGE]
+        return self._render(
+            context,
+            "ingestion_warnings.html",
+            "warnings",
+            rows=team_views.warning_rows(page),
+            summary=team_views.warning_summary(everything.results),
+            total=everything.count,
+            kept=WARNINGS_KEPT,
+            offset=offset,
+            per_page=WARNINGS_PER_PAGE,
+        )
+
+    # project settings ----------------------------------------------------------------------
+
+    async def project_settings(self, request: Request) -> Response:
+        context = await self._context(request)
+        if isinstance(context, Response):
+            return context
+        project = await self.data.project(context[2].id)
+        if project is None:
+            return self._not_found(context, "project")
+        flag_quota, event_quota = self.data.quotas()
+        usage = await self.data.usage(project.id)
+        return self._render(
+            context,
+            "project_settings.html",
+            "settings",
+            settings_project=project,
+            figures=team_views.usage_figures(usage, flag_quota, event_quota),
+        )
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/members", self.members, methods=["GET"]),
+            Route("/cohorts", self.cohorts, methods=["GET"]),
+            Route("/cohorts/new", self.new_cohort, methods=["GET"]),
+            Route("/cohorts/{cohort_id}", self.cohort, methods=["GET"]),
+            Route("/groups", self.group_types, methods=["GET"]),
+            Route("/groups/{group_type_index}", self.groups, methods=["GET"]),
+            Route("/groups/{group_type_index}/{group_key:path}", self.group, methods=["GET"]),
+            Route("/ingestion_warnings", self.warnings, methods=["GET"]),
+            Route("/settings/project", self.project_settings, methods=["GET"]),
+        ]

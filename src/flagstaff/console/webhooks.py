@@ -1,0 +1,63 @@
+"""The webhooks page of the project settings (``/settings/webhooks``, admins): create (the
+secret shown once), enable or disable, delete, and each webhook's recent deliveries with a
+Redeliver button. Changes are made by ``static/webhooks.js`` through the management API."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from flagstaff.accounts.roles import Action, can
+from flagstaff.activity.webhooks import Delivery, Webhook
+from flagstaff.console import review_views, templates
+from flagstaff.console.routes import ConsolePages, html_page
+from flagstaff.store.base import Store
+
+
+class WebhookData(Protocol):
+    async def webhooks(self, project_id: int) -> list[Webhook]: ...
+
+    async def deliveries(self, project_id: int, webhook_id: int, limit: int) -> list[Delivery]:
+        """Newest first."""
+        ...
+
+
+class StoreWebhookData:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def webhooks(self, project_id: int) -> list[Webhook]:
+        return await self.store.list_webhooks(project_id)
+
+    async def deliveries(self, project_id: int, webhook_id: int, limit: int) -> list[Delivery]:
+        page = await self.store.list_deliveries(project_id, webhook_id, limit, 0)
+        return list(page.results)
+
+
+def webhook_routes(pages: ConsolePages, data: WebhookData) -> list[BaseRoute]:
+    async def webhooks_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        if not can(principal.role, Action.MANAGE):
+            return pages._error_page(auth, 403, "No access", "Only admins manage webhooks.")
+        rows = [
+            review_views.webhook_row(
+                hook, await data.deliveries(project.id, hook.id, review_views.RECENT_DELIVERIES)
+            )
+            for hook in await data.webhooks(project.id)
+        ]
+        body = templates.render(
+            "webhooks.html",
+            **pages._base(auth, principal, project),
+            nav="webhooks",
+            webhooks=rows,
+            scope_choices=review_views.SCOPE_CHOICES,
+        )
+        return html_page(body)
+
+    return [Route("/settings/webhooks", webhooks_page, methods=["GET"])]
