@@ -242,6 +242,7 @@ def main() -> None:
             "/feature_flags?stale=false&type=multivariate",
             f"/feature_flags/{mv['id']}",
             f"/feature_flags/{flags[0]['id']}/history",
+            "/persons",
             f"/persons?distinct_id={person}",
             "/events",
             f"{P}/persons/values/?key=plan",

@@ -127,3 +127,15 @@ def test_the_builder_suggests_values_persons_have(request: pytest.FixtureRequest
     seen.press("Tab")
     sync_api.expect(value).to_have_value("silver\ngold")  # "equals" takes a list: a new line
     assert seen.input_value() == ""
+    # the cohort builder's filters offer them too
+    tab.goto(f"{seeded.url}/cohorts/new")
+    first = tab.get_by_role("group", name="Condition set 1")
+    first.get_by_role("button", name="Add filter to condition set 1").click()
+    tier = first.get_by_role("group", name="Filter 1")
+    tier.get_by_label("Property name").fill("tier")
+    seen = tier.get_by_label("Values seen (choose one to use it)")
+    seen.focus()
+    sync_api.expect(tier.locator("datalist option")).to_have_count(3)
+    seen.fill("bronze")
+    seen.press("Enter")
+    sync_api.expect(tier.get_by_label("Value (one per line for a list)")).to_have_value("bronze")

@@ -1,5 +1,5 @@
-// Flagstaff console: values seen for a property in the flag editor's property filters, offered
-// through a <datalist> on each filter's "Values seen" box. Values come from the documented
+// Flagstaff console: values seen for a property in the property filters (flag and cohort
+// editors), offered through a <datalist> on each filter's "Values seen" box. Values come from the documented
 // management API (persons/values, groups/property_values: PostHog's [{name, count}]) through
 // console.js's window.flagstaff.api. Choosing one sets the filter's value (or adds a line to a
 // list). No third-party code; nothing inline (the CSP forbids it).
@@ -72,13 +72,13 @@
     value.dispatchEvent(new Event("input", { bubbles: true }));
   }
 
-  function setUp(form) {
+  function setUp(root) {
     const timers = new WeakMap();
-    form.addEventListener("focusin", (event) => {
+    root.addEventListener("focusin", (event) => {
       const input = event.target.closest("[data-value-suggestions]");
       if (input) suggest(input.closest("[data-filter]"), input);
     });
-    form.addEventListener("input", (event) => {
+    root.addEventListener("input", (event) => {
       const input = event.target.closest("[data-value-suggestions]");
       if (!input) return;
       if (event.inputType === "insertReplacementText" || !event.inputType) {
@@ -91,13 +91,11 @@
         window.setTimeout(() => suggest(input.closest("[data-filter]"), input), DEBOUNCE_MS),
       );
     });
-    form.addEventListener("change", (event) => {
+    root.addEventListener("change", (event) => {
       const input = event.target.closest("[data-value-suggestions]");
       if (input) use(input.closest("[data-filter]"), input);
     });
   }
 
-  document.addEventListener("DOMContentLoaded", () => {
-    document.querySelectorAll("form[data-flag-editor]").forEach(setUp);
-  });
+  setUp(document); // filters come and go (templates): listen once, for every one
 })();
