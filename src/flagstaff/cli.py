@@ -423,6 +423,19 @@ def cmd_experiments_recompute(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_flags_recompute_usage(args: argparse.Namespace) -> int:
+    """Rebuild the flag usage rollup from the stored events (after an upgrade: the history)."""
+    settings = _settings(args)
+
+    async def run(store: Store) -> str:
+        project_id = await _project_id(store, args.project)
+        read = await store.recompute_flag_usage(project_id)
+        return f"project {project_id}: {read} $feature_flag_called events read"
+
+    print(_with_store(settings, run))
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _with_store(settings, lambda store: store.ping())
@@ -492,9 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     _store_options(ucreate)
     ucreate.set_defaults(fn=cmd_user_create)
 
-    flags = sub.add_parser("flags", help="import or export feature flags").add_subparsers(
-        dest="action", required=True
-    )
+    flags = sub.add_parser(
+        "flags", help="import, export, explain feature flags; their usage"
+    ).add_subparsers(dest="action", required=True)
     fimport = flags.add_parser("import", help="import a PostHog flags export (JSON)")
     fimport.add_argument("file", help="a JSON file: a list of flags or {results: [...]}; - = stdin")
     fimport.add_argument("--project", type=int)
@@ -528,6 +541,13 @@ def build_parser() -> argparse.ArgumentParser:
     fexplain.add_argument("--json", action="store_true", help="the explanation as JSON")
     _store_options(fexplain)
     fexplain.set_defaults(fn=cmd_flags_explain)
+    fusage = flags.add_parser(
+        "recompute-usage",
+        help="rebuild the flags' usage (checks per day and value) from the stored events",
+    )
+    fusage.add_argument("--project", type=int)
+    _store_options(fusage)
+    fusage.set_defaults(fn=cmd_flags_recompute_usage)
 
     events = sub.add_parser("events", help="export events").add_subparsers(
         dest="action", required=True

@@ -61,10 +61,12 @@ async def request_from_store(
     person_properties: dict[str, Any],
     groups: dict[str, Any],
     device_id: str | None = None,
+    definitions: Definitions | None = None,
 ) -> tuple[Definitions, EvalRequest]:
-    """The project's definitions and the evaluation request /flags would build for this
-    person (stored properties overlaid with ``person_properties``)."""
-    definitions = await store.definitions(project_id)
+    """The project's definitions (read unless given) and the evaluation request /flags would
+    build for this person (stored properties overlaid with ``person_properties``)."""
+    if definitions is None:
+        definitions = await store.definitions(project_id)
     group_type_index = {name: int(index) for index, name in definitions.group_type_mapping.items()}
     keys = group_keys(groups)
     indexes = {

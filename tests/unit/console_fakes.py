@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -18,10 +19,12 @@ from flagstaff.accounts.records import (
 )
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.console import usage
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.team_views import DynamicCounts
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag
 from flagstaff.store.base import Group, Page, Project, Usage, Warning
+from flagstaff.store.flag_usage import ValueChecks
 
 
 class MemoryAccounts:
@@ -186,6 +189,7 @@ class MemoryData:
     def __init__(self, flags: list[dict[str, Any]] | None = None) -> None:
         self.flags = flags or []
         self.usage: dict[str, FlagUsage] = {}
+        self.checks: dict[str, list[ValueChecks]] = {}
         self.cohorts: list[dict[str, Any]] = [{"id": 3, "name": "Beta <testers>"}]
         self.types: dict[int, str] = {0: "company"}
         self.keys = ["email", "plan"]
@@ -201,8 +205,23 @@ class MemoryData:
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         return next((f for f in self.flags if f["id"] == flag_id), None)
 
-    async def flag_usage(self, project_id: int, now_ms: int) -> dict[str, FlagUsage]:
-        return self.usage
+    async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
+        return {
+            k: u.last_seen_ms
+            for k, u in self.usage.items()
+            if k in keys and u.last_seen_ms is not None
+        }
+
+    async def flag_usage(
+        self, project_id: int, now_ms: int, keys: Sequence[str]
+    ) -> dict[str, FlagUsage]:
+        return {k: u for k, u in self.usage.items() if k in keys}
+
+    async def flag_checks(
+        self, project_id: int, flag: dict[str, Any], now_ms: int
+    ) -> usage.FlagChecks:
+        rows = self.checks.get(str(flag.get("key")), [])
+        return usage.flag_checks(rows, now_ms, usage.variant_keys(flag))
 
     async def group_types(self, project_id: int) -> dict[int, str]:
         return self.types

@@ -26,7 +26,7 @@ from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
-from flagstaff.console import charts, templates, views
+from flagstaff.console import charts, paging, templates, usage, views
 from flagstaff.console import session as console_session
 from flagstaff.console.team_data import TeamData
 from flagstaff.console.team_pages import TeamPages
@@ -63,8 +63,21 @@ class ConsoleData(Protocol):
 
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
 
-    async def flag_usage(self, project_id: int, now_ms: int) -> dict[str, views.FlagUsage]:
-        """Usage by flag key, from ``$feature_flag_called`` events."""
+    async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
+        """The last check of each of these flags (never checked: left out)."""
+        ...
+
+    async def flag_usage(
+        self, project_id: int, now_ms: int, keys: Sequence[str]
+    ) -> dict[str, views.FlagUsage]:
+        """Usage of these flags over the last 30 days (checked ones only), from the rollup of
+        ``$feature_flag_called`` events."""
+        ...
+
+    async def flag_checks(
+        self, project_id: int, flag: dict[str, Any], now_ms: int
+    ) -> usage.FlagChecks:
+        """The flag's checks per day and value over the last 30 days."""
         ...
 
     async def group_types(self, project_id: int) -> dict[int, str]: ...
@@ -320,15 +333,20 @@ class ConsolePages:
         auth, principal, project = context
         now = self.clock()
         flags = await self.data.list_flags(project.id)
-        usage = await self.data.flag_usage(project.id, now)
+        keys = [str(f.get("key")) for f in flags if not f.get("deleted")]
+        seen = await self.data.flag_last_seen(project.id, keys)  # stale: every flag's
         filters = views.ListFilters.from_query(request.query_params)
-        rows = views.flag_rows(flags, usage, filters, now)
+        rows = views.flag_rows(flags, usage.last_checks(seen), filters, now)
+        page = paging.page_of(rows, request.query_params)
+        used = await self.data.flag_usage(project.id, now, [r.key for r in page.rows])
+        page = msgspec.structs.replace(page, rows=usage.with_usage(page.rows, used))
         body = templates.render(
             "flags.html",
             **self._base(auth, principal, project),
             nav="flags",
             filters=filters,
             rows=rows,
+            page=page,
             total=sum(1 for f in flags if not f.get("deleted")),
             tags=views.all_tags(flags),
             can_edit=can(principal.role, Action.EDIT),
@@ -355,6 +373,10 @@ class ConsolePages:
             ],
             "property_keys": sorted(await self.data.property_keys(project.id)),
         }
+        charts = None
+        if flag is not None:
+            checks = await self.data.flag_checks(project.id, flag, self.clock())
+            charts = usage.flag_charts(str(flag.get("key")), checks)
         body = templates.render(
             "flag_edit.html",
             **self._base(auth, principal, project),
@@ -362,6 +384,7 @@ class ConsolePages:
             flag=views.editor_model(flag),
             ctx=builder,
             can_edit=can(principal.role, Action.EDIT),
+            usage=charts,
         )
         return _html(body)
 

@@ -2,78 +2,80 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import msgspec
 
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.console import usage
 from flagstaff.console.charts import EVENT_CHART_CAP
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
-from flagstaff.flags.explain import Explanation, explain
+from flagstaff.flags import CompiledFlags, compile_flags, evaluate
+from flagstaff.flags.explain import Explanation, explain_many
 from flagstaff.flags_explain import ExplainError, explain_from_store, request_from_store
 from flagstaff.http.admin import event_json
-from flagstaff.ingest.event_names import FEATURE_FLAG_CALLED
-from flagstaff.store.base import Person, Store
-from flagstaff.units import DAY_MS
+from flagstaff.store.base import Definitions, Person, Store
 
-USAGE_WINDOW_DAYS = 30
-USAGE_SCAN_LIMIT = 20_000
-"""At most this many of the newest ``$feature_flag_called`` events are counted per page view
-(a busy project's usage is then a lower bound: a daily rollup kept at ingest would lift it)."""
 PROPERTY_SCAN_EVENTS = 500
-MAX_LIST = 10_000
 
 
 class StoreConsoleData:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._definitions: dict[int, Definitions] = {}
+        self._compiled_flags: dict[int, tuple[int, CompiledFlags]] = {}
 
     async def project(self, project_id: int) -> ProjectInfo | None:
         project = await self.store.get_project(project_id)
         return ProjectInfo(project.id, project.name) if project else None
 
+    async def definitions(self, project_id: int) -> Definitions:
+        """The project's flags, cohorts and group types, read again only when its definitions
+        version moved (every flag, cohort and group type write moves it): with 1,000 flags,
+        decoding them is most of a page's time. Callers must not change what they get."""
+        version = await self.store.definitions_version(project_id)
+        cached = self._definitions.get(project_id)
+        if cached is None or cached.version != version:
+            cached = self._definitions[project_id] = await self.store.definitions(project_id)
+        return cached
+
     async def list_flags(self, project_id: int) -> list[dict[str, Any]]:
-        return list((await self.store.list_flags(project_id, MAX_LIST, 0)).results)
+        return (await self.definitions(project_id)).flags
 
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         return await self.store.get_flag(project_id, flag_id)
 
-    async def flag_usage(self, project_id: int, now_ms: int) -> dict[str, FlagUsage]:
-        since = now_ms - USAGE_WINDOW_DAYS * DAY_MS
-        counts: dict[str, int] = {}
-        last: dict[str, int] = {}
-        cursor: tuple[int, int] | None = None
-        seen = 0
-        while seen < USAGE_SCAN_LIMIT:
-            rows = await self.store.list_events(
-                project_id,
-                distinct_id=None,
-                event=FEATURE_FLAG_CALLED,
-                after_ms=since,
-                before_ms=None,
-                cursor=cursor,
-                limit=1000,
-            )
-            for row in rows:
-                key = row.properties.get("$feature_flag")
-                if isinstance(key, str):
-                    counts[key] = counts.get(key, 0) + 1
-                    last[key] = max(last.get(key, 0), row.timestamp_ms)
-            seen += len(rows)
-            if len(rows) < 1000:
-                break
-            cursor = (rows[-1].timestamp_ms, rows[-1].seq)
-        return {
-            key: FlagUsage(checks_per_day=n / USAGE_WINDOW_DAYS, last_seen_ms=last[key])
-            for key, n in counts.items()
-        }
+    async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
+        return await self.store.flag_last_seen(project_id, list(keys))
+
+    async def flag_usage(
+        self, project_id: int, now_ms: int, keys: Sequence[str]
+    ) -> dict[str, FlagUsage]:
+        rows = await self.store.flag_daily_checks(project_id, usage.first_day(now_ms), list(keys))
+        return usage.usage_by_flag(rows, {}, now_ms)
+
+    async def flag_checks(
+        self, project_id: int, flag: dict[str, Any], now_ms: int
+    ) -> usage.FlagChecks:
+        key = str(flag.get("key", ""))
+        rows = await self.store.flag_value_checks(project_id, key, usage.first_day(now_ms))
+        checks = usage.flag_checks(rows, now_ms, usage.variant_keys(flag))
+        if checks.last_seen_ms is None:
+            seen = await self.store.flag_last_seen(project_id, [key])
+            checks = msgspec.structs.replace(checks, last_seen_ms=seen.get(key))
+        return checks
 
     async def group_types(self, project_id: int) -> dict[int, str]:
-        return await self.store.list_group_types(project_id)
+        mapping = (await self.definitions(project_id)).group_type_mapping
+        return {int(index): name for index, name in mapping.items()}
 
     async def list_cohorts(self, project_id: int) -> list[dict[str, Any]]:
-        return list((await self.store.list_cohorts(project_id, MAX_LIST, 0)).results)
+        cohorts = (await self.definitions(project_id)).cohorts.values()
+        return sorted(cohorts, key=lambda c: -int(c["id"]))
 
     async def property_keys(self, project_id: int) -> list[str]:
         """Person properties set and event properties sent by the newest events."""
@@ -130,23 +132,48 @@ class StoreConsoleData:
         return await self.store.get_person(project_id, distinct_id)
 
     async def person_flags(self, project_id: int, distinct_id: str) -> list[PersonFlag]:
-        definitions, request = await request_from_store(self.store, project_id, distinct_id, {}, {})
+        """Every active flag's value for the person, as /flags answers (the engine, compiled
+        once per definitions version); flags /flags leaves out (evaluation contexts, cycles)
+        are explained one by one."""
+        definitions, request = await request_from_store(
+            self.store, project_id, distinct_id, {}, {}, None, await self.definitions(project_id)
+        )
+        shown = [
+            flag
+            for flag in sorted(definitions.flags, key=lambda f: str(f.get("key")))
+            if flag.get("active", True) and not flag.get("deleted")
+        ]
+        results = {r.key: r for r in evaluate(self._compiled(project_id, definitions), request)}
+        missing = [flag["key"] for flag in shown if flag["key"] not in results]
+        explained = {}
+        if missing:
+            explained = {
+                e.key: e
+                for e in explain_many(
+                    definitions.flags,
+                    definitions.cohorts,
+                    definitions.group_type_mapping,
+                    missing,
+                    request,
+                )
+            }
         rows = []
-        for flag in sorted(definitions.flags, key=lambda f: str(f.get("key"))):
-            if not flag.get("active", True) or flag.get("deleted"):
-                continue
-            e = explain(
-                definitions.flags,
-                definitions.cohorts,
-                definitions.group_type_mapping,
-                flag["key"],
-                request,
-            )
-            rows.append(PersonFlag(flag["id"], e.key, e.enabled, e.variant, e.reason_description))
+        for flag in shown:
+            r = results.get(flag["key"]) or explained[flag["key"]]
+            rows.append(PersonFlag(flag["id"], r.key, r.enabled, r.variant, r.reason_description))
         return rows
 
     async def events_per_minute(self, project_id: int, start_ms: int, minutes: int) -> list[int]:
         return await self.store.events_per_minute(project_id, start_ms, minutes, EVENT_CHART_CAP)
+
+    def _compiled(self, project_id: int, definitions: Definitions) -> CompiledFlags:
+        cached = self._compiled_flags.get(project_id)
+        if cached is None or cached[0] != definitions.version:
+            compiled = compile_flags(
+                definitions.flags, definitions.cohorts, definitions.group_type_mapping
+            )
+            cached = self._compiled_flags[project_id] = (definitions.version, compiled)
+        return cached[1]
 
     async def recent_events(
         self, project_id: int, event: str | None, distinct_id: str | None, limit: int

@@ -9,7 +9,7 @@ from typing import Any
 
 import jinja2
 
-from flagstaff.console import views
+from flagstaff.console import usage, views
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
@@ -36,6 +36,7 @@ def _environment() -> jinja2.Environment:
         FLAG_OPERATOR_CHOICES=views.FLAG_OPERATOR_CHOICES,
         FILTER_TYPES=views.FILTER_TYPES,
         FLAG_TYPES=[t.value for t in views.FlagType],
+        sparkline=usage.sparkline,
     )
     return env
 

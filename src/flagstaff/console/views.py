@@ -44,6 +44,7 @@ class FlagUsage(msgspec.Struct, frozen=True):
 
     checks_per_day: float = 0.0  # mean over the last 30 days
     last_seen_ms: int | None = None
+    daily: tuple[int, ...] = ()  # checks per day of the last 30 days, oldest first
 
 
 NO_USAGE = FlagUsage()
@@ -291,6 +292,7 @@ class FlagRow(msgspec.Struct, frozen=True):
     checks_per_day: float
     last_seen_ms: int | None
     stale: str | None
+    daily: tuple[int, ...] = ()
 
 
 def flag_rows(
@@ -334,6 +336,7 @@ def flag_rows(
                 checks_per_day=used.checks_per_day,
                 last_seen_ms=used.last_seen_ms,
                 stale=stale,
+                daily=used.daily,
             )
         )
     rows.sort(key=lambda r: r.key)

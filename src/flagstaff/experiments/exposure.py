@@ -49,6 +49,7 @@ from flagstaff.experiments.model import (
 )
 from flagstaff.flags.operators import compile_test
 from flagstaff.flags.values import to_number
+from flagstaff.ingest.event_names import FLAG_PROPERTY, FLAG_RESPONSE_PROPERTY
 
 __all__ = [
     "ExperimentAccumulator",
@@ -69,8 +70,6 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-FLAG_PROPERTY = "$feature_flag"
-FLAG_RESPONSE_PROPERTY = "$feature_flag_response"
 FEATURE_PROPERTY_PREFIX = "$feature/"
 
 

@@ -13,7 +13,7 @@ data in, records out.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -604,6 +604,30 @@ def explain(
     if contexts:
         explanation.notes.append(f"evaluation contexts: {sorted(contexts)}")
     return explanation
+
+
+def explain_many(
+    flags: list[dict[str, Any]],
+    cohorts: Mapping[str, dict[str, Any]],
+    group_type_mapping: Mapping[str, str],
+    keys: Iterable[str],
+    request: EvalRequest,
+) -> list[Explanation]:
+    """:func:`explain` for several flags of one request, compiling the project's flags once
+    (a person's page explains every flag). Keys of no (undeleted) flag are left out."""
+    walker = _Walker(flags, cohorts, group_type_mapping, request)
+    out = []
+    try:
+        for key in keys:
+            if key in walker.by_key:
+                out.append(walker.explain(key))
+    finally:
+        walker.sources.release()
+    for explanation in out:
+        contexts = evaluation_contexts(walker.by_key[explanation.key])
+        if contexts:
+            explanation.notes.append(f"evaluation contexts: {sorted(contexts)}")
+    return out
 
 
 # -- text ---------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from flagstaff.http import (
     admin_experiments,
     admin_models,
     admin_team,
+    admin_usage,
     admin_webhooks,
     cohort_csv,
 )
@@ -680,6 +681,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     *[(method, P + path, h, doc) for method, path, h, doc in admin_team.ROUTES],
     *admin_approvals.ROUTES,
     *admin_webhooks.ROUTES,
+    *[(method, P + path, h, doc) for method, path, h, doc in admin_usage.ROUTES],
 ]
 
 # Routes whose action is not the method's default: creating a project needs an admin; anyone

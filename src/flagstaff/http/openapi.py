@@ -24,6 +24,7 @@ from flagstaff.http import approval_schemas as ap
 from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
 from flagstaff.http import team_schemas as t
+from flagstaff.http import usage_schemas as us
 
 _REF = "#/components/schemas/{name}"
 
@@ -67,6 +68,11 @@ class PublicRouteLike(Protocol):
 # management API, by handler name -------------------------------------------------------------
 
 _PAGING = (Param("limit", "integer", "page size"), Param("offset", "integer", "rows to skip"))
+_VALUES_QUERY = (
+    Param("key", "string", "the property's name (required)"),
+    Param("value", "string", "only values containing this text (any case)"),
+    Param("limit", "integer", "values to answer, most frequent first (default 20, at most 100)"),
+)
 _HELD = (
     (
         202,
@@ -201,6 +207,15 @@ _ADMIN: dict[str, Doc] = {
     "get_holdout": Doc("", s.Holdout),
     "update_holdout": Doc("", s.Holdout, s.HoldoutInput),
     "delete_holdout": Doc("", None, status=204, extra=((400, "used by an experiment"),)),
+    "flag_usage": Doc(
+        "", us.FlagUsage, query=(Param("days", "integer", "days ending today (UTC), 1-365; 30"),)
+    ),
+    "person_values": Doc("", list[us.PropertyValue], query=_VALUES_QUERY),
+    "group_values": Doc(
+        "",
+        list[us.PropertyValue],
+        query=(Param("group_type_index", "integer", "group type index, 0-4"), *_VALUES_QUERY),
+    ),
     "get_approval_policy": Doc("", ap.ApprovalPolicy),
     "update_approval_policy": Doc("", ap.ApprovalPolicy, ap.ApprovalPolicyInput, errors=(403,)),
     "list_change_requests": Doc(

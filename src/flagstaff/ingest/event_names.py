@@ -20,6 +20,11 @@ SURVEY_SENT = "survey sent"
 SURVEY_SHOWN = "survey shown"
 SURVEY_DISMISSED = "survey dismissed"
 
+FLAG_PROPERTY = "$feature_flag"
+"""The key of the flag a ``$feature_flag_called`` event reports."""
+FLAG_RESPONSE_PROPERTY = "$feature_flag_response"
+"""The value the flag had: true, false or a variant key."""
+
 GROUP_IDENTIFY_EVENTS = frozenset({GROUP_IDENTIFY, GROUP_IDENTIFY_LEGACY})
 """Upsert a group; they never create or change a person."""
 

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from flagstaff.experiments.exposure import ExperimentTotals
     from flagstaff.experiments.model import ExperimentDefinition, Holdout
     from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord
+    from flagstaff.store.flag_usage import DailyChecks, ValueChecks
+    from flagstaff.store.property_values import ValueCount
     from flagstaff.store.webhook_rows import ClaimedDelivery
 
 
@@ -390,6 +392,34 @@ class Store(Protocol):
     async def list_group_types(self, project_id: int) -> dict[int, str]: ...
     async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
         """Map ``index`` to ``name``; False when so already; Conflict when either is taken."""
+        ...
+
+    # flag usage kept by ingestion (store/flag_usage.py), property value suggestions
+    async def flag_daily_checks(
+        self, project_id: int, since_day: int, keys: list[str]
+    ) -> list[DailyChecks]:
+        """These flags' checks per UTC day from ``since_day`` on, values added together."""
+        ...
+
+    async def flag_value_checks(
+        self, project_id: int, flag_key: str, since_day: int
+    ) -> list[ValueChecks]:
+        """One flag's checks per UTC day and value from ``since_day`` on, by day and value."""
+        ...
+
+    async def flag_last_seen(self, project_id: int, keys: list[str]) -> dict[str, int]:
+        """The last check ever of each of these flags (never checked: left out)."""
+        ...
+
+    async def recompute_flag_usage(self, project_id: int) -> int:
+        """Rebuild the project's flag usage from stored events; returns the events read."""
+        ...
+
+    async def property_values(
+        self, project_id: int, key: str, group_type_index: int | None
+    ) -> list[ValueCount]:
+        """Values of a person property (or a group type's property) in a bounded sample, most
+        frequent first (store/property_values.py)."""
         ...
 
     # surveys and early access features (saves write their flags in the same transaction)

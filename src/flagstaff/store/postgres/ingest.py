@@ -38,7 +38,7 @@ from flagstaff.store.ingest_batch import (
     survey_events,
     warnings_of,
 )
-from flagstaff.store.postgres import experiments
+from flagstaff.store.postgres import experiments, flag_usage
 from flagstaff.store.rows import WARNINGS_KEPT
 from flagstaff.surveys import stats as survey_stats
 
@@ -374,6 +374,7 @@ async def apply_ingest(
         await count_survey_events(conn, project_id, found)
     if kept:
         stored = await _insert_events(conn, project_id, kept, kept_owner, len(requests))
+        await flag_usage.update(conn, project_id, kept, sum(stored) == len(kept))
     all_drops = [d for ds in drops for d in ds]
     if all_drops or book.warnings:
         warnings = warnings_of(all_drops, book.warnings)

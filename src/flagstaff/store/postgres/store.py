@@ -62,6 +62,7 @@ from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
 from flagstaff.store.postgres.schema import migrate
 from flagstaff.store.postgres.surveys import SurveyMethods
 from flagstaff.store.postgres.team_store import TeamStoreMixin
+from flagstaff.store.postgres.usage_store import UsageMixin
 from flagstaff.store.postgres.webhooks import WebhookMethods
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
@@ -171,6 +172,7 @@ class PostgresStore(
     TeamStoreMixin,
     ApprovalMethods,
     WebhookMethods,
+    UsageMixin,
 ):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 

@@ -20,6 +20,7 @@ from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult
+from flagstaff.store.flag_usage import BatchChecks, batch_checks
 from flagstaff.store.ingest_batch import (
     SurveyEvent,
     apply_rules,
@@ -31,7 +32,7 @@ from flagstaff.store.ingest_batch import (
     warnings_of,
 )
 from flagstaff.store.rows import WARNINGS_KEPT
-from flagstaff.store.sqlite import experiments
+from flagstaff.store.sqlite import experiments, flag_usage
 from flagstaff.store.sqlite.person_cache import PersonCache
 
 _encode = msgspec.json.encode
@@ -150,6 +151,7 @@ class WritePlan:
         "dropped",
         "event_rows",
         "experiments",
+        "flag_checks",
         "project_id",
         "steps",
         "survey_events",
@@ -160,6 +162,7 @@ class WritePlan:
         self.project_id = project_id
         self.survey_events: list[SurveyEvent] = []
         self.experiments: experiments.Pending | None = None
+        self.flag_checks: BatchChecks | None = None
         self.steps: list[Step] = []
         self.event_rows: list[tuple[Any, ...]] = []
         self.warning_rows: list[tuple[Any, ...]] = []
@@ -328,6 +331,7 @@ def plan_ingest(
         for e in kept
     ]
     plan.experiments = experiments.capture(project_id, book, kept)
+    plan.flag_checks = batch_checks(kept)
     plan.warning_rows = [
         (project_id, w.kind, _encode(w.details), now_ms) for w in warnings_of(drops, book.warnings)
     ]
@@ -342,9 +346,12 @@ def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
     if plan.survey_events:
         count_survey_events(conn, plan.project_id, plan.survey_events)
     experiments.write(conn, plan.experiments)
+    usage_mark = flag_usage.before_events(conn, plan.flag_checks)
     before = conn.total_changes
     conn.executemany(_INSERT_EVENTS, plan.event_rows)
     stored = conn.total_changes - before
+    all_stored = stored == len(plan.event_rows)
+    flag_usage.after_events(conn, plan.project_id, plan.flag_checks, usage_mark, all_stored)
     if plan.warning_rows:
         conn.executemany(_INSERT_WARNINGS, plan.warning_rows)
         conn.execute(_PRUNE_WARNINGS, (plan.project_id, WARNINGS_KEPT - 1))

@@ -11,6 +11,7 @@ import struct
 import msgspec
 import orjson
 
+from flagstaff.ingest.flag_usage import USAGE_PROPERTY_KEYS
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.persons import RULE_PROPERTY_KEYS
 from flagstaff.store.base import IngestResult
@@ -24,6 +25,9 @@ Answer = tuple[int, IngestResult | None, str | None]
 request_encoder = msgspec.msgpack.Encoder()
 request_decoder = msgspec.msgpack.Decoder(Request)
 answer_decoder = msgspec.msgpack.Decoder(Answer)
+
+WRITER_PROPERTY_KEYS = RULE_PROPERTY_KEYS | USAGE_PROPERTY_KEYS
+"""The event properties the writer reads: the person and group rules', flag usage's."""
 
 
 def take_frames(inbox: bytearray) -> list[bytes]:
@@ -48,7 +52,8 @@ def take_frames(inbox: bytearray) -> list[bytes]:
 
 def for_writer(events: list[Event]) -> list[Event]:
     """The events as the writer needs them: properties as JSON bytes, plus the few keys the
-    person and group rules read, so the writer never decodes whole property dicts."""
+    person and group rules and flag usage read, so the writer never decodes whole property
+    dicts."""
     out = []
     for e in events:
         props = e.properties
@@ -57,7 +62,7 @@ def for_writer(events: list[Event]) -> list[Event]:
                 e.uuid,
                 e.event,
                 e.distinct_id,
-                {k: props[k] for k in props if k in RULE_PROPERTY_KEYS},
+                {k: props[k] for k in props if k in WRITER_PROPERTY_KEYS},
                 e.timestamp_ms,
                 e.received_ms,
                 e.set,

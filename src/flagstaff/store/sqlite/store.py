@@ -71,6 +71,7 @@ from flagstaff.store.sqlite.person_version import FlagContextCache, person_versi
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.surveys import SurveyMethods
 from flagstaff.store.sqlite.team_store import TeamStoreMixin
+from flagstaff.store.sqlite.usage_store import UsageMixin
 from flagstaff.store.sqlite.webhooks import WebhookMethods
 from flagstaff.store.sqlite.writer import Writer, connect
 
@@ -115,6 +116,7 @@ class SQLiteStore(
     TeamStoreMixin,
     ApprovalMethods,
     WebhookMethods,
+    UsageMixin,
 ):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
