@@ -123,7 +123,7 @@ class FlagstaffApp:
         self._body_limit = settings.body_limit
         # One boolean per request when off: the access log costs nothing unless asked for.
         self._access_log = settings.access_log or settings.log_level == "debug"
-        self.readers = BodyReaders(settings.body_timeout_seconds, settings.max_requests // 2)
+        self.readers = BodyReaders(settings.body_timeout_seconds, settings.max_uploads)
         self.budget = MemoryBudget(settings.memory_budget_mb * 1024 * 1024)
 
     def _route_for(self, path: str) -> PublicRoute | None:

@@ -33,7 +33,8 @@ def _open(port: int, head: bytes) -> socket.socket:
 def limited(tmp_path: Path) -> Iterator[Server]:
     """A server with small limits, so the attacks need few sockets."""
     env = {
-        "FLAGSTAFF_MAX_REQUESTS": "64",
+        "FLAGSTAFF_MAX_CONNECTIONS": "64",
+        "FLAGSTAFF_MAX_UPLOADS": "32",
         "FLAGSTAFF_HEADER_TIMEOUT_MS": "1000",
         "FLAGSTAFF_BODY_TIMEOUT_SECONDS": "3",
         "FLAGSTAFF_MEMORY_BUDGET_MB": "16",
@@ -91,6 +92,38 @@ def test_dripped_headers_are_cut_off(limited: Server) -> None:
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_silent_connections_are_cut_off(limited: Server) -> None:
+    """Connections that send nothing at all get the header timeout too (granian's protocol
+    sniffing, on by default, waited for their first bytes for ever)."""
+    socks = [_open(limited.port, b"") for _ in range(80)]
+    try:
+        socks[0].settimeout(10)
+        assert socks[0].recv(4096) == b""
+        with httpx.Client(base_url=limited.url, timeout=10) as client:
+            assert client.post("/flags?v=2", json=FLAGS_BODY).status_code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_dripped_headers_leave_room_for_real_clients(tmp_path: Path) -> None:
+    """2,100 connections hold unfinished headers (a 60 s header timeout, so none is cut off
+    during the test): the connection bound is far above them and a new visitor is answered."""
+    srv = Server(data_dir=tmp_path / "data", env={"FLAGSTAFF_HEADER_TIMEOUT_MS": "60000"})
+    srv.start()
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(2100):
+            socks.append(_open(srv.port, b"POST /batch/ HTTP/1.1\r\nHost: x\r\n"))
+        with httpx.Client(base_url=srv.url, timeout=20) as client:
+            for _ in range(3):
+                assert client.post("/flags?v=2", json=FLAGS_BODY).status_code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+        srv.stop()
 
 
 def test_one_deeply_nested_event_is_dropped_alone(http: httpx.Client, api: Api) -> None:

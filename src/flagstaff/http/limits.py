@@ -5,6 +5,7 @@
   of the worker (granian's ``backpressure``) and real clients keep getting answers.
 - :class:`MemoryBudget` admits large bodies by the memory their decoding may take: beyond the
   worker's budget the request is refused with 503 and ``Retry-After``, which the SDKs retry.
+- :func:`connection_bound` keeps the connections a worker accepts under its open-files limit.
 - :func:`release_memory` hands freed heap back to the system after large requests (glibc keeps
   it otherwise, so a burst would leave the worker's memory at its peak).
 
@@ -21,7 +22,7 @@ from types import TracebackType
 
 from flagstaff.http.errors import ApiError
 
-__all__ = ["BodyReaders", "MemoryBudget", "release_memory"]
+__all__ = ["BodyReaders", "MemoryBudget", "connection_bound", "release_memory"]
 
 DECODE_FACTOR = 6
 """Peak memory of decoding a body, per body byte (raw + inflated text + parsed objects)."""
@@ -34,6 +35,13 @@ TRIM_AFTER_BYTES = 8 * 1024 * 1024
 
 REAP_INTERVAL_SECONDS = 0.5
 """How often a worker looks for uploads past their deadline: timeouts fire this much late."""
+SHED_MIN_IDLE_SECONDS = 1.0
+"""An upload is shed only once it has sent nothing for this long. While every waiting upload
+is younger, newcomers are admitted beyond the limit and the reaper sheds the excess as it
+ages, so a flood of new uploads cannot push out a request whose body is on its way."""
+FILES_RESERVE = 256
+"""Open files a worker keeps for itself (database, ingest socket, GeoIP, logs) besides its
+connections."""
 
 
 class _Reader:
@@ -50,26 +58,30 @@ class BodyReaders:
 
     No timer per request: readers sit in a dict ordered by their last progress (so by
     deadline), and one reaper task per worker, alive while anyone waits, wakes every
-    :data:`REAP_INTERVAL_SECONDS` and cancels the tasks whose deadline passed; shedding cancels
-    the idlest at once. A timer per request (``asyncio.timeout``) cost about 11% of a
-    ``/flags`` request's instructions.
+    :data:`REAP_INTERVAL_SECONDS` and cancels the tasks whose deadline passed. Beyond
+    ``max_waiting`` the idlest are shed (cancelled), once idle for ``min_idle``: at once when a
+    new reader arrives, else by the reaper. A timer per request (``asyncio.timeout``) cost
+    about 11% of a ``/flags`` request's instructions.
     """
 
-    def __init__(self, timeout: float, max_waiting: int) -> None:
+    def __init__(
+        self, timeout: float, max_waiting: int, min_idle: float = SHED_MIN_IDLE_SECONDS
+    ) -> None:
         self.timeout = timeout
         self.max_waiting = max_waiting
+        self.min_idle = min_idle
         self._waiting: dict[int, _Reader] = {}
         self._reaper: asyncio.Task[None] | None = None
         self.shed = 0
 
     def begin(self, reader_id: int) -> _Reader:
-        """Register a reader (most recent last); shed the idlest one if there are too many."""
+        """Register a reader (most recent last); with too many waiting, shed the idlest."""
         loop = asyncio.get_running_loop()
+        now = loop.time()
         waiting = self._waiting
         if len(waiting) >= self.max_waiting:
-            _expire(waiting.pop(next(iter(waiting))))
-            self.shed += 1
-        reader = waiting[reader_id] = _Reader(loop.time() + self.timeout, asyncio.current_task())
+            self._shed_idle(now, self.max_waiting - 1)
+        reader = waiting[reader_id] = _Reader(now + self.timeout, asyncio.current_task())
         if self._reaper is None:
             self._reaper = loop.create_task(self._reap())
         return reader
@@ -99,8 +111,21 @@ class BodyReaders:
                     if waiting[reader_id].deadline > now:
                         break
                     _expire(waiting.pop(reader_id))
+                self._shed_idle(now, self.max_waiting)
         finally:
             self._reaper = None
+
+    def _shed_idle(self, now: float, keep: int) -> None:
+        """Shed the idlest readers until ``keep`` remain, sparing those idle under
+        :attr:`min_idle` (the reaper sheds them later if they stay idle)."""
+        waiting = self._waiting
+        last_progress_before = now - self.min_idle + self.timeout
+        while len(waiting) > keep:
+            reader_id = next(iter(waiting))
+            if waiting[reader_id].deadline > last_progress_before:
+                break
+            _expire(waiting.pop(reader_id))
+            self.shed += 1
 
 
 def _expire(reader: _Reader) -> None:
@@ -141,6 +166,15 @@ class MemoryBudget:
         if self.in_use == 0 and self._since_trim >= TRIM_AFTER_BYTES * DECODE_FACTOR:
             self._since_trim = 0
             release_memory()
+
+
+def connection_bound(wanted: int, open_files: int | None) -> int:
+    """The connections a worker may accept: ``wanted``, or fewer when its open-files limit
+    (``None``: unlimited) would run out first. Past that limit granian's accept loop fails and
+    retries at once, spinning a core while the backlog waits."""
+    if open_files is None:
+        return wanted
+    return max(16, min(wanted, open_files - FILES_RESERVE))
 
 
 def _load_malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
