@@ -21,6 +21,7 @@ from typing import Any
 
 from flagstaff import logs
 from flagstaff.accounts.store import AccountStore
+from flagstaff.allocator import tune_allocator
 from flagstaff.config import Settings
 from flagstaff.console.wiring import console_for
 from flagstaff.http import capture, flags, ops, products, rsgi, static, surveys
@@ -301,4 +302,5 @@ def create_app() -> FlagstaffApp:
     _die_with_parent()
     settings = Settings.from_env()
     logs.configure(settings.log_level, settings.access_log)
+    tune_allocator()
     return FlagstaffApp(settings)

@@ -6,8 +6,8 @@
 - :class:`MemoryBudget` admits large bodies by the memory their decoding may take: beyond the
   worker's budget the request is refused with 503 and ``Retry-After``, which the SDKs retry.
 - :func:`connection_bound` keeps the connections a worker accepts under its open-files limit.
-- :func:`release_memory` hands freed heap back to the system after large requests (glibc keeps
-  it otherwise, so a burst would leave the worker's memory at its peak).
+- :class:`MemoryBudget` also hands freed heap back to the system once a burst of large bodies
+  is done (:func:`flagstaff.allocator.release_memory`).
 
 See docs/operations.md for the figures and the settings.
 """
@@ -15,14 +15,12 @@ See docs/operations.md for the figures and the settings.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import sys
 from types import TracebackType
 
+from flagstaff.allocator import release_memory
 from flagstaff.http.errors import ApiError
 
-__all__ = ["BodyReaders", "MemoryBudget", "connection_bound", "release_memory"]
+__all__ = ["BodyReaders", "MemoryBudget", "connection_bound"]
 
 DECODE_FACTOR = 6
 """Peak memory of decoding a body, per body byte (raw + inflated text + parsed objects)."""
@@ -175,28 +173,6 @@ def connection_bound(wanted: int, open_files: int | None) -> int:
     if open_files is None:
         return wanted
     return max(16, min(wanted, open_files - FILES_RESERVE))
-
-
-def _load_malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
-
-
-_malloc_trim = _load_malloc_trim()
-
-
-def release_memory() -> None:
-    """Return free heap pages to the system (glibc ``malloc_trim``); a no-op elsewhere."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
 
 
 class BodyTimeout:
