@@ -140,6 +140,11 @@ def dripped_headers(url: str, port: int, args: argparse.Namespace) -> str:
     return _hold_sockets(port, args.connections, b"POST /batch/ HTTP/1.1\r\nHost: x\r\n", args.hold)
 
 
+def silent_connections(url: str, port: int, args: argparse.Namespace) -> str:
+    """Connections that send nothing at all (not even the first byte of a request line)."""
+    return _hold_sockets(port, args.connections, b"", args.hold)
+
+
 def gzip_members(url: str, port: int, args: argparse.Namespace) -> str:
     body = gzip.compress(b"", mtime=0) * 100_000
     statuses = []
@@ -201,6 +206,7 @@ def query_cache(url: str, port: int, args: argparse.Namespace) -> str:
 ATTACKS: dict[str, Callable[[str, int, argparse.Namespace], str]] = {
     "idle_bodies": idle_bodies,
     "dripped_headers": dripped_headers,
+    "silent_connections": silent_connections,
     "gzip_members": gzip_members,
     "nested_event": nested_event,
     "large_bodies": large_bodies,

@@ -22,6 +22,7 @@ from typing import Any
 from flagstaff import logs
 from flagstaff.accounts.csrf import SAFE_METHODS
 from flagstaff.accounts.store import AccountStore
+from flagstaff.allocator import tune_allocator
 from flagstaff.config import Settings
 from flagstaff.console.wiring import console_for
 from flagstaff.http import capture, flags, ops, products, rsgi, static, surveys
@@ -123,7 +124,7 @@ class FlagstaffApp:
         self._body_limit = settings.body_limit
         # One boolean per request when off: the access log costs nothing unless asked for.
         self._access_log = settings.access_log or settings.log_level == "debug"
-        self.readers = BodyReaders(settings.body_timeout_seconds, settings.max_requests // 2)
+        self.readers = BodyReaders(settings.body_timeout_seconds, settings.max_uploads)
         self.budget = MemoryBudget(settings.memory_budget_mb * 1024 * 1024)
 
     def _route_for(self, path: str) -> PublicRoute | None:
@@ -301,4 +302,5 @@ def create_app() -> FlagstaffApp:
     _die_with_parent()
     settings = Settings.from_env()
     logs.configure(settings.log_level, settings.access_log)
+    tune_allocator()
     return FlagstaffApp(settings)

@@ -86,8 +86,10 @@ INTERFACE_ENV = "FLAGSTAFF_INTERFACE"
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from granian import Granian
-    from granian.constants import Interfaces, Loops
+    from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
+
+    from flagstaff.http.limits import connection_bound
 
     settings = _settings(args)
     logs.configure(settings.log_level, settings.access_log)
@@ -100,6 +102,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ingestd, socket_path = _start_ingest_writer(settings)
         settings = dataclasses.replace(settings, ingest_socket=socket_path)
     os.environ.update(settings.to_env())
+    connections = connection_bound(settings.max_connections, _open_files_limit())
+    if connections < settings.max_connections:
+        logs.always(
+            logging.WARNING,
+            f"the open-files limit allows {connections} connections per worker, not "
+            f"{settings.max_connections}: raise it (ulimit -n, LimitNOFILE=)",
+            max_connections=connections,
+        )
     logs.log(
         logging.INFO,
         f"flagstaff {__version__} listening on http://{settings.host}:{settings.port}",
@@ -122,7 +132,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         websockets=False,
         log_enabled=settings.log_level == "debug",
         backlog=2048,
-        backpressure=settings.max_requests,
+        # HTTP/1 only: the auto mode's protocol sniffing waits without a timeout for the first
+        # bytes, so a connection that sends nothing held its slot for ever.
+        http=HTTPModes.http1,
+        backpressure=connections,
         http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
     )
     try:
@@ -131,6 +144,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if ingestd is not None:
             _stop_ingest_writer(ingestd)
     return 0
+
+
+def _open_files_limit() -> int | None:
+    """This process's open-files limit after raising it to the hard limit (workers inherit it);
+    None when unlimited or unknown."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def _geoip_status(settings: Settings) -> str:

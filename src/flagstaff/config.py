@@ -75,10 +75,14 @@ class Settings:
     trust_forwarded_proto: bool = False
     """Behind a TLS-terminating proxy: believe its ``X-Forwarded-Proto`` (Secure cookies)."""
     definitions_refresh_seconds: float = 0.25
-    max_requests: int = 2048
-    """Requests (connections) one worker handles at once; more wait in the listen backlog."""
+    max_connections: int = 10_000
+    """Connections one worker holds open at once (granian's ``backpressure``); more wait in the
+    listen backlog. Lowered at start to what the open-files limit allows."""
+    max_uploads: int = 1024
+    """Requests of one worker waiting for body bytes at once; beyond, the idlest is shed."""
     header_timeout_ms: int = 5000
-    """Time a client has to send a request's headers (the server closes the connection)."""
+    """Time a client has to send a request's headers, from its connection or its previous
+    answer (so also how long an idle keep-alive connection stays open)."""
     body_timeout_seconds: float = 10.0
     """Longest wait for the next piece of a request body before answering 408."""
     memory_budget_mb: int = 256
@@ -123,8 +127,10 @@ class Settings:
             ("postgres://", "postgresql://", "sqlite://")
         ):
             raise ConfigError("database url must start with postgresql:// or sqlite://")
-        if self.max_requests < 16:
-            raise ConfigError(f"max requests must be at least 16, got {self.max_requests}")
+        if self.max_connections < 16:
+            raise ConfigError(f"max connections must be at least 16, got {self.max_connections}")
+        if self.max_uploads < 16:
+            raise ConfigError(f"max uploads must be at least 16, got {self.max_uploads}")
         if not 100 <= self.header_timeout_ms <= 60_000:
             raise ConfigError("header timeout must be between 100 and 60000 ms")
         if self.memory_budget_mb < 16:

@@ -1,4 +1,5 @@
-"""Body reads under a deadline: the reaper's 408, shedding the idlest, nothing else cancelled."""
+"""Body reads under a deadline: the reaper's 408, shedding the idlest, nothing else cancelled;
+the connection bound under the open-files limit."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_progress_restarts_the_clock() -> None:
 
 def test_too_many_waiting_sheds_the_idlest_first() -> None:
     async def run() -> list[Any]:
-        readers = limits.BodyReaders(timeout=60, max_waiting=2)
+        readers = limits.BodyReaders(timeout=60, max_waiting=2, min_idle=0)
         first = asyncio.ensure_future(read_body(_receiver([b"a", b"b"], 1), 100, readers))
         await asyncio.sleep(0)
         second = asyncio.ensure_future(read_body(_receiver([b"a", b"b"], 1), 100, readers))
@@ -101,3 +102,51 @@ def test_a_cancel_from_elsewhere_stays_a_cancel() -> None:
         assert len(readers) == 0
 
     asyncio.run(run())
+
+
+def test_uploads_idle_under_min_idle_are_not_shed_for_a_newcomer() -> None:
+    """A flood of new uploads: the newcomer is admitted beyond the limit, nobody is shed."""
+
+    async def run() -> None:
+        readers = limits.BodyReaders(timeout=60, max_waiting=2, min_idle=60)
+        stalled = [
+            asyncio.ensure_future(read_body(_receiver([b"a", b"b"], 1), 100, readers))
+            for _ in range(2)
+        ]
+        await asyncio.sleep(0)
+        assert await read_body(_receiver([b"x", b"y"]), 100, readers) == b"xy"
+        await asyncio.sleep(0.05)  # several reaper rounds
+        assert readers.shed == 0 and not any(task.done() for task in stalled)
+        for task in stalled:
+            task.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
+
+    asyncio.run(run())
+
+
+def test_the_reaper_sheds_the_excess_once_idle() -> None:
+    async def run() -> list[Any]:
+        readers = limits.BodyReaders(timeout=60, max_waiting=2, min_idle=0.05)
+        stalled = []
+        for _ in range(3):
+            stalled.append(
+                asyncio.ensure_future(read_body(_receiver([b"a", b"b"], 1), 100, readers))
+            )
+            await asyncio.sleep(0)
+        assert len(readers) == 3  # all younger than min_idle: over the limit for now
+        outcome = await asyncio.wait_for(asyncio.gather(stalled[0], return_exceptions=True), 5)
+        assert len(readers) == 2 and readers.shed == 1
+        for task in stalled[1:]:
+            task.cancel()
+        await asyncio.gather(*stalled[1:], return_exceptions=True)
+        return outcome
+
+    (shed,) = asyncio.run(run())
+    assert isinstance(shed, ApiError) and shed.status == 408
+
+
+def test_the_connection_bound_leaves_room_under_the_open_files_limit() -> None:
+    assert limits.connection_bound(10_000, None) == 10_000
+    assert limits.connection_bound(10_000, 1_048_576) == 10_000
+    assert limits.connection_bound(10_000, 1024) == 1024 - limits.FILES_RESERVE
+    assert limits.connection_bound(10_000, 100) == 16

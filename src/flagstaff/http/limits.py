@@ -5,8 +5,9 @@
   of the worker (granian's ``backpressure``) and real clients keep getting answers.
 - :class:`MemoryBudget` admits large bodies by the memory their decoding may take: beyond the
   worker's budget the request is refused with 503 and ``Retry-After``, which the SDKs retry.
-- :func:`release_memory` hands freed heap back to the system after large requests (glibc keeps
-  it otherwise, so a burst would leave the worker's memory at its peak).
+- :func:`connection_bound` keeps the connections a worker accepts under its open-files limit.
+- :class:`MemoryBudget` also hands freed heap back to the system once a burst of large bodies
+  is done (:func:`flagstaff.allocator.release_memory`).
 
 See docs/operations.md for the figures and the settings.
 """
@@ -14,14 +15,12 @@ See docs/operations.md for the figures and the settings.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import sys
 from types import TracebackType
 
+from flagstaff.allocator import release_memory
 from flagstaff.http.errors import ApiError
 
-__all__ = ["BodyReaders", "MemoryBudget", "release_memory"]
+__all__ = ["BodyReaders", "MemoryBudget", "connection_bound"]
 
 DECODE_FACTOR = 6
 """Peak memory of decoding a body, per body byte (raw + inflated text + parsed objects)."""
@@ -34,6 +33,13 @@ TRIM_AFTER_BYTES = 8 * 1024 * 1024
 
 REAP_INTERVAL_SECONDS = 0.5
 """How often a worker looks for uploads past their deadline: timeouts fire this much late."""
+SHED_MIN_IDLE_SECONDS = 1.0
+"""An upload is shed only once it has sent nothing for this long. While every waiting upload
+is younger, newcomers are admitted beyond the limit and the reaper sheds the excess as it
+ages, so a flood of new uploads cannot push out a request whose body is on its way."""
+FILES_RESERVE = 256
+"""Open files a worker keeps for itself (database, ingest socket, GeoIP, logs) besides its
+connections."""
 
 
 class _Reader:
@@ -50,26 +56,30 @@ class BodyReaders:
 
     No timer per request: readers sit in a dict ordered by their last progress (so by
     deadline), and one reaper task per worker, alive while anyone waits, wakes every
-    :data:`REAP_INTERVAL_SECONDS` and cancels the tasks whose deadline passed; shedding cancels
-    the idlest at once. A timer per request (``asyncio.timeout``) cost about 11% of a
-    ``/flags`` request's instructions.
+    :data:`REAP_INTERVAL_SECONDS` and cancels the tasks whose deadline passed. Beyond
+    ``max_waiting`` the idlest are shed (cancelled), once idle for ``min_idle``: at once when a
+    new reader arrives, else by the reaper. A timer per request (``asyncio.timeout``) cost
+    about 11% of a ``/flags`` request's instructions.
     """
 
-    def __init__(self, timeout: float, max_waiting: int) -> None:
+    def __init__(
+        self, timeout: float, max_waiting: int, min_idle: float = SHED_MIN_IDLE_SECONDS
+    ) -> None:
         self.timeout = timeout
         self.max_waiting = max_waiting
+        self.min_idle = min_idle
         self._waiting: dict[int, _Reader] = {}
         self._reaper: asyncio.Task[None] | None = None
         self.shed = 0
 
     def begin(self, reader_id: int) -> _Reader:
-        """Register a reader (most recent last); shed the idlest one if there are too many."""
+        """Register a reader (most recent last); with too many waiting, shed the idlest."""
         loop = asyncio.get_running_loop()
+        now = loop.time()
         waiting = self._waiting
         if len(waiting) >= self.max_waiting:
-            _expire(waiting.pop(next(iter(waiting))))
-            self.shed += 1
-        reader = waiting[reader_id] = _Reader(loop.time() + self.timeout, asyncio.current_task())
+            self._shed_idle(now, self.max_waiting - 1)
+        reader = waiting[reader_id] = _Reader(now + self.timeout, asyncio.current_task())
         if self._reaper is None:
             self._reaper = loop.create_task(self._reap())
         return reader
@@ -99,8 +109,21 @@ class BodyReaders:
                     if waiting[reader_id].deadline > now:
                         break
                     _expire(waiting.pop(reader_id))
+                self._shed_idle(now, self.max_waiting)
         finally:
             self._reaper = None
+
+    def _shed_idle(self, now: float, keep: int) -> None:
+        """Shed the idlest readers until ``keep`` remain, sparing those idle under
+        :attr:`min_idle` (the reaper sheds them later if they stay idle)."""
+        waiting = self._waiting
+        last_progress_before = now - self.min_idle + self.timeout
+        while len(waiting) > keep:
+            reader_id = next(iter(waiting))
+            if waiting[reader_id].deadline > last_progress_before:
+                break
+            _expire(waiting.pop(reader_id))
+            self.shed += 1
 
 
 def _expire(reader: _Reader) -> None:
@@ -143,26 +166,13 @@ class MemoryBudget:
             release_memory()
 
 
-def _load_malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
-
-
-_malloc_trim = _load_malloc_trim()
-
-
-def release_memory() -> None:
-    """Return free heap pages to the system (glibc ``malloc_trim``); a no-op elsewhere."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
+def connection_bound(wanted: int, open_files: int | None) -> int:
+    """The connections a worker may accept: ``wanted``, or fewer when its open-files limit
+    (``None``: unlimited) would run out first. Past that limit granian's accept loop fails and
+    retries at once, spinning a core while the backlog waits."""
+    if open_files is None:
+        return wanted
+    return max(16, min(wanted, open_files - FILES_RESERVE))
 
 
 class BodyTimeout:
