@@ -37,13 +37,27 @@ async function main() {
     try {
         const page = await (await browser.newContext()).newPage()
         page.on('pageerror', (error) => console.error(`page error: ${error.message}`))
+        // Events leave as POSTs; a reload aborts one still in flight, so the driver waits for
+        // every POST the answer started to finish before it reloads.
+        const posts = { started: 0, pending: 0 }
+        const finished = (request) => { if (request.method() === 'POST') posts.pending -= 1 }
+        page.on('request', (request) => {
+            if (request.method() === 'POST') { posts.started += 1; posts.pending += 1 }
+        })
+        page.on('requestfinished', finished)
+        page.on('requestfailed', finished)
         await page.goto(options.pageUrl)
         report.result = await settled(page)
         report.shown = options.surveyId ? await appears(page, popover, watchMs) : false
         if (report.shown && options.answer) {
             await page.locator(`${popover} textarea`).fill(options.answer)
+            const before = posts.started
             await page.locator(`${popover} .form-submit`).click()
             await page.waitForFunction(() => window.__sent === true, null, { timeout: 10000 })
+            const deadline = Date.now() + 15000
+            while ((posts.started === before || posts.pending > 0) && Date.now() < deadline) {
+                await page.waitForTimeout(50)
+            }
         }
         if (options.reload) {
             await page.reload()
