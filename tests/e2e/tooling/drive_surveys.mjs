@@ -28,6 +28,15 @@ async function appears(page, selector, watchMs) {
     }
 }
 
+// Waits (up to 15 s) until a POST has started since `before` posts (-1: none needed) and every
+// POST has finished: closing or reloading the page aborts a request still in flight.
+async function drained(page, posts, before) {
+    const deadline = Date.now() + 15000
+    while ((posts.started <= before || posts.pending > 0) && Date.now() < deadline) {
+        await page.waitForTimeout(50)
+    }
+}
+
 async function main() {
     const options = JSON.parse(process.argv[2])
     const watchMs = options.watchMs ?? 5000
@@ -54,10 +63,7 @@ async function main() {
             const before = posts.started
             await page.locator(`${popover} .form-submit`).click()
             await page.waitForFunction(() => window.__sent === true, null, { timeout: 10000 })
-            const deadline = Date.now() + 15000
-            while ((posts.started === before || posts.pending > 0) && Date.now() < deadline) {
-                await page.waitForTimeout(50)
-            }
+            await drained(page, posts, before)
         }
         if (options.reload) {
             await page.reload()
@@ -65,6 +71,7 @@ async function main() {
             report.shownAfterReload = await appears(page, popover, watchMs)
         }
         await page.waitForTimeout(500)
+        await drained(page, posts, -1)
     } finally {
         await browser.close()
     }
