@@ -86,6 +86,7 @@ def main() -> None:
         time.sleep(1.0)
         per_request: dict[tuple[str, str], list[float]] = {}
         rates: dict[tuple[str, str], list[float]] = {}
+        failed: dict[tuple[str, str], int] = {}
         run_id = random.randrange(1, 30000)
         for round_no in range(args.rounds):
             order = variants if round_no % 2 == 0 else variants[::-1]
@@ -120,6 +121,8 @@ def main() -> None:
                     cpu = spent["workers"] + spent["writer"]
                     per_request.setdefault((name, route), []).append(cpu / done * 1e6)
                     rates.setdefault((name, route), []).append(result.requests_per_s * per)
+                    key = (name, route)
+                    failed[key] = failed.get(key, 0) + result.errors + result.non_2xx
         print(f"\nCPU us per request (per event for /batch/), median of {args.rounds} rounds")
         print(f"{'variant':<12}" + "".join(f"{r:>34}" for r in routes))
         for name, _env in variants:
@@ -132,6 +135,9 @@ def main() -> None:
                     f" {rate:6.0f}/s"
                 )
             print(f"{name:<12}" + "".join(f"{c:>34}" for c in cells))
+        for (name, route), count in failed.items():
+            if count:
+                print(f"warning: {name} {route}: {count} failed requests (errors or non-2xx)")
     finally:
         for srv, _root in servers.values():
             srv.stop()
