@@ -68,13 +68,14 @@ def test_the_store_reads_through_the_set_map(tmp_path: Path) -> None:
 
 
 async def _store_reads(tmp_path: Path) -> None:
-    store = make_store(Settings(data_dir=tmp_path, sqlite_mmap_mb=0))
+    store = make_store(Settings(data_dir=tmp_path, sqlite_mmap_mb=16))
     assert isinstance(store, SQLiteStore)
     await store.open()
     try:
-        assert store.db.execute("PRAGMA mmap_size").fetchone()[0] == 0
+        assert store.db.execute("PRAGMA mmap_size").fetchone()[0] == 16 * MB
         assert (
-            await store._read_in_thread(lambda c: c.execute("PRAGMA mmap_size").fetchone()[0]) == 0
+            await store._read_in_thread(lambda c: c.execute("PRAGMA mmap_size").fetchone()[0])
+            == 16 * MB
         )
     finally:
         await store.close()
