@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import statistics
 import threading
 import time
@@ -211,8 +212,9 @@ def main() -> None:
                 assert srv.proc is not None
                 print(f"{name:<12} {process_rss(srv.proc.pid)}")
     finally:
-        for srv, _root in servers.values():
+        for srv, root in servers.values():
             srv.stop()
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
