@@ -210,8 +210,8 @@ def process_rss(pid: int) -> str:
     """RSS of each process of a server (server, each worker, writer), with its anonymous part
     and proportional share, and the node's total share.
 
-    RSS counts the pages of SQLite's memory map (256 MB per connection at most) that the
-    process touched; they are the page cache of the database file, shared by all processes.
+    With ``FLAGSTAFF_SQLITE_MMAP_MB`` set, RSS also counts the pages of SQLite's memory map that
+    the process touched: the page cache of the database file, shared by all processes.
     """
     parts = []
     pss_total = 0.0

@@ -192,6 +192,7 @@ def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], s
             "flagstaff.store.sqlite.ingestd",
             str(settings.sqlite_path),
             socket_path,
+            str(settings.sqlite_mmap_mb),
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flagstaff.activity.webhooks import RETRY_DELAYS_S, parse_retry_delays
+from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, MAX_MMAP_MB
 
 ENV_PREFIX = "FLAGSTAFF_"
 
@@ -87,6 +88,9 @@ class Settings:
     """Longest wait for the next piece of a request body before answering 408."""
     memory_budget_mb: int = 256
     """Memory one worker may spend decoding large bodies at once; beyond it 503 + Retry-After."""
+    sqlite_mmap_mb: int = DEFAULT_MMAP_MB
+    """How much of the SQLite file each connection maps into memory; 0 (the default) reads
+    pages through SQLite's own cache (64 MB per connection) instead."""
     ingest_socket: str | None = None
     """Set by ``flagstaff serve``: the Unix socket of the SQLite ingest writer process."""
     webhook_retry_delays: str | None = None
@@ -135,6 +139,10 @@ class Settings:
             raise ConfigError("header timeout must be between 100 and 60000 ms")
         if self.memory_budget_mb < 16:
             raise ConfigError("memory budget must be at least 16 MB")
+        if not 0 <= self.sqlite_mmap_mb <= MAX_MMAP_MB:
+            raise ConfigError(
+                f"sqlite mmap must be between 0 and {MAX_MMAP_MB} MB, got {self.sqlite_mmap_mb}"
+            )
         if self.body_limit < 1024:
             raise ConfigError("body limit must be at least 1024 bytes")
         if self.webhook_retry_delays is not None:

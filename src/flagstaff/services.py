@@ -33,7 +33,7 @@ def make_store(settings: Settings) -> Store:
         from pathlib import Path
 
         path = Path(url.removeprefix("sqlite://"))
-    return SQLiteStore(path, ingest_socket=settings.ingest_socket)
+    return SQLiteStore(path, ingest_socket=settings.ingest_socket, mmap_mb=settings.sqlite_mmap_mb)
 
 
 class Services:

@@ -47,7 +47,7 @@ class Context:
         """The request's key for a group type, when it is a usable identifier."""
         if group_name is None:
             return None
-        key = self.groups.get(group_name)
+        key: object = self.groups.get(group_name)
         if isinstance(key, str):
             return key or None
         if isinstance(key, int | float) and not isinstance(key, bool):

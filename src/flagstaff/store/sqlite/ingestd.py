@@ -19,7 +19,7 @@ finish their in-flight requests first) and exits once its standard input is clos
 worker has disconnected: the serving process closes it after the workers stopped, or the
 kernel does when that process died.
 
-Run: ``python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH``
+Run: ``python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH [MMAP_MB]``
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from flagstaff.store.sqlite.ingest import (
 from flagstaff.store.sqlite.person_cache import PersonCache
 from flagstaff.store.sqlite.person_version import person_version
 from flagstaff.store.sqlite.protocol import HEADER, request_decoder, request_encoder, take_frames
-from flagstaff.store.sqlite.writer import connect, write_transaction
+from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, connect, write_transaction
 
 READY = b"ready\n"
 # The automatic checkpoint runs inside the commit that crosses it; every 64 MB of WAL instead
@@ -132,8 +132,9 @@ def _size(frames: list[tuple[Peer, bytes]]) -> int:
 
 
 class IngestServer:
-    def __init__(self, db_path: Path, socket_path: Path) -> None:
+    def __init__(self, db_path: Path, socket_path: Path, mmap_mb: int = DEFAULT_MMAP_MB) -> None:
         self.db_path = db_path
+        self.mmap_mb = mmap_mb
         self.socket_path = socket_path
         self.cache = PersonCache()
         self.person_version = person_version(db_path)
@@ -150,7 +151,7 @@ class IngestServer:
         self.commits = 0
 
     def serve(self) -> None:
-        self.conn = connect(self.db_path)
+        self.conn = connect(self.db_path, mmap_mb=self.mmap_mb)
         page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
         self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_BYTES // page_size}")
         self._lock_fd = os.open(str(self.db_path) + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -425,17 +426,19 @@ def _request_id(payload: bytes) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
+    if len(args) not in (2, 3) or (len(args) == 3 and not args[2].isdigit()):
         print(
-            "usage: python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH", file=sys.stderr
+            "usage: python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH [MMAP_MB]",
+            file=sys.stderr,
         )
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     db_path, socket_path = Path(args[0]), Path(args[1])
+    mmap_mb = int(args[2]) if len(args) == 3 else DEFAULT_MMAP_MB
     lock = lock_data_dir(db_path)
     try:
-        IngestServer(db_path, socket_path).serve()
+        IngestServer(db_path, socket_path, mmap_mb).serve()
     finally:
         os.close(lock)
     return 0

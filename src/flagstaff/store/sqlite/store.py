@@ -73,7 +73,7 @@ from flagstaff.store.sqlite.surveys import SurveyMethods
 from flagstaff.store.sqlite.team_store import TeamStoreMixin
 from flagstaff.store.sqlite.usage_store import UsageMixin
 from flagstaff.store.sqlite.webhooks import WebhookMethods
-from flagstaff.store.sqlite.writer import Writer, connect
+from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, Writer, connect
 
 _decode = msgspec.json.decode
 
@@ -120,9 +120,12 @@ class SQLiteStore(
 ):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
-    def __init__(self, path: Path, ingest_socket: str | None = None) -> None:
+    def __init__(
+        self, path: Path, ingest_socket: str | None = None, mmap_mb: int = DEFAULT_MMAP_MB
+    ) -> None:
         self.path = path
-        self._writer = Writer(path)
+        self.mmap_mb = mmap_mb
+        self._writer = Writer(path, mmap_mb)
         self._db: sqlite3.Connection | None = None
         self._ingest_client = IngestClient(ingest_socket) if ingest_socket else None
         self._person_version: ChangeCounter | None = None
@@ -134,7 +137,7 @@ class SQLiteStore(
         import asyncio
 
         migrate(self.path)
-        self._db = connect(self.path, readonly=True)
+        self._db = connect(self.path, readonly=True, mmap_mb=self.mmap_mb)
         self._person_version = person_version(self.path)
         self._contexts = FlagContextCache(self._person_version)
         # Any write of this process may touch persons, overrides or cohort members.

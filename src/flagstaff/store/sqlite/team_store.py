@@ -37,6 +37,7 @@ _MINUTE_COUNT = (
 
 class TeamStoreMixin:
     path: Path
+    mmap_mb: int
     _writer: Writer
 
     @property
@@ -45,7 +46,7 @@ class TeamStoreMixin:
 
     async def _read_in_thread(self, read: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
-            conn = connect(self.path, readonly=True)
+            conn = connect(self.path, readonly=True, mmap_mb=self.mmap_mb)
             try:
                 return read(conn)
             finally:

@@ -25,14 +25,25 @@ T = TypeVar("T")
 WriteFn = Callable[[sqlite3.Connection], Any]
 _STOP = object()
 
+DEFAULT_MMAP_MB = 0
+"""How much of the database file each connection maps into memory (SQLite's ``mmap_size``);
+``FLAGSTAFF_SQLITE_MMAP_MB`` sets it. None by default: pages are read into SQLite's own cache
+(``cache_size``, per connection), so a process's memory is its own. With a map, every worker
+also holds the file's pages it touched (256 MB each took a node with 1M persons from ~300 to
+502 MB PSS for about 3% less CPU per ``/flags`` request; see docs/benchmarks.md)."""
+MAX_MMAP_MB = 2047
+"""SQLite's own ceiling (``SQLITE_MAX_MMAP_SIZE``, 0x7fff0000 bytes): it lowers larger values."""
 
-def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+
+def connect(
+    path: Path, *, readonly: bool = False, mmap_mb: int = DEFAULT_MMAP_MB
+) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA cache_size=-65536")
-    conn.execute("PRAGMA mmap_size=268435456")
+    conn.execute(f"PRAGMA mmap_size={mmap_mb * 1024 * 1024}")
     conn.execute("PRAGMA temp_store=MEMORY")
     if readonly:
         conn.execute("PRAGMA query_only=1")
@@ -79,8 +90,9 @@ def write_transaction(
 class Writer:
     """The process's single writing connection, fed through a queue."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, mmap_mb: int = DEFAULT_MMAP_MB) -> None:
         self._path = path
+        self._mmap_mb = mmap_mb
         self._lock_fd: int | None = None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -97,7 +109,7 @@ class Writer:
 
         def run() -> None:
             try:
-                conn = connect(self._path)
+                conn = connect(self._path, mmap_mb=self._mmap_mb)
                 self._lock_fd = os.open(
                     str(self._path) + ".writer-lock", os.O_RDWR | os.O_CREAT, 0o600
                 )
