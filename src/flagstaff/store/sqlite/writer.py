@@ -31,6 +31,13 @@ DEFAULT_MMAP_MB = 0
 (``cache_size``, per connection), so a process's memory is its own. With a map, every worker
 also holds the file's pages it touched (256 MB each took a node with 1M persons from ~300 to
 502 MB PSS for about 3% less CPU per ``/flags`` request; see docs/benchmarks.md)."""
+WRITE_CACHE_KB = 65536
+"""SQLite's page cache of a writing connection (the ingest writer's, a worker's writer): large,
+as the ingest writer's steps over the growing indexes depend on it."""
+READ_CACHE_KB = 32768
+"""The page cache of a worker's read connections. Another connection's commit empties it, so
+under ingestion a larger one buys nothing; 64 MB a connection kept a node at 1M persons at
+~300 MB PSS, 32 MB at ~234 MB for the same CPU per ``/flags`` request (docs/benchmarks.md)."""
 MAX_MMAP_MB = 2047
 """SQLite's own ceiling (``SQLITE_MAX_MMAP_SIZE``, 0x7fff0000 bytes): it lowers larger values."""
 
@@ -42,7 +49,7 @@ def connect(
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=30000")
-    conn.execute("PRAGMA cache_size=-65536")
+    conn.execute(f"PRAGMA cache_size=-{READ_CACHE_KB if readonly else WRITE_CACHE_KB}")
     conn.execute(f"PRAGMA mmap_size={mmap_mb * 1024 * 1024}")
     conn.execute("PRAGMA temp_store=MEMORY")
     if readonly:
