@@ -361,20 +361,28 @@ def _writer_events(start: int, count: int) -> list[Any]:
     return out
 
 
+_WRITER_CACHE: dict[Path, Any] = {}
+"""The writer's person cache (with its remembered experiment states), kept across rounds as
+the ingest writer process keeps it."""
+
+
 def _sqlite_writer(path: Path, project_id: int, work: list[list[Any]]) -> float:
     """CPU time of the ingest writer's own step (``apply_ingest``: rules, experiments, SQL)
-    for ``work``, one transaction per call, as the ingest writer process runs it."""
+    for ``work``, one transaction per call, as the ingest writer process runs it (with its
+    person cache)."""
     from flagstaff.store.sqlite.ingest import apply_ingest
+    from flagstaff.store.sqlite.person_cache import PersonCache
     from flagstaff.store.sqlite.protocol import for_writer
     from flagstaff.store.sqlite.writer import connect
 
     conn = connect(path)
     try:
         prepared = [for_writer(events) for events in work]
+        cache = _WRITER_CACHE.setdefault(path, PersonCache())
         began = time.process_time()
         for events in prepared:
             conn.execute("BEGIN IMMEDIATE")
-            apply_ingest(conn, project_id, events, [], 0)
+            apply_ingest(conn, project_id, events, [], 0, cache)
             conn.execute("COMMIT")
         return time.process_time() - began
     finally:

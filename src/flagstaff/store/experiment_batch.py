@@ -14,7 +14,7 @@ time order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -164,24 +164,28 @@ class Running(msgspec.Struct, frozen=True):
 
 
 class SpecCache:
-    """The running experiments per project, for the definitions version they were read at; one
-    per process. Compiling happens once per version, not per batch."""
+    """The running experiments per database and project, for the definitions version they were
+    read at; one per process. Compiling happens once per version, not per batch. The database
+    is part of the key: two stores of one process (tests) can have the same project ids and
+    versions with different experiments."""
 
     def __init__(self) -> None:
-        self._by_project: dict[int, Running] = {}
+        self._by_project: dict[tuple[Hashable, int], Running] = {}
 
-    def get(self, project_id: int, version: int) -> Running | None:
-        cached = self._by_project.get(project_id)
+    def get(self, database: Hashable, project_id: int, version: int) -> Running | None:
+        cached = self._by_project.get((database, project_id))
         return cached if cached is not None and cached.version == version else None
 
-    def put(self, project_id: int, version: int, specs: list[ExperimentSpec]) -> Running:
+    def put(
+        self, database: Hashable, project_id: int, version: int, specs: list[ExperimentSpec]
+    ) -> Running:
         names = frozenset(name for spec in specs for name in spec_events(spec))
         exposures = frozenset(spec.exposure_event for spec in specs)
         routes: dict[str, list[int]] = {}
         for spec in specs:
             for name in spec.rules_by_event:
                 routes.setdefault(name, []).append(spec.experiment_id)
-        running = self._by_project[project_id] = Running(
+        running = self._by_project[database, project_id] = Running(
             version, specs, names, exposures, {k: tuple(v) for k, v in routes.items()}
         )
         return running
@@ -191,7 +195,11 @@ class BatchWork(msgspec.Struct):
     """What a batch does to the running experiments, before the stored persons are loaded."""
 
     accumulator: ExperimentAccumulator
-    events: list[ExperimentEvent]
+    events: list[ExperimentEvent | None]
+    """Per concerned event: the exposures decoded; metric events are None until
+    :func:`select_events` finds their person exposed."""
+    persons: list[str]
+    """Per concerned event, its person's uuid."""
     sources: list[Event]
     """The stored events behind ``events``, in the same order (uuids, properties)."""
     merges: list[tuple[str, str]]
@@ -212,8 +220,8 @@ def batch_work(
     batch leaves them (merges applied); None when there is nothing to do.
 
     A batch whose events concern no running experiment costs a set look-up per event. Only
-    exposure events are decoded here; a metric event's properties are decoded by
-    :func:`select_events`, and only when its person turns out to be exposed.
+    exposure events are decoded here; a metric event is only resolved to its person (once per
+    distinct id), and decoded by :func:`select_events` when its person turns out exposed.
     """
     names = running.names
     merges = [
@@ -224,42 +232,43 @@ def batch_work(
         return None
     exposure_names = running.exposure_names
     accumulator = ExperimentAccumulator(running.specs)
-    events: list[ExperimentEvent] = []
+    events: list[ExperimentEvent | None] = []
+    persons: list[str] = []
     exposures: list[ExperimentEvent] = []
     by_name: dict[str, set[str]] = {}
+    resolved: dict[str, str] = {}
     for event in concerned:
-        state = by_distinct_id.get(event.distinct_id)
-        person = (
-            state.uuid
-            if state is not None
-            else person_rules.person_uuid(project_id, event.distinct_id)
-        )
+        distinct_id = event.distinct_id
+        person = resolved.get(distinct_id)
+        if person is None:
+            state = by_distinct_id.get(distinct_id)
+            person = resolved[distinct_id] = (
+                state.uuid
+                if state is not None
+                else person_rules.person_uuid(project_id, distinct_id)
+            )
+        persons.append(person)
         name = event.event
         if name in exposure_names:
-            row = ExperimentEvent(
-                person, event.distinct_id, name, event.timestamp_ms, _properties(event)
-            )
+            row = ExperimentEvent(person, distinct_id, name, event.timestamp_ms, _properties(event))
             exposures.append(row)
+            events.append(row)
         else:
-            row = ExperimentEvent(person, event.distinct_id, name, event.timestamp_ms, _UNDECODED)
-            persons = by_name.get(name)
-            if persons is None:
-                persons = by_name[name] = set()
-            persons.add(person)
-        events.append(row)
+            events.append(None)
+            named = by_name.get(name)
+            if named is None:
+                named = by_name[name] = set()
+            named.add(person)
     wanted = accumulator.relevant_persons(exposures)  # also routes their metric side
     routes = running.metric_routes
-    for name, persons in by_name.items():
+    for name, named in by_name.items():
         for experiment_id in routes.get(name, ()):
-            wanted.setdefault(experiment_id, set()).update(persons)
+            wanted.setdefault(experiment_id, set()).update(named)
     if merges:
         sides = {uuid for pair in merges for uuid in pair}
         for spec in running.specs:
             wanted.setdefault(spec.experiment_id, set()).update(sides)
-    return BatchWork(accumulator, events, concerned, merges, wanted, exposure_names)
-
-
-_UNDECODED: dict[str, Any] = {}
+    return BatchWork(accumulator, events, persons, concerned, merges, wanted, exposure_names)
 
 
 def _properties(event: Event) -> dict[str, Any]:
@@ -270,20 +279,27 @@ def _properties(event: Event) -> dict[str, Any]:
 def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState]]) -> list[int]:
     """Which of the work's events can change anything: exposures, and metric events of persons
     exposed before (a loaded state) or in this batch (decoded now). By position."""
-    exposure_names = work.exposure_names
     known: set[str] = {target for _, target in work.merges}
     for persons in loaded.values():
         known.update(persons)
     out: list[int] = []
     events = work.events
-    for event in events:
-        if event.event in exposure_names:
-            known.add(event.person_id)
+    persons = work.persons
     for index, event in enumerate(events):
-        if event.event in exposure_names:
+        if event is not None:
+            known.add(persons[index])
+    for index, event in enumerate(events):
+        if event is not None:
             out.append(index)
-        elif event.person_id in known:
-            event.properties = _properties(work.sources[index])
+        elif persons[index] in known:
+            source = work.sources[index]
+            events[index] = ExperimentEvent(
+                persons[index],
+                source.distinct_id,
+                source.event,
+                source.timestamp_ms,
+                _properties(source),
+            )
             out.append(index)
     return out
 
@@ -304,7 +320,11 @@ def apply_work(
     for source, target in work.merges:
         accumulator.merge_persons(source, target)
     sources = work.sources
-    events = [work.events[i] for i in selected if sources[i].uuid not in duplicates]
+    events = [
+        event
+        for i in selected
+        if sources[i].uuid not in duplicates and (event := work.events[i]) is not None
+    ]
     events.sort(key=lambda e: e.timestamp_ms)
     accumulator.add_many(events)
     return accumulator.drain()

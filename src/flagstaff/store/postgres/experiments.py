@@ -40,7 +40,13 @@ LANE = secrets.randbits(62)
 """This process's totals row of every experiment (reads add the rows of every lane)."""
 _specs = SpecCache()
 
-_VERSION = "SELECT version FROM definitions_version WHERE project_id = $1"
+_VERSION = (
+    "SELECT d.oid, pg_postmaster_start_time(), "
+    "(SELECT version FROM definitions_version WHERE project_id = $1) "
+    "FROM pg_database d WHERE d.datname = current_database()"
+)
+"""The database's identity (its oid in this server's run) and the project's definitions
+version, in one statement."""
 _LOCK_STATES = (
     "SELECT s.experiment_id, s.person_uuid::text, s.state FROM experiment_person_state s "
     "JOIN unnest($1::bigint[], $2::uuid[]) AS x(e, u) "
@@ -74,14 +80,16 @@ _UPSERT_TOTALS = (
 
 async def running(conn: asyncpg.Connection, project_id: int) -> Running:
     """The project's running experiments as of this transaction."""
-    version = int(await conn.fetchval(_VERSION, project_id) or 0)
-    cached = _specs.get(project_id, version)
+    oid, started, version = await conn.fetchrow(_VERSION, project_id)
+    database = (oid, started)
+    version = int(version or 0)
+    cached = _specs.get(database, project_id, version)
     if cached is None:
         rows = await conn.fetch(
             "SELECT id, definition FROM experiments WHERE project_id = $1 AND NOT deleted",
             project_id,
         )
-        cached = _specs.put(project_id, version, running_specs(rows))
+        cached = _specs.put(database, project_id, version, running_specs(rows))
     return cached
 
 

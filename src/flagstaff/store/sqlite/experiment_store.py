@@ -173,7 +173,9 @@ class ExperimentsMixin:
     async def recompute_experiment(self, project_id: int, experiment_id: int) -> int:
         def write(conn: sqlite3.Connection) -> int:
             record = _experiment_row(conn, project_id, experiment_id)
-            return recompute_experiment(conn, project_id, spec_of(record))
+            read = recompute_experiment(conn, project_id, spec_of(record))
+            _bump(conn, project_id)  # the ingest writer's remembered states are stale
+            return read
 
         return await self._writer.submit(write)
 

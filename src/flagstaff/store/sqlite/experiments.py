@@ -36,11 +36,19 @@ from flagstaff.store.experiment_batch import (
     select_events,
     spec_events,
 )
+from flagstaff.store.sqlite.experiment_memory import Entries, ExperimentMemory
 
 LANE = 0
 """SQLite has one writer: one totals row per experiment."""
 _CHUNK = 400
 _specs = SpecCache()
+
+
+_VERSION = (
+    "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
+    "(SELECT version FROM definitions_version WHERE project_id = ?)"
+)
+"""The database (its file) and the project's definitions version, in one statement."""
 
 
 class Pending(msgspec.Struct):
@@ -50,33 +58,39 @@ class Pending(msgspec.Struct):
     by_distinct_id: Mapping[str, person_rules.PersonState]
     ops: list[person_rules.PersonOp]
     kept: list[Event]
+    memory: ExperimentMemory | None
+    """The ingest writer's remembered states (None: read every person back)."""
 
 
-def capture(project_id: int, book: person_rules.PersonBook, kept: list[Event]) -> Pending:
-    return Pending(project_id, book.by_distinct_id, book.ops, kept)
+def capture(
+    project_id: int,
+    book: person_rules.PersonBook,
+    kept: list[Event],
+    memory: ExperimentMemory | None = None,
+) -> Pending:
+    return Pending(project_id, book.by_distinct_id, book.ops, kept, memory)
 
 
-def running(conn: sqlite3.Connection, project_id: int) -> Running:
-    """The project's running experiments as of this transaction."""
-    row = conn.execute(
-        "SELECT version FROM definitions_version WHERE project_id = ?", (project_id,)
-    ).fetchone()
-    version = int(row[0]) if row else 0
-    cached = _specs.get(project_id, version)
+def running(conn: sqlite3.Connection, project_id: int) -> tuple[str, Running]:
+    """The database's identity and the project's running experiments as of this
+    transaction."""
+    database, version = conn.execute(_VERSION, (project_id,)).fetchone()
+    version = int(version or 0)
+    cached = _specs.get(database, project_id, version)
     if cached is None:
         rows = conn.execute(
             "SELECT id, definition FROM experiments WHERE project_id = ? AND deleted = 0",
             (project_id,),
         ).fetchall()
-        cached = _specs.put(project_id, version, running_specs(rows))
-    return cached
+        cached = _specs.put(database, project_id, version, running_specs(rows))
+    return database, cached
 
 
 def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
     """Update the running experiments' aggregates for one planned batch (in its transaction)."""
     if pending is None:
         return
-    current = running(conn, pending.project_id)
+    database, current = running(conn, pending.project_id)
     if not current.specs:
         return
     work = batch_work(
@@ -84,9 +98,15 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
     )
     if work is None:
         return
-    loaded = {eid: _load(conn, eid, uuids) for eid, uuids in work.wanted.items()}
+    memory = (
+        None
+        if pending.memory is None
+        else pending.memory.entries(database, pending.project_id, current.version)
+    )
+    loaded = {eid: _persons(conn, eid, uuids, memory) for eid, uuids in work.wanted.items()}
     selected = select_events(work, loaded)
     duplicates = _stored(conn, pending.project_id, [work.sources[i].uuid for i in selected])
+    merged = {source for source, _ in work.merges}
     for change in apply_work(work, loaded, selected, duplicates):
         eid = change.experiment_id
         conn.executemany(
@@ -96,7 +116,6 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
             [(eid, uuid, encode_person(state)) for uuid, state in change.persons.items()],
         )
         gone = [uuid for uuid in work.wanted.get(eid, ()) if uuid not in change.persons]
-        merged = {source for source, _ in work.merges}
         _delete(conn, eid, [uuid for uuid in gone if uuid in merged])
         spec = work.accumulator.spec(eid)
         row = conn.execute(
@@ -111,6 +130,32 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
             "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals",
             (eid, LANE, spec.fingerprint, add_increment(stored, change)),
         )
+    if memory is not None:
+        for eid, uuids in work.wanted.items():
+            persons = work.accumulator.state(eid).persons
+            for uuid in uuids:
+                memory[eid, uuid] = persons.get(uuid)
+
+
+def _persons(
+    conn: sqlite3.Connection, experiment_id: int, uuids: set[str], memory: Entries | None
+) -> dict[str, PersonState]:
+    """The stored states of these persons (those that have one): from memory, else read."""
+    if memory is None:
+        return _load(conn, experiment_id, uuids)
+    out: dict[str, PersonState] = {}
+    missing: set[str] = set()
+    for uuid in uuids:
+        key = (experiment_id, uuid)
+        if key in memory:
+            state = memory[key]
+            if state is not None:
+                out[uuid] = state
+        else:
+            missing.add(uuid)
+    if missing:
+        out.update(_load(conn, experiment_id, missing))
+    return out
 
 
 def _chunks(items: list[Any]) -> Iterator[list[Any]]:

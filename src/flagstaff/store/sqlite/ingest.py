@@ -330,7 +330,9 @@ def plan_ingest(
         )
         for e in kept
     ]
-    plan.experiments = experiments.capture(project_id, book, kept)
+    plan.experiments = experiments.capture(
+        project_id, book, kept, cache.experiments if cache is not None else None
+    )
     plan.flag_checks = batch_checks(kept)
     plan.warning_rows = [
         (project_id, w.kind, _encode(w.details), now_ms) for w in warnings_of(drops, book.warnings)
