@@ -14,7 +14,9 @@ time order.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 import msgspec
@@ -198,15 +200,19 @@ class BatchWork(msgspec.Struct):
     events: list[ExperimentEvent | None]
     """Per concerned event: the exposures decoded; metric events are None until
     :func:`select_events` finds their person exposed."""
-    persons: list[str]
-    """Per concerned event, its person's uuid."""
     sources: list[Event]
     """The stored events behind ``events``, in the same order (uuids, properties)."""
+    distinct_ids: list[str]
+    """The sources' distinct ids, in the same order."""
+    exposure_indexes: list[int]
+    metric_indexes: list[int]
+    """The positions of the metric events (concerning a running experiment, not exposures)."""
+    persons: dict[str, str]
+    """Every concerned distinct id's person uuid, as the batch leaves it."""
     merges: list[tuple[str, str]]
     """(source, target) person uuids merged by the batch, in order."""
     wanted: dict[int, set[str]]
     """Per experiment, the person uuids whose stored state is needed."""
-    exposure_names: frozenset[str]
 
 
 def batch_work(
@@ -220,8 +226,9 @@ def batch_work(
     batch leaves them (merges applied); None when there is nothing to do.
 
     A batch whose events concern no running experiment costs a set look-up per event. Only
-    exposure events are decoded here; a metric event is only resolved to its person (once per
-    distinct id), and decoded by :func:`select_events` when its person turns out exposed.
+    exposure events are decoded here; a metric event's distinct id is resolved to its person
+    (once per distinct id), and the event is decoded by :func:`select_events` only when its
+    person turns out to be exposed.
     """
     names = running.names
     merges = [
@@ -230,45 +237,76 @@ def batch_work(
     concerned = [event for event in kept if event.event in names]
     if not concerned and not merges:
         return None
+    # per-event work in C loops (map, set): a metric on an event every visitor sends
+    # concerns every event of the batch
+    distinct_ids = list(map(_DISTINCT_ID, concerned))
+    event_names = list(map(_NAME, concerned))
     exposure_names = running.exposure_names
-    accumulator = ExperimentAccumulator(running.specs)
-    events: list[ExperimentEvent | None] = []
-    persons: list[str] = []
-    exposures: list[ExperimentEvent] = []
-    by_name: dict[str, set[str]] = {}
-    resolved: dict[str, str] = {}
-    for event in concerned:
-        distinct_id = event.distinct_id
-        person = resolved.get(distinct_id)
-        if person is None:
-            state = by_distinct_id.get(distinct_id)
-            person = resolved[distinct_id] = (
+    exposing = list(map(exposure_names.__contains__, event_names))
+    positions = range(len(concerned))
+    exposure_indexes = list(compress(positions, exposing))
+    metric_indexes = list(compress(positions, map(operator.not_, exposing)))
+    unique = list(set(distinct_ids))
+    states = list(map(by_distinct_id.get, unique))
+    if None in states:
+        persons = {
+            distinct_id: (
                 state.uuid
                 if state is not None
                 else person_rules.person_uuid(project_id, distinct_id)
             )
-        persons.append(person)
-        name = event.event
-        if name in exposure_names:
-            row = ExperimentEvent(person, distinct_id, name, event.timestamp_ms, _properties(event))
-            exposures.append(row)
-            events.append(row)
-        else:
-            events.append(None)
-            named = by_name.get(name)
-            if named is None:
-                named = by_name[name] = set()
-            named.add(person)
+            for distinct_id, state in zip(unique, states, strict=True)
+        }
+    else:
+        persons = dict(zip(unique, map(_UUID, states), strict=True))
+    events: list[ExperimentEvent | None] = [None] * len(concerned)
+    exposures: list[ExperimentEvent] = []
+    for i in exposure_indexes:
+        event = concerned[i]
+        row = events[i] = ExperimentEvent(
+            persons[event.distinct_id],
+            event.distinct_id,
+            event.event,
+            event.timestamp_ms,
+            _properties(event),
+        )
+        exposures.append(row)
+    accumulator = ExperimentAccumulator(running.specs)
     wanted = accumulator.relevant_persons(exposures)  # also routes their metric side
     routes = running.metric_routes
-    for name, named in by_name.items():
-        for experiment_id in routes.get(name, ()):
-            wanted.setdefault(experiment_id, set()).update(named)
+    by_name: dict[str, set[str]] = {}
+    for i in metric_indexes:
+        name = event_names[i]
+        named = by_name.get(name)
+        if named is None:
+            named = by_name[name] = set()
+        named.add(distinct_ids[i])
+    for name, ids in by_name.items():
+        experiments = routes.get(name, ())
+        if experiments:
+            named = set(map(persons.__getitem__, ids))
+            for experiment_id in experiments:
+                wanted.setdefault(experiment_id, set()).update(named)
     if merges:
         sides = {uuid for pair in merges for uuid in pair}
         for spec in running.specs:
             wanted.setdefault(spec.experiment_id, set()).update(sides)
-    return BatchWork(accumulator, events, persons, concerned, merges, wanted, exposure_names)
+    return BatchWork(
+        accumulator,
+        events,
+        concerned,
+        distinct_ids,
+        exposure_indexes,
+        metric_indexes,
+        persons,
+        merges,
+        wanted,
+    )
+
+
+_DISTINCT_ID = operator.attrgetter("distinct_id")
+_NAME = operator.attrgetter("event")
+_UUID = operator.attrgetter("uuid")
 
 
 def _properties(event: Event) -> dict[str, Any]:
@@ -280,28 +318,32 @@ def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState
     """Which of the work's events can change anything: exposures, and metric events of persons
     exposed before (a loaded state) or in this batch (decoded now). By position."""
     known: set[str] = {target for _, target in work.merges}
-    for persons in loaded.values():
-        known.update(persons)
-    out: list[int] = []
+    for states in loaded.values():
+        known.update(states)
     events = work.events
+    sources = work.sources
     persons = work.persons
-    for index, event in enumerate(events):
-        if event is not None:
-            known.add(persons[index])
-    for index, event in enumerate(events):
-        if event is not None:
-            out.append(index)
-        elif persons[index] in known:
-            source = work.sources[index]
-            events[index] = ExperimentEvent(
-                persons[index],
-                source.distinct_id,
-                source.event,
-                source.timestamp_ms,
-                _properties(source),
-            )
-            out.append(index)
-    return out
+    distinct_ids = work.distinct_ids
+    known.update(persons[distinct_ids[i]] for i in work.exposure_indexes)
+    exposed = set(compress(persons, map(known.__contains__, persons.values())))
+    exposures = set(work.exposure_indexes)
+    measured = [
+        i
+        for i in compress(range(len(sources)), map(exposed.__contains__, distinct_ids))
+        if i not in exposures
+    ]
+    for i in measured:
+        source = sources[i]
+        events[i] = ExperimentEvent(
+            persons[source.distinct_id],
+            source.distinct_id,
+            source.event,
+            source.timestamp_ms,
+            _properties(source),
+        )
+    if not measured:
+        return work.exposure_indexes
+    return sorted(work.exposure_indexes + measured)
 
 
 def apply_work(

@@ -15,8 +15,8 @@ from collections.abc import Hashable
 
 from flagstaff.experiments.exposure import PersonState
 
-Entries = dict[tuple[int, str], PersonState | None]
-"""(experiment id, person uuid) -> the stored state, or None: the person has none."""
+Entries = dict[int, dict[str, PersonState | None]]
+"""Per experiment id, person uuid -> the stored state, or None: the person has none."""
 
 
 class ExperimentMemory:
@@ -32,7 +32,7 @@ class ExperimentMemory:
             found is None
             or found[0] != database
             or found[1] != version
-            or len(found[2]) > self.max_entries
+            or sum(map(len, found[2].values())) > self.max_entries
         ):
             found = self._projects[project_id] = (database, version, {})
         return found[2]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Mapping
+from itertools import compress
 from typing import Any
 
 import msgspec
@@ -115,8 +116,9 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
             "DO UPDATE SET state = excluded.state",
             [(eid, uuid, encode_person(state)) for uuid, state in change.persons.items()],
         )
-        gone = [uuid for uuid in work.wanted.get(eid, ()) if uuid not in change.persons]
-        _delete(conn, eid, [uuid for uuid in gone if uuid in merged])
+        if merged:  # persons merged into another: their state moved to the target
+            wanted = work.wanted.get(eid, set())
+            _delete(conn, eid, [u for u in merged if u in wanted and u not in change.persons])
         spec = work.accumulator.spec(eid)
         row = conn.execute(
             "SELECT fingerprint, totals FROM experiment_totals WHERE experiment_id = ? "
@@ -130,11 +132,12 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
             "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals",
             (eid, LANE, spec.fingerprint, add_increment(stored, change)),
         )
-    if memory is not None:
-        for eid, uuids in work.wanted.items():
+    if memory is not None:  # as committed with this transaction
+        for eid in work.wanted:
             persons = work.accumulator.state(eid).persons
-            for uuid in uuids:
-                memory[eid, uuid] = persons.get(uuid)
+            remembered = memory[eid]
+            remembered.update(persons)  # the loaded ones (changed in place) and the new ones
+            remembered.update((source, None) for source in merged if source not in persons)
 
 
 def _persons(
@@ -143,18 +146,16 @@ def _persons(
     """The stored states of these persons (those that have one): from memory, else read."""
     if memory is None:
         return _load(conn, experiment_id, uuids)
-    out: dict[str, PersonState] = {}
-    missing: set[str] = set()
-    for uuid in uuids:
-        key = (experiment_id, uuid)
-        if key in memory:
-            state = memory[key]
-            if state is not None:
-                out[uuid] = state
-        else:
-            missing.add(uuid)
+    remembered = memory.setdefault(experiment_id, {})
+    states = list(map(remembered.get, uuids))
+    # the remembered states that are not None
+    out: dict[str, PersonState] = dict(compress(zip(uuids, states, strict=True), states))
+    missing = uuids.difference(remembered)
     if missing:
-        out.update(_load(conn, experiment_id, missing))
+        stored = _load(conn, experiment_id, missing)
+        remembered.update(dict.fromkeys(missing))  # None: no state
+        remembered.update(stored)
+        out.update(stored)
     return out
 
 
