@@ -213,6 +213,8 @@ class BatchWork(msgspec.Struct):
     """(source, target) person uuids merged by the batch, in order."""
     wanted: dict[int, set[str]]
     """Per experiment, the person uuids whose stored state is needed."""
+    metric_names: Mapping[str, Any]
+    """The names of the events some metric reads."""
 
 
 def batch_work(
@@ -301,6 +303,7 @@ def batch_work(
         persons,
         merges,
         wanted,
+        routes,
     )
 
 
@@ -344,6 +347,16 @@ def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState
     if not measured:
         return work.exposure_indexes
     return sorted(work.exposure_indexes + measured)
+
+
+def retry_candidates(work: BatchWork, selected: list[int]) -> list[str]:
+    """The uuids of the selected events that would count twice if already stored (a retried
+    request's): those some metric reads. An exposure alone changes nothing the second time
+    (the person's state already holds its variant and a time no later than its own), so its
+    uuid need not be looked up."""
+    sources = work.sources
+    metric_names = work.metric_names
+    return [sources[i].uuid for i in selected if sources[i].event in metric_names]
 
 
 def apply_work(

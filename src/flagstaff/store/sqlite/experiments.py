@@ -33,6 +33,7 @@ from flagstaff.store.experiment_batch import (
     encode_person,
     encode_totals,
     recompute,
+    retry_candidates,
     running_specs,
     select_events,
     spec_events,
@@ -106,7 +107,7 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
     )
     loaded = {eid: _persons(conn, eid, uuids, memory) for eid, uuids in work.wanted.items()}
     selected = select_events(work, loaded)
-    duplicates = _stored(conn, pending.project_id, [work.sources[i].uuid for i in selected])
+    duplicates = _stored(conn, pending.project_id, retry_candidates(work, selected))
     merged = {source for source, _ in work.merges}
     for change in apply_work(work, loaded, selected, duplicates):
         eid = change.experiment_id
