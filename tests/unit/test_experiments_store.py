@@ -104,11 +104,12 @@ def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> 
         record = await store.create_experiment(pid, definition, experiment_flag(definition))
         fingerprint = ExperimentSpec(record.id, definition).fingerprint
         retried = event("buy", "a1", props={"amount": 4}, ts=T0 + 50)
+        exposed = _exposure("a1", "test", T0)
         batches = [
             # a1 and b1 exposed to different variants, then a2 exposed before its identify
-            [_exposure("a1", "test", T0), _exposure("b1", "control", T0)],
+            [exposed, _exposure("b1", "control", T0)],
             [event("buy", "a1", props={"amount": 3}, ts=T0 + 10), retried],
-            [retried],  # a retry of the same uuid counts once
+            [retried, exposed],  # a retry of the same uuid counts once
             [_exposure("a2", "test", T0 + 20), event("buy", "a2", props={"amount": 5}, ts=T0 + 30)],
             # a2 (test, spent 5) is a1's anonymous id: one person, spent 12
             [event("$identify", "a1", props={"$anon_distinct_id": "a2"}, ts=T0 + 40)],
@@ -196,3 +197,17 @@ def test_two_stores_in_one_process_keep_their_own_experiments(
         return exposed
 
     assert asyncio.run(scenario()) == [1, 1]
+
+
+def test_has_experiments_tells_whether_any_is_not_deleted(open_store: Callable[[], Store]) -> None:
+    async def scenario(store: Store) -> list[bool]:
+        seen = [await store.has_experiments()]
+        project = await store.create_project("p")
+        definition = _definition("exp")
+        record = await store.create_experiment(project.id, definition, experiment_flag(definition))
+        seen.append(await store.has_experiments())
+        await store.update_experiment(project.id, record.id, definition, deleted=True)
+        seen.append(await store.has_experiments())
+        return seen
+
+    assert run(open_store, scenario) == [False, True, False]

@@ -88,6 +88,12 @@ class ExperimentsMixin:
         ).fetchall()
         return Page(count, [experiment_record(r) for r in rows])
 
+    async def has_experiments(self) -> bool:
+        return (
+            self.db.execute("SELECT 1 FROM experiments WHERE deleted = 0 LIMIT 1").fetchone()
+            is not None
+        )
+
     async def get_experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None:
         try:
             return _experiment_row(self.db, project_id, experiment_id)
