@@ -57,6 +57,11 @@ from flagstaff.store.experiment_batch import encode_person, encode_totals
 EXPERIMENTS = "/api/projects/@current/experiments/"
 PAGEVIEW_METRIC = False
 """Whether the first experiment also counts `$pageview` (``--pageview-metric``)."""
+EXPOSED_GOALS = False
+"""Part 3 only (``--exposed-goals``): the purchase and half the pageviews of each block of 20
+events come from the user its flag call exposed, who keeps one variant per flag (the default
+mix never sends a goal event of an exposed person: flag calls go to users 0 mod 20, purchases
+to 19 mod 20, pageviews to the rest)."""
 FLAGS = [f"bench-exp-{i}" for i in range(5)]
 
 _PAGEVIEW = (
@@ -284,13 +289,19 @@ def main() -> None:
         "--store-only", action="store_true", help="only part 3: the store's ingest in-process"
     )
     parser.add_argument(
+        "--exposed-goals",
+        action="store_true",
+        help="part 3: goal events from exposed persons (one variant per person and flag)",
+    )
+    parser.add_argument(
         "--pageview-metric",
         action="store_true",
         help="the first experiment also counts $pageview: every event concerns it",
     )
     args = parser.parse_args()
-    global PAGEVIEW_METRIC
+    global PAGEVIEW_METRIC, EXPOSED_GOALS
     PAGEVIEW_METRIC = args.pageview_metric
+    EXPOSED_GOALS = args.exposed_goals
     if args.store_only:
         asyncio.run(_store_ingest(args.postgres, 20, 2000, args.rounds))
         return
@@ -329,10 +340,15 @@ def _writer_events(start: int, count: int) -> list[Any]:
     out = []
     now = int(time.time() * 1000)
     for n in range(start, start + count):
-        user = (n * 7919) % 10000
         kind = n % 20
+        # with --exposed-goals, the purchase and every other pageview of a block of 20 come
+        # from the user its flag call exposed
+        block = EXPOSED_GOALS and (kind == 1 or kind % 2 == 0)
+        user = ((n - kind if block else n) * 7919) % 10000
         if kind == 0:
-            variant = "test" if (user * 31 + n) % 2 else "control"
+            # one variant per user and flag with --exposed-goals, any variant otherwise
+            spread = user // 20 + (n // 20) % 5 if EXPOSED_GOALS else user * 31 + n
+            variant = "test" if spread % 2 else "control"
             name = "$feature_flag_called"
             props: dict[str, Any] = {
                 "$feature_flag": FLAGS[(n // 20) % 5],

@@ -109,9 +109,10 @@ def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> 
             # a1 and b1 exposed to different variants, then a2 exposed before its identify
             [exposed, _exposure("b1", "control", T0)],
             [event("buy", "a1", props={"amount": 3}, ts=T0 + 10), retried],
-            [retried, exposed],  # a retry of the same uuid counts once
+            # retries of the same uuids count once, beside a new buy that counts
+            [retried, exposed, event("buy", "a1", props={"amount": 1}, ts=T0 + 55)],
             [_exposure("a2", "test", T0 + 20), event("buy", "a2", props={"amount": 5}, ts=T0 + 30)],
-            # a2 (test, spent 5) is a1's anonymous id: one person, spent 12
+            # a2 (test, spent 5) is a1's anonymous id: one person, spent 13
             [event("$identify", "a1", props={"$anon_distinct_id": "a2"}, ts=T0 + 40)],
             # b2, exposed to test, turns out to be b1 (control): excluded
             [_exposure("b2", "test", T0 + 60)],
@@ -127,9 +128,9 @@ def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> 
         return kept, again, read
 
     kept, recomputed, read = run(open_store, scenario)
-    assert kept == {"test": (1, 12.0, 144.0), "excluded": 1}
+    assert kept == {"test": (1, 13.0, 169.0), "excluded": 1}
     assert recomputed == kept
-    assert read == 8  # four exposures and four buys, the retried one stored once
+    assert read == 9  # four exposures and five buys, the retried ones stored once
 
 
 def test_draft_and_deleted_experiments_do_not_count(open_store: Callable[[], Store]) -> None:

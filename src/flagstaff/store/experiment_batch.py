@@ -163,6 +163,9 @@ class Running(msgspec.Struct, frozen=True):
     """The names of their exposure events."""
     metric_routes: dict[str, tuple[int, ...]]
     """Per metric event name, the experiments that read it."""
+    counted_only: frozenset[str]
+    """The metric event names no metric reads a property of (nor an exposure): such an event
+    is applied without decoding its properties."""
 
 
 class SpecCache:
@@ -187,8 +190,23 @@ class SpecCache:
         for spec in specs:
             for name in spec.rules_by_event:
                 routes.setdefault(name, []).append(spec.experiment_id)
+        counted_only = frozenset(
+            name
+            for name in routes
+            if name not in exposures
+            and not any(
+                rule.reads_properties(name)
+                for spec in specs
+                for rule in spec.rules_by_event.get(name, ())
+            )
+        )
         running = self._by_project[database, project_id] = Running(
-            version, specs, names, exposures, {k: tuple(v) for k, v in routes.items()}
+            version,
+            specs,
+            names,
+            exposures,
+            {k: tuple(v) for k, v in routes.items()},
+            counted_only,
         )
         return running
 
@@ -215,6 +233,8 @@ class BatchWork(msgspec.Struct):
     """Per experiment, the person uuids whose stored state is needed."""
     metric_names: Mapping[str, Any]
     """The names of the events some metric reads."""
+    counted_only: frozenset[str]
+    """See :attr:`Running.counted_only`."""
 
 
 def batch_work(
@@ -304,9 +324,12 @@ def batch_work(
         merges,
         wanted,
         routes,
+        running.counted_only,
     )
 
 
+_NO_PROPERTIES: dict[str, Any] = {}
+"""The properties of an event only counted (never changed: the accumulator only reads them)."""
 _DISTINCT_ID = operator.attrgetter("distinct_id")
 _NAME = operator.attrgetter("event")
 _UUID = operator.attrgetter("uuid")
@@ -335,6 +358,7 @@ def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState
         for i in compress(range(len(sources)), map(exposed.__contains__, distinct_ids))
         if i not in exposures
     ]
+    counted_only = work.counted_only
     for i in measured:
         source = sources[i]
         events[i] = ExperimentEvent(
@@ -342,7 +366,7 @@ def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState
             source.distinct_id,
             source.event,
             source.timestamp_ms,
-            _properties(source),
+            _NO_PROPERTIES if source.event in counted_only else _properties(source),
         )
     if not measured:
         return work.exposure_indexes

@@ -1,7 +1,7 @@
 """Experiments on PostgreSQL: aggregates kept current by ingestion, and recompute.
 
 :func:`update` runs in the ingest transaction after the persons are locked and written and
-before the events are inserted, so the aggregates commit with the events or not at all. Person
+the events inserted, so the aggregates commit with the events or not at all. Person
 states are locked (``FOR UPDATE``) before they are read; each process adds its increments to
 its own totals row (:data:`LANE`), so nodes never wait on each other's totals. A batch of a
 project without running experiments costs one indexed read of its definitions version.
@@ -60,10 +60,11 @@ _READ = (
 )
 """In one round trip: the definitions version and the database, the persons' states (locked)
 and this lane's totals rows (locked), as rows ``(kind, number, text, bytes)``."""
-_STORED = (
+_STORED_BEFORE = (
     "SELECT e.uuid::text FROM events e JOIN unnest($2::uuid[]) AS x(u) "
-    "ON e.project_id = $1 AND e.uuid = x.u"
+    "ON e.project_id = $1 AND e.uuid = x.u WHERE e.xmin <> pg_current_xact_id()::xid"
 )
+"""Which of these events were stored before this transaction (a retried request's)."""
 _WRITE = (
     "WITH states AS (INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
     "SELECT e, u, s FROM unnest($1::bigint[], $2::uuid[], $3::bytea[]) AS x(e, u, s) "
@@ -88,7 +89,7 @@ _UPSERT_TOTALS = (
     "ON CONFLICT (experiment_id, lane) "
     "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals"
 )
-_NOTHING = Running(0, [], frozenset(), frozenset(), {})
+_NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset())
 _latest: dict[int, tuple[str, Running]] = {}
 """Per project, the database and running experiments of its last batch in this process: the
 guess the read is made with (checked by the read itself)."""
@@ -113,9 +114,11 @@ async def update(
     project_id: int,
     book: person_rules.PersonBook,
     kept: list[Event],
+    all_stored: bool,
 ) -> None:
-    """Update the running experiments' aggregates for one batch (in its transaction): a fixed
-    number of statements whatever the number of experiments and persons involved, one
+    """Update the running experiments' aggregates for one batch, in its transaction, once its
+    events are inserted (``all_stored``: none was a retry, so no uuid needs looking up): a
+    fixed number of statements whatever the number of experiments and persons involved, one
     statement when the batch changes nothing, three at most.
 
     The read is made with the project's running experiments as this process last saw them;
@@ -159,8 +162,10 @@ async def update(
         else:
             stored[eid] = (text, data)
     selected = select_events(work, loaded)
-    uuids = retry_candidates(work, selected)
-    duplicates = {r[0] for r in await conn.fetch(_STORED, project_id, uuids)} if uuids else set()
+    uuids = [] if all_stored else retry_candidates(work, selected)
+    duplicates = (
+        {r[0] for r in await conn.fetch(_STORED_BEFORE, project_id, uuids)} if uuids else set()
+    )
     changes = sorted(apply_work(work, loaded, selected, duplicates), key=lambda c: c.experiment_id)
     if not changes:
         return

@@ -1,8 +1,9 @@
 """Experiments on SQLite: aggregates kept current by ingestion, experiment rows, recompute.
 
 :func:`capture` is called when a batch is planned (it only keeps references: the persons as
-the rules left them and the kept events); :func:`write` runs in the batch's transaction, before
-its events are inserted, so the aggregates commit with the events or not at all. A batch of a
+the rules left them and the kept events); in the batch's transaction :func:`prepare` runs before
+its events are inserted and :func:`write` after (knowing whether any was a retry), so the
+aggregates commit with the events or not at all. A batch of a
 project without running experiments costs one indexed read of its definitions version.
 """
 
@@ -24,6 +25,7 @@ from flagstaff.experiments.exposure import (
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Event
 from flagstaff.store.experiment_batch import (
+    BatchWork,
     Running,
     SpecCache,
     add_increment,
@@ -88,26 +90,54 @@ def running(conn: sqlite3.Connection, project_id: int) -> tuple[str, Running]:
     return database, cached
 
 
-def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
-    """Update the running experiments' aggregates for one planned batch (in its transaction)."""
+class Prepared(msgspec.Struct):
+    """A batch's experiment work, read before its events are inserted."""
+
+    project_id: int
+    version: int
+    database: str
+    work: BatchWork
+    memory: ExperimentMemory | None
+    mark: int
+    """The largest event ``seq`` before the batch's events went in."""
+
+
+def prepare(conn: sqlite3.Connection, pending: Pending | None) -> Prepared | None:
+    """Before the batch's events are inserted: its work for the running experiments, if any."""
     if pending is None:
-        return
+        return None
     database, current = running(conn, pending.project_id)
     if not current.specs:
-        return
+        return None
     work = batch_work(
         current, pending.project_id, pending.by_distinct_id, pending.ops, pending.kept
     )
     if work is None:
+        return None
+    mark = int(conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+    return Prepared(pending.project_id, current.version, database, work, pending.memory, mark)
+
+
+def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool) -> None:
+    """Update the running experiments' aggregates for one batch, in its transaction, once its
+    events are inserted (``all_stored``: none was a retry, so no uuid needs looking up)."""
+    if prepared is None:
         return
+    work = prepared.work
     memory = (
         None
-        if pending.memory is None
-        else pending.memory.entries(database, pending.project_id, current.version)
+        if prepared.memory is None
+        else prepared.memory.entries(prepared.database, prepared.project_id, prepared.version)
     )
     loaded = {eid: _persons(conn, eid, uuids, memory) for eid, uuids in work.wanted.items()}
     selected = select_events(work, loaded)
-    duplicates = _stored(conn, pending.project_id, retry_candidates(work, selected))
+    duplicates = (
+        set()
+        if all_stored
+        else _stored_before(
+            conn, prepared.project_id, retry_candidates(work, selected), prepared.mark
+        )
+    )
     merged = {source for source, _ in work.merges}
     for change in apply_work(work, loaded, selected, duplicates):
         eid = change.experiment_id
@@ -186,16 +216,19 @@ def _delete(conn: sqlite3.Connection, experiment_id: int, uuids: list[str]) -> N
     )
 
 
-def _stored(conn: sqlite3.Connection, project_id: int, uuids: list[str]) -> set[str]:
-    """Which of these event uuids are stored already (a retried request's events)."""
+def _stored_before(
+    conn: sqlite3.Connection, project_id: int, uuids: list[str], mark: int
+) -> set[str]:
+    """Which of these event uuids were stored before the batch (``seq`` up to ``mark``): a
+    retried request's events."""
     found: set[str] = set()
     for chunk in _chunks(sorted(set(uuids))):
         marks = ",".join("?" * len(chunk))
         found.update(
             uuid
             for (uuid,) in conn.execute(
-                f"SELECT uuid FROM events WHERE project_id = ? AND uuid IN ({marks})",
-                (project_id, *chunk),
+                f"SELECT uuid FROM events WHERE project_id = ? AND uuid IN ({marks}) AND seq <= ?",
+                (project_id, *chunk, mark),
             )
         )
     return found
