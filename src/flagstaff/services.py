@@ -9,9 +9,11 @@ from typing import Any
 
 import msgspec
 
+from flagstaff import logs
 from flagstaff.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.changes import ChangeCounter
 from flagstaff.config import Settings
+from flagstaff.experiments.warm import warm_results
 from flagstaff.geoip import GeoIP, open_geoip
 from flagstaff.jobs import scheduled_changes_loop
 from flagstaff.metrics import Metrics, MetricsFiles
@@ -57,6 +59,7 @@ class Services:
         self._metrics_write: asyncio.Future[None] | None = None
         self._jobs: asyncio.Task[Any] | None = None
         self._webhooks: asyncio.Task[Any] | None = None
+        self._warm: asyncio.Task[Any] | None = None
 
     def geoip_lookup(self, ip: str) -> dict[str, Any]:
         if self.geoip is None:
@@ -73,6 +76,16 @@ class Services:
         self._webhooks = asyncio.create_task(
             deliveries_loop(self.store, self.settings.retry_delays_s)
         )
+        self._warm = asyncio.create_task(self._warm_experiments())
+
+    async def _warm_experiments(self) -> None:
+        """If the server has experiments, import the results module in a thread now, so that
+        the worker's first results request does not wait for it (nor the event loop)."""
+        try:
+            if await self.store.has_experiments():
+                warm_results()
+        except Exception:
+            logs.logger.warning("could not check for experiments", exc_info=True)
 
     def _changed_elsewhere(self, project_id: int | None) -> None:
         """Another node changed definitions (or the listener reconnected and may have missed
@@ -80,7 +93,7 @@ class Services:
         self.changes.bump()
 
     async def stop(self) -> None:
-        for job in (self._jobs, self._webhooks):
+        for job in (self._jobs, self._webhooks, self._warm):
             if job is not None:
                 job.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -5,6 +5,7 @@ aggregates kept at ingestion equal a recompute from the stored events."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,8 +14,11 @@ import pytest
 
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals
 from flagstaff.experiments.model import experiment_flag, parse_experiment
-from flagstaff.store.base import Store
+from flagstaff.ingest.model import Drop, Event
+from flagstaff.store.base import IngestResult, Store
 from flagstaff.store.postgres.store import PostgresStore
+from flagstaff.store.sqlite.ingest import apply_ingest
+from flagstaff.store.sqlite.person_cache import PersonCache
 from flagstaff.store.sqlite.store import SQLiteStore
 from tests import pg
 from tests.events import T0, event
@@ -23,10 +27,28 @@ T = TypeVar("T")
 START = "2023-01-01T00:00:00Z"  # before tests.events.T0
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+class WriterCacheStore(SQLiteStore):
+    """Ingests as the ingest writer process does: persons and exposed persons' experiment
+    states kept in memory between batches (``PersonCache``)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.cache = PersonCache()
+
+    async def ingest(self, project_id: int, events: list[Event], drops: list[Drop]) -> IngestResult:
+        now_ms = int(time.time() * 1000)
+        cache = self.cache
+        return await self._writer.submit(
+            lambda conn: apply_ingest(conn, project_id, events, drops, now_ms, cache)
+        )
+
+
+@pytest.fixture(params=["sqlite", "sqlite-writer-cache", "postgres"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
     if request.param == "sqlite":
         yield lambda: SQLiteStore(tmp_path / "db.sqlite3")
+    elif request.param == "sqlite-writer-cache":
+        yield lambda: WriterCacheStore(tmp_path / "db.sqlite3")
     else:
         url = pg.new_database()
         yield lambda: PostgresStore(url)
@@ -82,13 +104,15 @@ def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> 
         record = await store.create_experiment(pid, definition, experiment_flag(definition))
         fingerprint = ExperimentSpec(record.id, definition).fingerprint
         retried = event("buy", "a1", props={"amount": 4}, ts=T0 + 50)
+        exposed = _exposure("a1", "test", T0)
         batches = [
             # a1 and b1 exposed to different variants, then a2 exposed before its identify
-            [_exposure("a1", "test", T0), _exposure("b1", "control", T0)],
+            [exposed, _exposure("b1", "control", T0)],
             [event("buy", "a1", props={"amount": 3}, ts=T0 + 10), retried],
-            [retried],  # a retry of the same uuid counts once
+            # retries of the same uuids count once, beside a new buy that counts
+            [retried, exposed, event("buy", "a1", props={"amount": 1}, ts=T0 + 55)],
             [_exposure("a2", "test", T0 + 20), event("buy", "a2", props={"amount": 5}, ts=T0 + 30)],
-            # a2 (test, spent 5) is a1's anonymous id: one person, spent 12
+            # a2 (test, spent 5) is a1's anonymous id: one person, spent 13
             [event("$identify", "a1", props={"$anon_distinct_id": "a2"}, ts=T0 + 40)],
             # b2, exposed to test, turns out to be b1 (control): excluded
             [_exposure("b2", "test", T0 + 60)],
@@ -104,9 +128,9 @@ def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> 
         return kept, again, read
 
     kept, recomputed, read = run(open_store, scenario)
-    assert kept == {"test": (1, 12.0, 144.0), "excluded": 1}
+    assert kept == {"test": (1, 13.0, 169.0), "excluded": 1}
     assert recomputed == kept
-    assert read == 8  # four exposures and four buys, the retried one stored once
+    assert read == 9  # four exposures and five buys, the retried ones stored once
 
 
 def test_draft_and_deleted_experiments_do_not_count(open_store: Callable[[], Store]) -> None:
@@ -132,3 +156,59 @@ def test_draft_and_deleted_experiments_do_not_count(open_store: Callable[[], Sto
     counted, after_delete = run(open_store, scenario)
     assert counted == 10  # nothing while a draft; the launch counted the stored exposure
     assert after_delete == 1
+
+
+def test_two_stores_in_one_process_keep_their_own_experiments(
+    open_store: Callable[[], Store], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Same project id, experiment id and definitions version in two databases: each counts
+    its own experiment (the compiled specs are cached per database, not only per project)."""
+    other_url = pg.new_database() if "postgres" in request.node.name else None
+
+    def open_other() -> Store:
+        if other_url is not None:
+            return PostgresStore(other_url)
+        return SQLiteStore(tmp_path / "other.sqlite3")
+
+    async def scenario() -> list[int]:
+        stores = [open_store(), open_other()]
+        exposed = []
+        for store in stores:
+            await store.open()
+        try:
+            records = []
+            for store, key in zip(stores, ["exp-a", "exp-b"], strict=True):
+                project = await store.create_project("p")
+                definition = _definition(key)
+                record = await store.create_experiment(
+                    project.id, definition, experiment_flag(definition)
+                )
+                records.append((project.id, record.id, definition))
+            assert records[0][:2] == records[1][:2]
+            for store, (pid, _, _), key in zip(stores, records, ["exp-a", "exp-b"], strict=True):
+                props = {"$feature_flag": key, "$feature_flag_response": "test"}
+                await store.ingest(pid, [event("$feature_flag_called", "u", props=props)], [])
+            for store, (_, eid, definition) in zip(stores, records, strict=True):
+                fingerprint = ExperimentSpec(eid, definition).fingerprint
+                totals = await store.experiment_totals(eid, fingerprint)
+                exposed.append(sum(v.exposed for v in totals.variants.values()))
+        finally:
+            for store in stores:
+                await store.close()
+        return exposed
+
+    assert asyncio.run(scenario()) == [1, 1]
+
+
+def test_has_experiments_tells_whether_any_is_not_deleted(open_store: Callable[[], Store]) -> None:
+    async def scenario(store: Store) -> list[bool]:
+        seen = [await store.has_experiments()]
+        project = await store.create_project("p")
+        definition = _definition("exp")
+        record = await store.create_experiment(project.id, definition, experiment_flag(definition))
+        seen.append(await store.has_experiments())
+        await store.update_experiment(project.id, record.id, definition, deleted=True)
+        seen.append(await store.has_experiments())
+        return seen
+
+    assert run(open_store, scenario) == [False, True, False]

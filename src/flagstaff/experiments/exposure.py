@@ -266,6 +266,16 @@ class _Rule:
             return {event for event, _ in self.steps}
         return {source.event for source in self.sources}
 
+    def reads_properties(self, event: str) -> bool:
+        """Whether an ``event`` needs its properties here (a filter, or a value to sum or
+        average); a plain count or an unfiltered funnel step does not."""
+        if self.steps:
+            return any(name == event and matcher is not None for name, matcher in self.steps)
+        return any(
+            source.event == event and (source.matcher is not None or source.math != "total")
+            for source in self.sources
+        )
+
     def update(self, slots: list[float], event: str, properties: dict[str, Any]) -> Change | None:
         """Apply one event to the person's slots: (contribution before, after), or None when
         the event changes nothing (the common case, checked before any arithmetic)."""

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -30,6 +28,7 @@ from flagstaff.experiments.model import (
     parse_experiment,
     parse_holdout,
 )
+from flagstaff.experiments.warm import RESULTS_MODULE, warm_results
 from flagstaff.http import admin_models
 from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord, with_holdout
@@ -117,7 +116,7 @@ def _checked_flag(flag: dict[str, Any], current: dict[str, Any] | None) -> dict[
 async def list_experiments(ctx: AdminContext, request: Request) -> Any:
     from flagstaff.http.admin import _int_param, _paginated
 
-    _warm_results()
+    warm_results()
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
     page = await ctx.store.list_experiments(ctx.project_id, limit, offset)
@@ -126,7 +125,7 @@ async def list_experiments(ctx: AdminContext, request: Request) -> Any:
 
 
 async def create_experiment(ctx: AdminContext, request: Request) -> Any:
-    _warm_results()
+    warm_results()
     try:
         definition = parse_experiment(await _body(request))
     except ExperimentInvalid as error:
@@ -158,7 +157,7 @@ async def _existing(ctx: AdminContext, request: Request) -> ExperimentRecord:
 
 
 async def get_experiment(ctx: AdminContext, request: Request) -> Any:
-    _warm_results()
+    warm_results()
     return await experiment_json(ctx, await _existing(ctx, request))
 
 
@@ -232,22 +231,10 @@ async def delete_experiment(ctx: AdminContext, request: Request) -> Any:
     return 204, None
 
 
-_RESULTS_MODULE = "flagstaff.experiments.results"
-
-
-def _warm_results() -> None:
-    """Import the results module (scipy: about a second) in a thread, once a worker serves an
-    experiments route, so that the first results request does not pay for it."""
-    if _RESULTS_MODULE not in sys.modules:
-        threading.Thread(
-            target=importlib.import_module, args=(_RESULTS_MODULE,), daemon=True
-        ).start()
-
-
 async def experiment_results(ctx: AdminContext, request: Request) -> Any:
     record = await _existing(ctx, request)
     # off the event loop: other requests go on while a cold worker imports scipy
-    results_module = await asyncio.to_thread(importlib.import_module, _RESULTS_MODULE)
+    results_module = await asyncio.to_thread(importlib.import_module, RESULTS_MODULE)
     build_results, to_json = results_module.build_results, results_module.to_json
     spec = ExperimentSpec(record.id, record.definition)
     totals = await ctx.store.experiment_totals(record.id, spec.fingerprint)

@@ -493,6 +493,10 @@ class Store(Protocol):
     # experiments: definitions, holdouts, and the aggregates ingestion keeps current
     # (store.experiment_batch); every write bumps the definitions version
     async def list_experiments(self, project_id: int, limit: int, offset: int) -> Page: ...
+    async def has_experiments(self) -> bool:
+        """Whether any project has an experiment (not deleted)."""
+        ...
+
     async def get_experiment(
         self, project_id: int, experiment_id: int
     ) -> ExperimentRecord | None: ...

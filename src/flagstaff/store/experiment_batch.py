@@ -14,7 +14,9 @@ time order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import operator
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 import msgspec
@@ -161,28 +163,50 @@ class Running(msgspec.Struct, frozen=True):
     """The names of their exposure events."""
     metric_routes: dict[str, tuple[int, ...]]
     """Per metric event name, the experiments that read it."""
+    counted_only: frozenset[str]
+    """The metric event names no metric reads a property of (nor an exposure): such an event
+    is applied without decoding its properties."""
 
 
 class SpecCache:
-    """The running experiments per project, for the definitions version they were read at; one
-    per process. Compiling happens once per version, not per batch."""
+    """The running experiments per database and project, for the definitions version they were
+    read at; one per process. Compiling happens once per version, not per batch. The database
+    is part of the key: two stores of one process (tests) can have the same project ids and
+    versions with different experiments."""
 
     def __init__(self) -> None:
-        self._by_project: dict[int, Running] = {}
+        self._by_project: dict[tuple[Hashable, int], Running] = {}
 
-    def get(self, project_id: int, version: int) -> Running | None:
-        cached = self._by_project.get(project_id)
+    def get(self, database: Hashable, project_id: int, version: int) -> Running | None:
+        cached = self._by_project.get((database, project_id))
         return cached if cached is not None and cached.version == version else None
 
-    def put(self, project_id: int, version: int, specs: list[ExperimentSpec]) -> Running:
+    def put(
+        self, database: Hashable, project_id: int, version: int, specs: list[ExperimentSpec]
+    ) -> Running:
         names = frozenset(name for spec in specs for name in spec_events(spec))
         exposures = frozenset(spec.exposure_event for spec in specs)
         routes: dict[str, list[int]] = {}
         for spec in specs:
             for name in spec.rules_by_event:
                 routes.setdefault(name, []).append(spec.experiment_id)
-        running = self._by_project[project_id] = Running(
-            version, specs, names, exposures, {k: tuple(v) for k, v in routes.items()}
+        counted_only = frozenset(
+            name
+            for name in routes
+            if name not in exposures
+            and not any(
+                rule.reads_properties(name)
+                for spec in specs
+                for rule in spec.rules_by_event.get(name, ())
+            )
+        )
+        running = self._by_project[database, project_id] = Running(
+            version,
+            specs,
+            names,
+            exposures,
+            {k: tuple(v) for k, v in routes.items()},
+            counted_only,
         )
         return running
 
@@ -191,14 +215,26 @@ class BatchWork(msgspec.Struct):
     """What a batch does to the running experiments, before the stored persons are loaded."""
 
     accumulator: ExperimentAccumulator
-    events: list[ExperimentEvent]
+    events: list[ExperimentEvent | None]
+    """Per concerned event: the exposures decoded; metric events are None until
+    :func:`select_events` finds their person exposed."""
     sources: list[Event]
     """The stored events behind ``events``, in the same order (uuids, properties)."""
+    distinct_ids: list[str]
+    """The sources' distinct ids, in the same order."""
+    exposure_indexes: list[int]
+    metric_indexes: list[int]
+    """The positions of the metric events (concerning a running experiment, not exposures)."""
+    persons: dict[str, str]
+    """Every concerned distinct id's person uuid, as the batch leaves it."""
     merges: list[tuple[str, str]]
     """(source, target) person uuids merged by the batch, in order."""
     wanted: dict[int, set[str]]
     """Per experiment, the person uuids whose stored state is needed."""
-    exposure_names: frozenset[str]
+    metric_names: Mapping[str, Any]
+    """The names of the events some metric reads."""
+    counted_only: frozenset[str]
+    """See :attr:`Running.counted_only`."""
 
 
 def batch_work(
@@ -212,8 +248,9 @@ def batch_work(
     batch leaves them (merges applied); None when there is nothing to do.
 
     A batch whose events concern no running experiment costs a set look-up per event. Only
-    exposure events are decoded here; a metric event's properties are decoded by
-    :func:`select_events`, and only when its person turns out to be exposed.
+    exposure events are decoded here; a metric event's distinct id is resolved to its person
+    (once per distinct id), and the event is decoded by :func:`select_events` only when its
+    person turns out to be exposed.
     """
     names = running.names
     merges = [
@@ -222,44 +259,80 @@ def batch_work(
     concerned = [event for event in kept if event.event in names]
     if not concerned and not merges:
         return None
+    # per-event work in C loops (map, set): a metric on an event every visitor sends
+    # concerns every event of the batch
+    distinct_ids = list(map(_DISTINCT_ID, concerned))
+    event_names = list(map(_NAME, concerned))
     exposure_names = running.exposure_names
-    accumulator = ExperimentAccumulator(running.specs)
-    events: list[ExperimentEvent] = []
-    exposures: list[ExperimentEvent] = []
-    by_name: dict[str, set[str]] = {}
-    for event in concerned:
-        state = by_distinct_id.get(event.distinct_id)
-        person = (
-            state.uuid
-            if state is not None
-            else person_rules.person_uuid(project_id, event.distinct_id)
-        )
-        name = event.event
-        if name in exposure_names:
-            row = ExperimentEvent(
-                person, event.distinct_id, name, event.timestamp_ms, _properties(event)
+    exposing = list(map(exposure_names.__contains__, event_names))
+    positions = range(len(concerned))
+    exposure_indexes = list(compress(positions, exposing))
+    metric_indexes = list(compress(positions, map(operator.not_, exposing)))
+    unique = list(set(distinct_ids))
+    states = list(map(by_distinct_id.get, unique))
+    if None in states:
+        persons = {
+            distinct_id: (
+                state.uuid
+                if state is not None
+                else person_rules.person_uuid(project_id, distinct_id)
             )
-            exposures.append(row)
-        else:
-            row = ExperimentEvent(person, event.distinct_id, name, event.timestamp_ms, _UNDECODED)
-            persons = by_name.get(name)
-            if persons is None:
-                persons = by_name[name] = set()
-            persons.add(person)
-        events.append(row)
+            for distinct_id, state in zip(unique, states, strict=True)
+        }
+    else:
+        persons = dict(zip(unique, map(_UUID, states), strict=True))
+    events: list[ExperimentEvent | None] = [None] * len(concerned)
+    exposures: list[ExperimentEvent] = []
+    for i in exposure_indexes:
+        event = concerned[i]
+        row = events[i] = ExperimentEvent(
+            persons[event.distinct_id],
+            event.distinct_id,
+            event.event,
+            event.timestamp_ms,
+            _properties(event),
+        )
+        exposures.append(row)
+    accumulator = ExperimentAccumulator(running.specs)
     wanted = accumulator.relevant_persons(exposures)  # also routes their metric side
     routes = running.metric_routes
-    for name, persons in by_name.items():
-        for experiment_id in routes.get(name, ()):
-            wanted.setdefault(experiment_id, set()).update(persons)
+    by_name: dict[str, set[str]] = {}
+    for i in metric_indexes:
+        name = event_names[i]
+        named = by_name.get(name)
+        if named is None:
+            named = by_name[name] = set()
+        named.add(distinct_ids[i])
+    for name, ids in by_name.items():
+        experiments = routes.get(name, ())
+        if experiments:
+            named = set(map(persons.__getitem__, ids))
+            for experiment_id in experiments:
+                wanted.setdefault(experiment_id, set()).update(named)
     if merges:
         sides = {uuid for pair in merges for uuid in pair}
         for spec in running.specs:
             wanted.setdefault(spec.experiment_id, set()).update(sides)
-    return BatchWork(accumulator, events, concerned, merges, wanted, exposure_names)
+    return BatchWork(
+        accumulator,
+        events,
+        concerned,
+        distinct_ids,
+        exposure_indexes,
+        metric_indexes,
+        persons,
+        merges,
+        wanted,
+        routes,
+        running.counted_only,
+    )
 
 
-_UNDECODED: dict[str, Any] = {}
+_NO_PROPERTIES: dict[str, Any] = {}
+"""The properties of an event only counted (never changed: the accumulator only reads them)."""
+_DISTINCT_ID = operator.attrgetter("distinct_id")
+_NAME = operator.attrgetter("event")
+_UUID = operator.attrgetter("uuid")
 
 
 def _properties(event: Event) -> dict[str, Any]:
@@ -270,22 +343,44 @@ def _properties(event: Event) -> dict[str, Any]:
 def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState]]) -> list[int]:
     """Which of the work's events can change anything: exposures, and metric events of persons
     exposed before (a loaded state) or in this batch (decoded now). By position."""
-    exposure_names = work.exposure_names
     known: set[str] = {target for _, target in work.merges}
-    for persons in loaded.values():
-        known.update(persons)
-    out: list[int] = []
+    for states in loaded.values():
+        known.update(states)
     events = work.events
-    for event in events:
-        if event.event in exposure_names:
-            known.add(event.person_id)
-    for index, event in enumerate(events):
-        if event.event in exposure_names:
-            out.append(index)
-        elif event.person_id in known:
-            event.properties = _properties(work.sources[index])
-            out.append(index)
-    return out
+    sources = work.sources
+    persons = work.persons
+    distinct_ids = work.distinct_ids
+    known.update(persons[distinct_ids[i]] for i in work.exposure_indexes)
+    exposed = set(compress(persons, map(known.__contains__, persons.values())))
+    exposures = set(work.exposure_indexes)
+    measured = [
+        i
+        for i in compress(range(len(sources)), map(exposed.__contains__, distinct_ids))
+        if i not in exposures
+    ]
+    counted_only = work.counted_only
+    for i in measured:
+        source = sources[i]
+        events[i] = ExperimentEvent(
+            persons[source.distinct_id],
+            source.distinct_id,
+            source.event,
+            source.timestamp_ms,
+            _NO_PROPERTIES if source.event in counted_only else _properties(source),
+        )
+    if not measured:
+        return work.exposure_indexes
+    return sorted(work.exposure_indexes + measured)
+
+
+def retry_candidates(work: BatchWork, selected: list[int]) -> list[str]:
+    """The uuids of the selected events that would count twice if already stored (a retried
+    request's): those some metric reads. An exposure alone changes nothing the second time
+    (the person's state already holds its variant and a time no later than its own), so its
+    uuid need not be looked up."""
+    sources = work.sources
+    metric_names = work.metric_names
+    return [sources[i].uuid for i in selected if sources[i].event in metric_names]
 
 
 def apply_work(
@@ -304,7 +399,11 @@ def apply_work(
     for source, target in work.merges:
         accumulator.merge_persons(source, target)
     sources = work.sources
-    events = [work.events[i] for i in selected if sources[i].uuid not in duplicates]
+    events = [
+        event
+        for i in selected
+        if sources[i].uuid not in duplicates and (event := work.events[i]) is not None
+    ]
     events.sort(key=lambda e: e.timestamp_ms)
     accumulator.add_many(events)
     return accumulator.drain()

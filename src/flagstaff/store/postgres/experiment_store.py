@@ -95,6 +95,11 @@ class ExperimentsMixin:
         )
         return Page(int(count), [experiment_record(r) for r in rows])
 
+    async def has_experiments(self) -> bool:
+        return bool(
+            await self.pool.fetchval("SELECT EXISTS (SELECT 1 FROM experiments WHERE NOT deleted)")
+        )
+
     async def get_experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None:
         try:
             return await _experiment_row(self.pool, project_id, experiment_id)

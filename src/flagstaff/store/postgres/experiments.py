@@ -1,7 +1,7 @@
 """Experiments on PostgreSQL: aggregates kept current by ingestion, and recompute.
 
 :func:`update` runs in the ingest transaction after the persons are locked and written and
-before the events are inserted, so the aggregates commit with the events or not at all. Person
+the events inserted, so the aggregates commit with the events or not at all. Person
 states are locked (``FOR UPDATE``) before they are read; each process adds its increments to
 its own totals row (:data:`LANE`), so nodes never wait on each other's totals. A batch of a
 project without running experiments costs one indexed read of its definitions version.
@@ -31,6 +31,7 @@ from flagstaff.store.experiment_batch import (
     decode_person,
     encode_person,
     encode_totals,
+    retry_candidates,
     running_specs,
     select_events,
     spec_events,
@@ -40,29 +41,47 @@ LANE = secrets.randbits(62)
 """This process's totals row of every experiment (reads add the rows of every lane)."""
 _specs = SpecCache()
 
-_VERSION = "SELECT version FROM definitions_version WHERE project_id = $1"
-_LOCK_STATES = (
-    "SELECT s.experiment_id, s.person_uuid::text, s.state FROM experiment_person_state s "
-    "JOIN unnest($1::bigint[], $2::uuid[]) AS x(e, u) "
+_DATABASE = (
+    "SELECT d.oid::text || ' ' || pg_postmaster_start_time()::text "
+    "FROM pg_database d WHERE d.datname = current_database()"
+)
+"""The database's identity: its oid in this server's run."""
+_READ = (
+    "WITH locked AS (SELECT s.experiment_id, s.person_uuid, s.state "
+    "FROM experiment_person_state s JOIN unnest($2::bigint[], $3::uuid[]) AS x(e, u) "
     "ON s.experiment_id = x.e AND s.person_uuid = x.u "
-    "ORDER BY s.experiment_id, s.person_uuid FOR UPDATE OF s"
+    "ORDER BY s.experiment_id, s.person_uuid FOR UPDATE OF s), "
+    "totals AS (SELECT experiment_id, fingerprint, totals FROM experiment_totals "
+    "WHERE experiment_id = ANY($4::bigint[]) AND lane = $5 ORDER BY experiment_id FOR UPDATE) "
+    "SELECT 0, (SELECT version FROM definitions_version WHERE project_id = $1), "
+    f"({_DATABASE}), NULL::bytea "
+    "UNION ALL SELECT 1, experiment_id, person_uuid::text, state FROM locked "
+    "UNION ALL SELECT 2, experiment_id, fingerprint, totals FROM totals"
 )
-_STORED = (
+"""In one round trip: the definitions version and the database, the persons' states (locked)
+and this lane's totals rows (locked), as rows ``(kind, number, text, bytes)``."""
+_STORED_BEFORE = (
     "SELECT e.uuid::text FROM events e JOIN unnest($2::uuid[]) AS x(u) "
-    "ON e.project_id = $1 AND e.uuid = x.u"
+    "ON e.project_id = $1 AND e.uuid = x.u WHERE e.xmin <> pg_current_xact_id()::xid"
 )
+"""Which of these events were stored before this transaction (a retried request's)."""
+_WRITE = (
+    "WITH states AS (INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
+    "SELECT e, u, s FROM unnest($1::bigint[], $2::uuid[], $3::bytea[]) AS x(e, u, s) "
+    "ON CONFLICT (experiment_id, person_uuid) DO UPDATE SET state = excluded.state), "
+    "gone AS (DELETE FROM experiment_person_state s "
+    "USING unnest($4::bigint[], $5::uuid[]) AS x(e, u) "
+    "WHERE s.experiment_id = x.e AND s.person_uuid = x.u) "
+    "INSERT INTO experiment_totals (experiment_id, lane, fingerprint, totals) "
+    "SELECT e, $6, f, t FROM unnest($7::bigint[], $8::text[], $9::bytea[]) AS x(e, f, t) "
+    "ON CONFLICT (experiment_id, lane) "
+    "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals"
+)
+"""The batch's writes in one statement: persons changed, persons merged away, totals."""
 _UPSERT_STATES = (
     "INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
     "SELECT e, u, s FROM unnest($1::bigint[], $2::uuid[], $3::bytea[]) AS x(e, u, s) "
     "ON CONFLICT (experiment_id, person_uuid) DO UPDATE SET state = excluded.state"
-)
-_DELETE_STATES = (
-    "DELETE FROM experiment_person_state s USING unnest($1::bigint[], $2::uuid[]) AS x(e, u) "
-    "WHERE s.experiment_id = x.e AND s.person_uuid = x.u"
-)
-_LOCK_TOTALS = (
-    "SELECT experiment_id, fingerprint, totals FROM experiment_totals "
-    "WHERE experiment_id = ANY($1::bigint[]) AND lane = $2 ORDER BY experiment_id FOR UPDATE"
 )
 _UPSERT_TOTALS = (
     "INSERT INTO experiment_totals (experiment_id, lane, fingerprint, totals) "
@@ -70,18 +89,23 @@ _UPSERT_TOTALS = (
     "ON CONFLICT (experiment_id, lane) "
     "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals"
 )
+_NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset())
+_latest: dict[int, tuple[str, Running]] = {}
+"""Per project, the database and running experiments of its last batch in this process: the
+guess the read is made with (checked by the read itself)."""
 
 
-async def running(conn: asyncpg.Connection, project_id: int) -> Running:
-    """The project's running experiments as of this transaction."""
-    version = int(await conn.fetchval(_VERSION, project_id) or 0)
-    cached = _specs.get(project_id, version)
+async def _specs_at(
+    conn: asyncpg.Connection, database: str, project_id: int, version: int
+) -> Running:
+    cached = _specs.get(database, project_id, version)
     if cached is None:
         rows = await conn.fetch(
             "SELECT id, definition FROM experiments WHERE project_id = $1 AND NOT deleted",
             project_id,
         )
-        cached = _specs.put(project_id, version, running_specs(rows))
+        cached = _specs.put(database, project_id, version, running_specs(rows))
+    _latest[project_id] = (database, cached)
     return cached
 
 
@@ -90,26 +114,58 @@ async def update(
     project_id: int,
     book: person_rules.PersonBook,
     kept: list[Event],
+    all_stored: bool,
 ) -> None:
-    """Update the running experiments' aggregates for one batch (in its transaction): a fixed
-    number of statements whatever the number of experiments and persons involved."""
-    current = await running(conn, project_id)
-    if not current.specs:
-        return
-    work = batch_work(current, project_id, book.by_distinct_id, book.ops, kept)
+    """Update the running experiments' aggregates for one batch, in its transaction, once its
+    events are inserted (``all_stored``: none was a retry, so no uuid needs looking up): a
+    fixed number of statements whatever the number of experiments and persons involved, one
+    statement when the batch changes nothing, three at most.
+
+    The read is made with the project's running experiments as this process last saw them;
+    it returns the definitions version, and when that moved on (or the guess was for another
+    database), it is made again with the current ones.
+    """
+    database, current = _latest.get(project_id, (None, _NOTHING))
+    while True:
+        work = (
+            batch_work(current, project_id, book.by_distinct_id, book.ops, kept)
+            if current.specs
+            else None
+        )
+        pairs = (
+            sorted((eid, uuid) for eid, uuids in work.wanted.items() for uuid in uuids)
+            if work is not None
+            else []
+        )
+        eids = [spec.experiment_id for spec in current.specs]
+        rows = await conn.fetch(
+            _READ,
+            project_id,
+            [eid for eid, _ in pairs],
+            [uuid for _, uuid in pairs],
+            eids,
+            LANE,
+        )
+        _, version, found_database, _ = rows[0]
+        version = int(version or 0)
+        if found_database == database and version == current.version:
+            break
+        database = found_database
+        current = await _specs_at(conn, database, project_id, version)
     if work is None:
         return
-    pairs = sorted((eid, uuid) for eid, uuids in work.wanted.items() for uuid in uuids)
     loaded: dict[int, dict[str, PersonState]] = {eid: {} for eid in work.wanted}
-    if pairs:
-        rows = await conn.fetch(
-            _LOCK_STATES, [eid for eid, _ in pairs], [uuid for _, uuid in pairs]
-        )
-        for eid, uuid, state in rows:
-            loaded[eid][uuid] = decode_person(state)
+    stored: dict[int, tuple[str, bytes]] = {}
+    for kind, eid, text, data in rows[1:]:
+        if kind == 1:
+            loaded[eid][text] = decode_person(data)
+        else:
+            stored[eid] = (text, data)
     selected = select_events(work, loaded)
-    uuids = [work.sources[i].uuid for i in selected]
-    duplicates = {r[0] for r in await conn.fetch(_STORED, project_id, uuids)} if uuids else set()
+    uuids = [] if all_stored else retry_candidates(work, selected)
+    duplicates = (
+        {r[0] for r in await conn.fetch(_STORED_BEFORE, project_id, uuids)} if uuids else set()
+    )
     changes = sorted(apply_work(work, loaded, selected, duplicates), key=lambda c: c.experiment_id)
     if not changes:
         return
@@ -118,19 +174,13 @@ async def update(
         for change in changes
         for uuid, state in change.persons.items()
     ]
-    if upserts:
-        await conn.execute(_UPSERT_STATES, *map(list, zip(*upserts, strict=True)))
     merged = {source for source, _ in work.merges}
     gone = [
         (change.experiment_id, uuid)
         for change in changes
-        for uuid in work.wanted.get(change.experiment_id, ())
-        if uuid in merged and uuid not in change.persons
+        for uuid in merged
+        if uuid in work.wanted.get(change.experiment_id, ()) and uuid not in change.persons
     ]
-    if gone:
-        await conn.execute(_DELETE_STATES, *map(list, zip(*gone, strict=True)))
-    eids = [change.experiment_id for change in changes]
-    stored = {eid: (fp, totals) for eid, fp, totals in await conn.fetch(_LOCK_TOTALS, eids, LANE)}
     fingerprints: list[str] = []
     totals: list[bytes] = []
     for change in changes:
@@ -139,7 +189,18 @@ async def update(
         before = row[1] if row is not None and row[0] == fingerprint else None
         fingerprints.append(fingerprint)
         totals.append(add_increment(before, change))
-    await conn.execute(_UPSERT_TOTALS, eids, LANE, fingerprints, totals)
+    await conn.execute(
+        _WRITE,
+        [eid for eid, _, _ in upserts],
+        [uuid for _, uuid, _ in upserts],
+        [state for _, _, state in upserts],
+        [eid for eid, _ in gone],
+        [uuid for _, uuid in gone],
+        LANE,
+        [change.experiment_id for change in changes],
+        fingerprints,
+        totals,
+    )
 
 
 async def recompute_experiment(

@@ -367,14 +367,16 @@ async def apply_ingest(
     await _write_persons(conn, project_id, book)
     if group_book is not None:
         await _write_groups(conn, project_id, group_book)
-    await experiments.update(conn, project_id, book, kept)
     stored = [0] * len(requests)
     found = survey_events(kept, book)
     if found:
         await count_survey_events(conn, project_id, found)
     if kept:
         stored = await _insert_events(conn, project_id, kept, kept_owner, len(requests))
-        await flag_usage.update(conn, project_id, kept, sum(stored) == len(kept))
+    all_stored = sum(stored) == len(kept)
+    await experiments.update(conn, project_id, book, kept, all_stored)
+    if kept:
+        await flag_usage.update(conn, project_id, kept, all_stored)
     all_drops = [d for ds in drops for d in ds]
     if all_drops or book.warnings:
         warnings = warnings_of(all_drops, book.warnings)

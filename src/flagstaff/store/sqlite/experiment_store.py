@@ -88,6 +88,12 @@ class ExperimentsMixin:
         ).fetchall()
         return Page(count, [experiment_record(r) for r in rows])
 
+    async def has_experiments(self) -> bool:
+        return (
+            self.db.execute("SELECT 1 FROM experiments WHERE deleted = 0 LIMIT 1").fetchone()
+            is not None
+        )
+
     async def get_experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None:
         try:
             return _experiment_row(self.db, project_id, experiment_id)
@@ -173,7 +179,9 @@ class ExperimentsMixin:
     async def recompute_experiment(self, project_id: int, experiment_id: int) -> int:
         def write(conn: sqlite3.Connection) -> int:
             record = _experiment_row(conn, project_id, experiment_id)
-            return recompute_experiment(conn, project_id, spec_of(record))
+            read = recompute_experiment(conn, project_id, spec_of(record))
+            _bump(conn, project_id)  # the ingest writer's remembered states are stale
+            return read
 
         return await self._writer.submit(write)
 

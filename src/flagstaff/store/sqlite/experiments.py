@@ -1,8 +1,9 @@
 """Experiments on SQLite: aggregates kept current by ingestion, experiment rows, recompute.
 
 :func:`capture` is called when a batch is planned (it only keeps references: the persons as
-the rules left them and the kept events); :func:`write` runs in the batch's transaction, before
-its events are inserted, so the aggregates commit with the events or not at all. A batch of a
+the rules left them and the kept events); in the batch's transaction :func:`prepare` runs before
+its events are inserted and :func:`write` after (knowing whether any was a retry), so the
+aggregates commit with the events or not at all. A batch of a
 project without running experiments costs one indexed read of its definitions version.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Mapping
+from itertools import compress
 from typing import Any
 
 import msgspec
@@ -23,6 +25,7 @@ from flagstaff.experiments.exposure import (
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Event
 from flagstaff.store.experiment_batch import (
+    BatchWork,
     Running,
     SpecCache,
     add_increment,
@@ -32,15 +35,24 @@ from flagstaff.store.experiment_batch import (
     encode_person,
     encode_totals,
     recompute,
+    retry_candidates,
     running_specs,
     select_events,
     spec_events,
 )
+from flagstaff.store.sqlite.experiment_memory import Entries, ExperimentMemory
 
 LANE = 0
 """SQLite has one writer: one totals row per experiment."""
 _CHUNK = 400
 _specs = SpecCache()
+
+
+_VERSION = (
+    "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
+    "(SELECT version FROM definitions_version WHERE project_id = ?)"
+)
+"""The database (its file) and the project's definitions version, in one statement."""
 
 
 class Pending(msgspec.Struct):
@@ -50,43 +62,83 @@ class Pending(msgspec.Struct):
     by_distinct_id: Mapping[str, person_rules.PersonState]
     ops: list[person_rules.PersonOp]
     kept: list[Event]
+    memory: ExperimentMemory | None
+    """The ingest writer's remembered states (None: read every person back)."""
 
 
-def capture(project_id: int, book: person_rules.PersonBook, kept: list[Event]) -> Pending:
-    return Pending(project_id, book.by_distinct_id, book.ops, kept)
+def capture(
+    project_id: int,
+    book: person_rules.PersonBook,
+    kept: list[Event],
+    memory: ExperimentMemory | None = None,
+) -> Pending:
+    return Pending(project_id, book.by_distinct_id, book.ops, kept, memory)
 
 
-def running(conn: sqlite3.Connection, project_id: int) -> Running:
-    """The project's running experiments as of this transaction."""
-    row = conn.execute(
-        "SELECT version FROM definitions_version WHERE project_id = ?", (project_id,)
-    ).fetchone()
-    version = int(row[0]) if row else 0
-    cached = _specs.get(project_id, version)
+def running(conn: sqlite3.Connection, project_id: int) -> tuple[str, Running]:
+    """The database's identity and the project's running experiments as of this
+    transaction."""
+    database, version = conn.execute(_VERSION, (project_id,)).fetchone()
+    version = int(version or 0)
+    cached = _specs.get(database, project_id, version)
     if cached is None:
         rows = conn.execute(
             "SELECT id, definition FROM experiments WHERE project_id = ? AND deleted = 0",
             (project_id,),
         ).fetchall()
-        cached = _specs.put(project_id, version, running_specs(rows))
-    return cached
+        cached = _specs.put(database, project_id, version, running_specs(rows))
+    return database, cached
 
 
-def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
-    """Update the running experiments' aggregates for one planned batch (in its transaction)."""
+class Prepared(msgspec.Struct):
+    """A batch's experiment work, read before its events are inserted."""
+
+    project_id: int
+    version: int
+    database: str
+    work: BatchWork
+    memory: ExperimentMemory | None
+    mark: int
+    """The largest event ``seq`` before the batch's events went in."""
+
+
+def prepare(conn: sqlite3.Connection, pending: Pending | None) -> Prepared | None:
+    """Before the batch's events are inserted: its work for the running experiments, if any."""
     if pending is None:
-        return
-    current = running(conn, pending.project_id)
+        return None
+    database, current = running(conn, pending.project_id)
     if not current.specs:
-        return
+        return None
     work = batch_work(
         current, pending.project_id, pending.by_distinct_id, pending.ops, pending.kept
     )
     if work is None:
+        return None
+    mark = int(conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+    return Prepared(pending.project_id, current.version, database, work, pending.memory, mark)
+
+
+def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool) -> None:
+    """Update the running experiments' aggregates for one batch, in its transaction, once its
+    events are inserted (``all_stored``: none was a retry, so no uuid needs looking up)."""
+    if prepared is None:
         return
-    loaded = {eid: _load(conn, eid, uuids) for eid, uuids in work.wanted.items()}
+    work = prepared.work
+    memory = (
+        None
+        if prepared.memory is None
+        else prepared.memory.entries(prepared.database, prepared.project_id, prepared.version)
+    )
+    loaded = {eid: _persons(conn, eid, uuids, memory) for eid, uuids in work.wanted.items()}
     selected = select_events(work, loaded)
-    duplicates = _stored(conn, pending.project_id, [work.sources[i].uuid for i in selected])
+    duplicates = (
+        set()
+        if all_stored
+        else _stored_before(
+            conn, prepared.project_id, retry_candidates(work, selected), prepared.mark
+        )
+    )
+    merged = {source for source, _ in work.merges}
     for change in apply_work(work, loaded, selected, duplicates):
         eid = change.experiment_id
         conn.executemany(
@@ -95,9 +147,9 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
             "DO UPDATE SET state = excluded.state",
             [(eid, uuid, encode_person(state)) for uuid, state in change.persons.items()],
         )
-        gone = [uuid for uuid in work.wanted.get(eid, ()) if uuid not in change.persons]
-        merged = {source for source, _ in work.merges}
-        _delete(conn, eid, [uuid for uuid in gone if uuid in merged])
+        if merged:  # persons merged into another: their state moved to the target
+            wanted = work.wanted.get(eid, set())
+            _delete(conn, eid, [u for u in merged if u in wanted and u not in change.persons])
         spec = work.accumulator.spec(eid)
         row = conn.execute(
             "SELECT fingerprint, totals FROM experiment_totals WHERE experiment_id = ? "
@@ -111,6 +163,31 @@ def write(conn: sqlite3.Connection, pending: Pending | None) -> None:
             "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals",
             (eid, LANE, spec.fingerprint, add_increment(stored, change)),
         )
+    if memory is not None:  # as committed with this transaction
+        for eid in work.wanted:
+            persons = work.accumulator.state(eid).persons
+            remembered = memory[eid]
+            remembered.update(persons)  # the loaded ones (changed in place) and the new ones
+            remembered.update((source, None) for source in merged if source not in persons)
+
+
+def _persons(
+    conn: sqlite3.Connection, experiment_id: int, uuids: set[str], memory: Entries | None
+) -> dict[str, PersonState]:
+    """The stored states of these persons (those that have one): from memory, else read."""
+    if memory is None:
+        return _load(conn, experiment_id, uuids)
+    remembered = memory.setdefault(experiment_id, {})
+    states = list(map(remembered.get, uuids))
+    # the remembered states that are not None
+    out: dict[str, PersonState] = dict(compress(zip(uuids, states, strict=True), states))
+    missing = uuids.difference(remembered)
+    if missing:
+        stored = _load(conn, experiment_id, missing)
+        remembered.update(dict.fromkeys(missing))  # None: no state
+        remembered.update(stored)
+        out.update(stored)
+    return out
 
 
 def _chunks(items: list[Any]) -> Iterator[list[Any]]:
@@ -139,16 +216,19 @@ def _delete(conn: sqlite3.Connection, experiment_id: int, uuids: list[str]) -> N
     )
 
 
-def _stored(conn: sqlite3.Connection, project_id: int, uuids: list[str]) -> set[str]:
-    """Which of these event uuids are stored already (a retried request's events)."""
+def _stored_before(
+    conn: sqlite3.Connection, project_id: int, uuids: list[str], mark: int
+) -> set[str]:
+    """Which of these event uuids were stored before the batch (``seq`` up to ``mark``): a
+    retried request's events."""
     found: set[str] = set()
     for chunk in _chunks(sorted(set(uuids))):
         marks = ",".join("?" * len(chunk))
         found.update(
             uuid
             for (uuid,) in conn.execute(
-                f"SELECT uuid FROM events WHERE project_id = ? AND uuid IN ({marks})",
-                (project_id, *chunk),
+                f"SELECT uuid FROM events WHERE project_id = ? AND uuid IN ({marks}) AND seq <= ?",
+                (project_id, *chunk, mark),
             )
         )
     return found

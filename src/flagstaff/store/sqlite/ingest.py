@@ -330,7 +330,9 @@ def plan_ingest(
         )
         for e in kept
     ]
-    plan.experiments = experiments.capture(project_id, book, kept)
+    plan.experiments = experiments.capture(
+        project_id, book, kept, cache.experiments if cache is not None else None
+    )
     plan.flag_checks = batch_checks(kept)
     plan.warning_rows = [
         (project_id, w.kind, _encode(w.details), now_ms) for w in warnings_of(drops, book.warnings)
@@ -345,12 +347,13 @@ def execute_plan(conn: sqlite3.Connection, plan: WritePlan) -> IngestResult:
         conn.executemany(sql, rows)
     if plan.survey_events:
         count_survey_events(conn, plan.project_id, plan.survey_events)
-    experiments.write(conn, plan.experiments)
+    experiment_work = experiments.prepare(conn, plan.experiments)
     usage_mark = flag_usage.before_events(conn, plan.flag_checks)
     before = conn.total_changes
     conn.executemany(_INSERT_EVENTS, plan.event_rows)
     stored = conn.total_changes - before
     all_stored = stored == len(plan.event_rows)
+    experiments.write(conn, experiment_work, all_stored)
     flag_usage.after_events(conn, plan.project_id, plan.flag_checks, usage_mark, all_stored)
     if plan.warning_rows:
         conn.executemany(_INSERT_WARNINGS, plan.warning_rows)

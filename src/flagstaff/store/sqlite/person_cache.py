@@ -8,6 +8,7 @@ cached states before the write that would persist them.
 from __future__ import annotations
 
 from flagstaff.ingest.persons import PersonState
+from flagstaff.store.sqlite.experiment_memory import ExperimentMemory
 
 
 class PersonCache:
@@ -17,6 +18,8 @@ class PersonCache:
         self._by_id: dict[int, PersonState] = {}
         self.hits = 0
         self.misses = 0
+        self.experiments = ExperimentMemory()
+        """Experiment states of exposed persons, cleared with the persons."""
 
     def get(self, project_id: int, distinct_id: str) -> PersonState | None:
         state = self._by_distinct_id.get((project_id, distinct_id))
@@ -48,6 +51,7 @@ class PersonCache:
     def clear(self) -> None:
         self._by_distinct_id.clear()
         self._by_id.clear()
+        self.experiments.clear()
 
     def __len__(self) -> int:
         return len(self._by_distinct_id)
