@@ -45,7 +45,7 @@ import msgspec
 from tests.server import PROJECT_TOKEN, Api, Server
 
 from bench.experiments import START_MS, definition, flag_call
-from bench.load import WrkResult, start_server, wrk
+from bench.load import CpuMeter, WrkResult, start_server, wrk
 from flagstaff.experiments.exposure import (
     ExperimentAccumulator,
     ExperimentEvent,
@@ -96,6 +96,7 @@ local purchase = "{_lua(_PURCHASE)}"
 local flags = {flags}
 local n = 0
 local run = {run_id}
+local exposed = {"true" if EXPOSED_GOALS else "false"}
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local function uuid(i)
@@ -105,11 +106,14 @@ request = function()
   local events = {{}}
   for k = 1, 100 do
     n = n + 1
-    local user = (n * 7919) % 10000
     local kind = n % 20
+    local user = (n * 7919) % 10000
+    if exposed and (kind == 1 or kind % 2 == 0) then user = ((n - kind) * 7919) % 10000 end
     if kind == 0 then
       local variant = "control"
-      if (user * 31 + n) % 2 == 1 then variant = "test" end
+      local spread = user * 31 + n
+      if exposed then spread = math.floor(user / 20) + (n / 20) % 5 end
+      if spread % 2 == 1 then variant = "test" end
       events[k] = string.format(flagcall, uuid(n), user, flags[(n / 20) % 5 + 1], variant)
     elseif kind == 1 then
       events[k] = string.format(purchase, uuid(n), user, 5 + n % 50)
@@ -135,7 +139,11 @@ def _experiment_body(index: int, flag: str) -> dict[str, Any]:
     return body
 
 
-def ingest(srv: Server, root: Path, seconds: int, rounds: int) -> list[tuple[str, WrkResult]]:
+def ingest(
+    srv: Server, root: Path, seconds: int, rounds: int, cpus: list[tuple[str, float]]
+) -> list[tuple[str, WrkResult]]:
+    """The rounds' wrk results; ``cpus`` receives each round's server CPU µs per event (the
+    server's own processes: on PostgreSQL the database's backends are not counted)."""
     api = Api(srv.url)
     run_id = random.randrange(1, 60000)
     wrk("warm-up", srv.url + "/batch/", seconds=2, connections=8, script=_script(root, run_id))
@@ -150,6 +158,9 @@ def ingest(srv: Server, root: Path, seconds: int, rounds: int) -> list[tuple[str
                     created.append(r.json()["id"])
             run_id += 1
             label = f"round {round_ + 1}, {case} running"
+            assert srv.proc is not None
+            meter = CpuMeter(srv.proc.pid)
+            meter.start()
             result = wrk(
                 label,
                 srv.url + "/batch/",
@@ -157,8 +168,18 @@ def ingest(srv: Server, root: Path, seconds: int, rounds: int) -> list[tuple[str
                 connections=32,
                 script=_script(root, run_id),
             )
+            spent = meter.stop()
+            events = result.requests * 100
+            cpu = {role: seconds_ / events * 1e6 for role, seconds_ in spent.items()}
             results.append((case, result))
-            print(result.line(), f"= {result.requests_per_s * 100:,.0f} events/s", flush=True)
+            cpus.append((case, sum(cpu.values())))
+            print(
+                result.line(),
+                f"= {result.requests_per_s * 100:,.0f} events/s;"
+                f" server CPU per event: writer {cpu['writer']:.1f} + workers"
+                f" {cpu['workers']:.1f} µs",
+                flush=True,
+            )
             if case == "five":
                 for eid in created:
                     assert api.delete(f"{EXPERIMENTS}{eid}/").status_code == 204
@@ -291,7 +312,7 @@ def main() -> None:
     parser.add_argument(
         "--exposed-goals",
         action="store_true",
-        help="part 3: goal events from exposed persons (one variant per person and flag)",
+        help="goal events from exposed persons (one variant per person and flag)",
     )
     parser.add_argument(
         "--pageview-metric",
@@ -312,7 +333,14 @@ def main() -> None:
             f"{'PostgreSQL' if args.postgres else 'SQLite'}; wrk on the same machine"
         )
         if not args.skip_ingest:
-            measured = ingest(srv, root, args.seconds, args.rounds)
+            cpus: list[tuple[str, float]] = []
+            measured = ingest(srv, root, args.seconds, args.rounds, cpus)
+            cpu_none = statistics.median(c for case, c in cpus if case == "none")
+            cpu_five = statistics.median(c for case, c in cpus if case == "five")
+            print(
+                f"server CPU per event, median: {cpu_five:.1f} µs five running, {cpu_none:.1f}"
+                f" none: a CPU-bound throughput ratio of {cpu_none / cpu_five:.3f}"
+            )
             none = [r.requests_per_s for case, r in measured if case == "none"]
             five = [r.requests_per_s for case, r in measured if case == "five"]
             ratio = sum(five) / sum(none)
