@@ -90,7 +90,8 @@ class Settings:
     """Memory one worker may spend decoding large bodies at once; beyond it 503 + Retry-After."""
     sqlite_mmap_mb: int = DEFAULT_MMAP_MB
     """How much of the SQLite file each connection maps into memory; 0 (the default) reads
-    pages through SQLite's own cache (64 MB per connection) instead."""
+    pages through SQLite's own page cache instead (``store.sqlite.writer.READ_CACHE_KB`` and
+    ``WRITE_CACHE_KB``)."""
     ingest_socket: str | None = None
     """Set by ``flagstaff serve``: the Unix socket of the SQLite ingest writer process."""
     webhook_retry_delays: str | None = None

@@ -27,8 +27,8 @@ _STOP = object()
 
 DEFAULT_MMAP_MB = 0
 """How much of the database file each connection maps into memory (SQLite's ``mmap_size``);
-``FLAGSTAFF_SQLITE_MMAP_MB`` sets it. None by default: pages are read into SQLite's own cache
-(``cache_size``, per connection), so a process's memory is its own. With a map, every worker
+``FLAGSTAFF_SQLITE_MMAP_MB`` sets it. Off by default: pages are read into SQLite's own cache
+(``cache_size``, per connection: below), so a process's memory is its own. With a map, every worker
 also holds the file's pages it touched (256 MB each took a node with 1M persons from ~300 to
 502 MB PSS for about 3% less CPU per ``/flags`` request; see docs/benchmarks.md)."""
 WRITE_CACHE_KB = 65536
