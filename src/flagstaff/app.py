@@ -102,7 +102,11 @@ PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG)
 """Public routes found by a path prefix rather than the dict look-up."""
 
 
-_RETRY_AFTER = [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
+_RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
+_CLOSE = (b"connection", b"close")
+"""On an answer given before the request's body was read: the unread rest of the body is
+still on the connection, so the client must not send its next request there (HTTP/1.1,
+RFC 9112 section 9.6); without it a client reusing the connection may see it dropped."""
 
 
 def _content_length(value: str | None) -> int:
@@ -159,8 +163,9 @@ class FlagstaffApp:
                 error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
             )
         cost = 0
+        unread = method == "POST"
         try:
-            if method == "POST":
+            if unread:
                 limit = self._body_limit
                 declared = _content_length(request.headers.get("content-length"))
                 if declared > limit:
@@ -169,12 +174,15 @@ class FlagstaffApp:
                     )
                 cost = self.budget.admit(declared)
                 request.body = await read(source, limit, self.readers)
+                unread = False
                 if not cost:
                     cost = self.budget.admit(len(request.body))
             return await route.handler(self.services, request)  # type: ignore[arg-type]
         except ApiError as exc:
-            retry = _RETRY_AFTER if exc.status == 503 else None
-            return Response(exc.body(), exc.status, headers=retry)
+            headers = [_RETRY_AFTER] if exc.status == 503 else []
+            if unread:
+                headers.append(_CLOSE)
+            return Response(exc.body(), exc.status, headers=headers or None)
         except Exception:
             logs.logger.exception("unhandled error on %s", request.path)
             return Response(error_body(500, "server_error", "the server failed to answer"), 500)
