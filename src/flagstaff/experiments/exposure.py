@@ -23,10 +23,18 @@ Events are expected in time order per person, as SDKs send them. A metric event 
 before its person's exposure is not kept (it could only count if the exposure turned out
 earlier); a recompute over stored events in time order gives the exact answer.
 
+A batch can also be applied by parts (what stores do): its exposures first (``add``, in time
+order), then per experiment its metric events, either one by one (``measure``, in time order)
+or, for an event only counted, as a count per person (``count``). Exposures first is the same
+as time order except at equal timestamps, where an event of the exposure's millisecond
+counts, as PostHog's ``timestamp >= first exposure`` does; a recompute orders exposures first
+among equal timestamps for the same answer.
+
 Storage: ``ExperimentState`` (persons and totals) encodes with msgpack. A store can keep the
-whole state, or load only the persons a batch touches (``relevant_persons``,
-``load_persons``), add the batch, and write back what ``drain`` returns: the persons changed
-and the totals' increments, to add to the stored totals in the same transaction.
+whole state, or load only the persons a batch touches (``load_persons``), add the batch, and
+write back what ``drain`` returns: the persons changed and the totals' increments, to add to
+the stored totals in the same transaction (or, with ``increments=False``, when the
+accumulator holds the stored totals, the totals themselves).
 """
 
 from __future__ import annotations
@@ -121,11 +129,12 @@ class ExperimentState(msgspec.Struct):
 
 
 class ExperimentChanges(msgspec.Struct):
-    """What changed since the last ``drain``: persons to upsert, totals to add."""
+    """What changed since the last ``drain``: persons to upsert, and the totals' increment to
+    add to the stored totals (or, from an accumulator without increments, the totals)."""
 
     experiment_id: int
     persons: dict[str, PersonState]
-    totals_increment: ExperimentTotals
+    totals: ExperimentTotals
 
 
 class VariantStatistics(msgspec.Struct, kw_only=True):
@@ -167,7 +176,6 @@ def _copy(value: _T, kind: type[_T]) -> _T:
 Matcher = Callable[[dict[str, Any]], bool]
 Contribution = tuple[float, float | None, int]
 """What a person adds to a metric's totals: value, denominator value (ratios), steps reached."""
-Change = tuple[Contribution, Contribution]
 
 
 def _matcher(filters: Iterable[PropertyFilter]) -> Matcher | None:
@@ -228,9 +236,11 @@ class _Rule:
     contributes: ``(value, denominator value or None, funnel steps reached)``."""
 
     __slots__ = (
+        "counts",
         "index",
         "metric_type",
         "offset",
+        "plain",
         "simple",
         "sources",
         "steps",
@@ -260,6 +270,12 @@ class _Rule:
             self.width = sum(source.width for source in self.sources)
         self.simple = self.sources[0] if self.width == 1 and not self.steps else None
         """The one source of a count or sum metric: updated in place, without contributions."""
+        self.counts = (
+            self.simple is not None and self.simple.math == "total" and self.simple.matcher is None
+        )
+        """A plain count of one event: a person's events add up without being looked at."""
+        self.plain = len(self.sources) == 2 and self.width == 2
+        """A ratio of two sums or counts (no average): one slot each."""
 
     def events(self) -> set[str]:
         if self.steps:
@@ -276,32 +292,67 @@ class _Rule:
             for source in self.sources
         )
 
-    def update(self, slots: list[float], event: str, properties: dict[str, Any]) -> Change | None:
-        """Apply one event to the person's slots: (contribution before, after), or None when
-        the event changes nothing (the common case, checked before any arithmetic)."""
-        if self.steps:
-            reached = int(slots[self.offset])
-            if reached >= len(self.steps):
-                return None
-            name, matcher = self.steps[reached]
-            if name != event or (matcher is not None and not matcher(properties)):
-                return None
-            before = self.contribution(slots)
-            slots[self.offset] = reached + 1
-            return before, self.contribution(slots)
-        before = None
+    def apply(
+        self, slots: list[float], metric: MetricTotals, event: str, properties: dict[str, Any]
+    ) -> bool:
+        """Apply one event to the person's slots and the totals of their variant, by the
+        difference it makes; False when it changes nothing (the common case, checked before
+        any arithmetic). Not for ``simple`` rules, which the caller updates in place."""
         at = self.offset
-        for source in self.sources:
-            if source.event == event:
-                increment = source.increment(properties)
-                if increment is not None:
-                    if before is None:
-                        before = self.contribution(slots)
-                    source.add(slots, at, increment)
-            at += source.width
-        if before is None:
-            return None
-        return before, self.contribution(slots)
+        steps = self.steps
+        if steps:
+            reached = int(slots[at])
+            if reached >= len(steps):
+                return False
+            name, matcher = steps[reached]
+            if name != event or (matcher is not None and not matcher(properties)):
+                return False
+            slots[at] = reached + 1
+            metric.step_counts[reached] += 1
+            if reached + 1 == len(steps):
+                metric.sum += 1.0
+                metric.sum_squares += 1.0
+            return True
+        if len(self.sources) == 1:  # an average: its value is not its sum
+            source = self.sources[0]
+            added = source.increment(properties) if source.event == event else None
+            if added is None:
+                return False
+            value = source.value(slots, at)
+            source.add(slots, at, added)
+            new_value = source.value(slots, at)
+            metric.sum += new_value - value
+            metric.sum_squares += new_value * new_value - value * value
+            return True
+        numerator, denominator = self.sources
+        added = numerator.increment(properties) if numerator.event == event else None
+        counted = denominator.increment(properties) if denominator.event == event else None
+        if added is None and counted is None:
+            return False
+        if self.plain:  # two sums or counts: a slot each
+            value = slots[at]
+            other = slots[at + 1]
+            new_value = slots[at] = value + added if added is not None else value
+            new_other = slots[at + 1] = other + counted if counted is not None else other
+        else:
+            value, other = self.values(slots)
+            if added is not None:
+                numerator.add(slots, at, added)
+            if counted is not None:
+                denominator.add(slots, at + numerator.width, counted)
+            new_value, new_other = self.values(slots)
+        metric.sum += new_value - value
+        metric.sum_squares += new_value * new_value - value * value
+        metric.denominator_sum += new_other - other
+        metric.denominator_sum_squares += new_other * new_other - other * other
+        metric.numerator_denominator_sum_product += new_value * new_other - value * other
+        return True
+
+    def values(self, slots: list[float]) -> tuple[float, float]:
+        """A ratio's numerator and denominator values for the person."""
+        numerator, denominator = self.sources
+        at = self.offset
+        return numerator.value(slots, at), denominator.value(slots, at + numerator.width)
 
     def contribution(self, slots: list[float]) -> Contribution:
         if self.steps:
@@ -430,13 +481,26 @@ class ExperimentSpec:
 class _Running:
     """One experiment's spec and state inside the accumulator."""
 
-    __slots__ = ("dirty", "since_drain", "spec", "state")
+    __slots__ = ("counted", "dirty", "since_drain", "spec", "state", "window_ms")
 
-    def __init__(self, spec: ExperimentSpec, state: ExperimentState) -> None:
+    def __init__(self, spec: ExperimentSpec, state: ExperimentState, increments: bool) -> None:
         self.spec = spec
         self.state = state
         self.dirty: set[str] = set()
-        self.since_drain = _copy(state.totals, ExperimentTotals)
+        self.since_drain = _copy(state.totals, ExperimentTotals) if increments else None
+        self.counted = frozenset(
+            name
+            for name, rules in spec.rules_by_event.items()
+            if all(rule.counts for rule in rules)
+        )
+        """The events every metric reading them only counts (see ``count``)."""
+        self.window_ms = {
+            name: min(
+                (rule.window_ms for rule in rules if rule.window_ms is not None), default=None
+            )
+            for name, rules in spec.rules_by_event.items()
+        }
+        """Per event, the shortest conversion window of the metrics reading it."""
 
     def variant_totals(self, variant: str) -> VariantTotals:
         totals = self.state.totals.variants.get(variant)
@@ -487,29 +551,63 @@ class _Running:
         if end is not None and timestamp > end:
             return
         changed = False
+        properties = event.properties
+        metrics = None
         for rule in rules:
             if rule.window_ms is not None and timestamp > person.exposed_ms + rule.window_ms:
                 continue
             simple = rule.simple
             if simple is not None:
-                increment = simple.increment(event.properties)
-                if increment is not None:
-                    slots = person.slots
-                    old = slots[rule.offset]
-                    new = slots[rule.offset] = old + increment
-                    metric = self.variant_totals(person.variant).metrics[rule.index]
-                    metric.sum += increment
-                    metric.sum_squares += new * new - old * old
-                    changed = True
+                increment = simple.increment(properties)
+                if increment is None:
+                    continue
+                slots = person.slots
+                old = slots[rule.offset]
+                new = slots[rule.offset] = old + increment
+                if metrics is None:
+                    metrics = self.variant_totals(person.variant).metrics
+                metric = metrics[rule.index]
+                metric.sum += increment
+                metric.sum_squares += new * new - old * old
+                changed = True
                 continue
-            change = rule.update(person.slots, event.event, event.properties)
-            if change is not None:
-                metric = self.variant_totals(person.variant).metrics[rule.index]
-                _add_contribution(metric, change[0], -1)
-                _add_contribution(metric, change[1], 1)
+            if metrics is None:
+                metrics = self.variant_totals(person.variant).metrics
+            if rule.apply(person.slots, metrics[rule.index], event.event, properties):
                 changed = True
         if changed:
             self.dirty.add(event.person_id)
+
+    def count(self, name: str, counts: Mapping[str, int], first_ms: int, last_ms: int) -> list[str]:
+        """Add ``counts[person]`` events ``name`` (of ``counted``) per exposed person, all between
+        ``first_ms`` and ``last_ms``; returns the persons for whom that span is not enough to
+        know (it starts before their exposure, or ends past the end date or a window)."""
+        persons = self.state.persons
+        end = self.spec.end_ms
+        if end is not None and last_ms > end:
+            return list(counts)
+        window = self.window_ms[name]
+        rules = self.spec.rules_by_event[name]
+        later: list[str] = []
+        dirty = self.dirty
+        for person_id, count in counts.items():
+            person = persons[person_id]
+            if person.excluded:
+                continue
+            exposed = person.exposed_ms
+            if exposed > first_ms or (window is not None and last_ms > exposed + window):
+                later.append(person_id)
+                continue
+            slots = person.slots
+            metrics = self.variant_totals(person.variant).metrics
+            for rule in rules:
+                old = slots[rule.offset]
+                new = slots[rule.offset] = old + count
+                metric = metrics[rule.index]
+                metric.sum += count
+                metric.sum_squares += new * new - old * old
+            dirty.add(person_id)
+        return later
 
     def merge(self, source_id: str, target_id: str) -> None:
         persons = self.state.persons
@@ -556,13 +654,15 @@ class ExperimentAccumulator:
         self,
         specs: Iterable[ExperimentSpec],
         states: Mapping[int, ExperimentState] | None = None,
+        *,
+        increments: bool = True,
     ) -> None:
         self._running: dict[int, _Running] = {}
         for spec in specs:
             state = (states or {}).get(spec.experiment_id)
             if state is None or state.fingerprint != spec.fingerprint:
                 state = spec.new_state()
-            self._running[spec.experiment_id] = _Running(spec, state)
+            self._running[spec.experiment_id] = _Running(spec, state, increments)
         self._flag_calls: dict[str, list[_Running]] = {}
         self._custom_exposures: dict[str, list[_Running]] = {}
         self._metrics: dict[str, list[tuple[_Running, list[_Rule]]]] = {}
@@ -609,6 +709,38 @@ class ExperimentAccumulator:
         for event in events:
             self.add(event)
 
+    def measure(self, experiment_id: int, events: Iterable[ExperimentEvent]) -> None:
+        """Apply metric events (none an exposure) to one experiment only, in time order."""
+        running = self._running[experiment_id]
+        persons = running.state.persons
+        rules = running.spec.rules_by_event
+        for event in events:
+            person = persons.get(event.person_id)
+            if person is not None:
+                running.measure(person, rules[event.event], event)
+
+    def counted(self, experiment_id: int) -> frozenset[str]:
+        """The events every metric of the experiment reading them only counts (``count``)."""
+        return self._running[experiment_id].counted
+
+    def count(
+        self,
+        experiment_id: int,
+        name: str,
+        counts: Mapping[str, int],
+        first_ms: int,
+        last_ms: int,
+    ) -> list[str]:
+        """Apply events ``name`` of exposed persons, that the experiment only counts (see
+        ``counted``), as a number per person, all timed between ``first_ms`` and ``last_ms``.
+        Returns the persons whose events must go through ``measure`` instead: those the span
+        does not settle (exposed after its start; past the end date or a window)."""
+        return self._running[experiment_id].count(name, counts, first_ms, last_ms)
+
+    def persons(self, experiment_id: int) -> Mapping[str, PersonState]:
+        """The experiment's exposed persons held (all, or the loaded ones)."""
+        return self._running[experiment_id].state.persons
+
     @staticmethod
     def _expose(running: _Running, event: ExperimentEvent) -> None:
         spec = running.spec
@@ -629,24 +761,6 @@ class ExperimentAccumulator:
         for running in self._running.values():
             running.merge(source_person_id, target_person_id)
 
-    def relevant_persons(self, events: Iterable[ExperimentEvent]) -> dict[int, set[str]]:
-        """For a store loading persons per batch: which persons each experiment may touch."""
-        wanted: dict[int, set[str]] = {}
-        for event in events:
-            name = event.event
-            if name not in self._routed:
-                continue
-            targets: list[_Running] = []
-            if name == DEFAULT_EXPOSURE_EVENT:
-                flag_key = event.properties.get(FLAG_PROPERTY)
-                if type(flag_key) is str:
-                    targets.extend(self._flag_calls.get(flag_key, ()))
-            targets.extend(self._custom_exposures.get(name, ()))
-            targets.extend(running for running, _ in self._metrics.get(name, ()))
-            for running in targets:
-                wanted.setdefault(running.spec.experiment_id, set()).add(event.person_id)
-        return wanted
-
     def load_persons(self, experiment_id: int, persons: Mapping[str, PersonState]) -> None:
         """Bring stored persons into memory (their totals are already in the stored totals)."""
         self._running[experiment_id].state.persons.update(persons)
@@ -658,7 +772,8 @@ class ExperimentAccumulator:
         return self._running[experiment_id].spec
 
     def drain(self) -> list[ExperimentChanges]:
-        """Persons changed and totals added since the last drain, per experiment."""
+        """Persons changed and totals added since the last drain, per experiment (without
+        increments: the totals themselves, not a copy)."""
         changes = []
         for experiment_id, running in self._running.items():
             if not running.dirty:
@@ -666,10 +781,13 @@ class ExperimentAccumulator:
             persons = running.state.persons
             changed = {pid: persons[pid] for pid in running.dirty if pid in persons}
             current = running.state.totals
-            increment = _difference(current, running.since_drain)
-            running.since_drain = _copy(current, ExperimentTotals)
+            if running.since_drain is None:
+                totals = current
+            else:
+                totals = _difference(current, running.since_drain)
+                running.since_drain = _copy(current, ExperimentTotals)
             running.dirty = set()
-            changes.append(ExperimentChanges(experiment_id, changed, increment))
+            changes.append(ExperimentChanges(experiment_id, changed, totals))
         return changes
 
     def summary(self, experiment_id: int) -> ExperimentSummary:

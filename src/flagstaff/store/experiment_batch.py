@@ -15,6 +15,7 @@ time order.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from itertools import compress
 from typing import Any
@@ -33,12 +34,14 @@ from flagstaff.experiments.exposure import (
     add_totals,
 )
 from flagstaff.experiments.model import (
+    DEFAULT_EXPOSURE_EVENT,
     ExperimentDefinition,
     Holdout,
     holdout_flag_filters,
     holdout_variant_key,
 )
 from flagstaff.ingest import persons as person_rules
+from flagstaff.ingest.event_names import FLAG_PROPERTY
 from flagstaff.ingest.model import Event
 
 EXPERIMENT_COLUMNS = (
@@ -166,6 +169,13 @@ class Running(msgspec.Struct, frozen=True):
     counted_only: frozenset[str]
     """The metric event names no metric reads a property of (nor an exposure): such an event
     is applied without decoding its properties."""
+    flag_calls: dict[str, tuple[int, ...]]
+    """Per flag key, the experiments a ``$feature_flag_called`` of it may expose."""
+    flag_calls_read_all: bool
+    """Whether a ``$feature_flag_called`` needs more than its flag and response properties
+    (an exposure filter, or a metric reading it); if not, its properties are not decoded."""
+    custom_exposures: dict[str, tuple[int, ...]]
+    """Per custom exposure event name, the experiments it may expose."""
 
 
 class SpecCache:
@@ -187,9 +197,15 @@ class SpecCache:
         names = frozenset(name for spec in specs for name in spec_events(spec))
         exposures = frozenset(spec.exposure_event for spec in specs)
         routes: dict[str, list[int]] = {}
+        flag_calls: dict[str, list[int]] = {}
+        custom: dict[str, list[int]] = {}
         for spec in specs:
             for name in spec.rules_by_event:
                 routes.setdefault(name, []).append(spec.experiment_id)
+            if spec.exposure_event == DEFAULT_EXPOSURE_EVENT:
+                flag_calls.setdefault(spec.flag_key, []).append(spec.experiment_id)
+            else:
+                custom.setdefault(spec.exposure_event, []).append(spec.experiment_id)
         counted_only = frozenset(
             name
             for name in routes
@@ -200,41 +216,54 @@ class SpecCache:
                 for rule in spec.rules_by_event.get(name, ())
             )
         )
+        read_all = DEFAULT_EXPOSURE_EVENT in routes or any(
+            spec.exposure_matcher is not None
+            for spec in specs
+            if spec.exposure_event == DEFAULT_EXPOSURE_EVENT
+        )
         running = self._by_project[database, project_id] = Running(
             version,
             specs,
             names,
             exposures,
-            {k: tuple(v) for k, v in routes.items()},
+            _tuples(routes),
             counted_only,
+            _tuples(flag_calls),
+            read_all,
+            _tuples(custom),
         )
         return running
 
 
-class BatchWork(msgspec.Struct):
-    """What a batch does to the running experiments, before the stored persons are loaded."""
+def _tuples(lists: dict[str, list[int]]) -> dict[str, tuple[int, ...]]:
+    return {key: tuple(value) for key, value in lists.items()}
 
-    accumulator: ExperimentAccumulator
-    events: list[ExperimentEvent | None]
-    """Per concerned event: the exposures decoded; metric events are None until
-    :func:`select_events` finds their person exposed."""
+
+class BatchWork(msgspec.Struct):
+    """What a batch does to the running experiments, before the stored persons are loaded.
+
+    Positions index ``sources``, the batch's events that concern a running experiment. Metric
+    events are also counted per (name, distinct id): the ``pair_*`` lists, in the same order."""
+
     sources: list[Event]
-    """The stored events behind ``events``, in the same order (uuids, properties)."""
+    names: list[str]
+    """The sources' event names, in the same order."""
     distinct_ids: list[str]
     """The sources' distinct ids, in the same order."""
+    exposures: list[ExperimentEvent]
+    """The exposure events, decoded, with their positions in ``exposure_indexes``."""
     exposure_indexes: list[int]
-    metric_indexes: list[int]
-    """The positions of the metric events (concerning a running experiment, not exposures)."""
+    pair_names: list[str]
+    pair_distinct_ids: list[str]
+    pair_persons: list[str]
+    pair_counts: list[int]
     persons: dict[str, str]
     """Every concerned distinct id's person uuid, as the batch leaves it."""
     merges: list[tuple[str, str]]
     """(source, target) person uuids merged by the batch, in order."""
     wanted: dict[int, set[str]]
     """Per experiment, the person uuids whose stored state is needed."""
-    metric_names: Mapping[str, Any]
-    """The names of the events some metric reads."""
-    counted_only: frozenset[str]
-    """See :attr:`Running.counted_only`."""
+    running: Running
 
 
 def batch_work(
@@ -242,90 +271,103 @@ def batch_work(
     project_id: int,
     by_distinct_id: Mapping[str, person_rules.PersonState],
     ops: Iterable[person_rules.PersonOp],
-    kept: Iterable[Event],
+    kept: list[Event],
 ) -> BatchWork | None:
     """The batch's events that concern a running experiment, resolved to their persons as the
     batch leaves them (merges applied); None when there is nothing to do.
 
-    A batch whose events concern no running experiment costs a set look-up per event. Only
-    exposure events are decoded here; a metric event's distinct id is resolved to its person
-    (once per distinct id), and the event is decoded by :func:`select_events` only when its
-    person turns out to be exposed.
+    A batch whose events concern no running experiment costs a set look-up per event, in C.
+    Only exposure events are decoded here; metric events are counted per (name, distinct id)
+    in C-level passes, and decoded by :func:`apply_work` only when their person turns out to
+    be exposed and a metric needs more than their count.
     """
     names = running.names
     merges = [
         (op.source.uuid, op.target.uuid) for op in ops if type(op) is person_rules.MergePersons
     ]
-    concerned = [event for event in kept if event.event in names]
-    if not concerned and not merges:
+    every_name = list(map(_NAME, kept))
+    concerning = list(map(names.__contains__, every_name))
+    if not any(concerning) and not merges:
         return None
-    # per-event work in C loops (map, set): a metric on an event every visitor sends
-    # concerns every event of the batch
+    # per-event work in C loops (map, compress, Counter): a metric on an event every visitor
+    # sends concerns every event of the batch
+    concerned = list(compress(kept, concerning))
+    event_names = list(compress(every_name, concerning))
     distinct_ids = list(map(_DISTINCT_ID, concerned))
-    event_names = list(map(_NAME, concerned))
-    exposure_names = running.exposure_names
-    exposing = list(map(exposure_names.__contains__, event_names))
-    positions = range(len(concerned))
-    exposure_indexes = list(compress(positions, exposing))
-    metric_indexes = list(compress(positions, map(operator.not_, exposing)))
-    unique = list(set(distinct_ids))
-    states = list(map(by_distinct_id.get, unique))
-    if None in states:
+    exposure_indexes = list(
+        compress(range(len(concerned)), map(running.exposure_names.__contains__, event_names))
+    )
+    states = dict(zip(distinct_ids, map(by_distinct_id.get, distinct_ids), strict=True))
+    if None in states.values():
         persons = {
             distinct_id: (
                 state.uuid
                 if state is not None
                 else person_rules.person_uuid(project_id, distinct_id)
             )
-            for distinct_id, state in zip(unique, states, strict=True)
+            for distinct_id, state in states.items()
         }
     else:
-        persons = dict(zip(unique, map(_UUID, states), strict=True))
-    events: list[ExperimentEvent | None] = [None] * len(concerned)
+        persons = dict(zip(states, map(_UUID, states.values()), strict=True))
+    wanted: dict[int, set[str]] = {}
     exposures: list[ExperimentEvent] = []
+    # a flag call's flag and response are among the few properties every event carries
+    # decoded (the writer's and flag usage's)
+    quick = not running.flag_calls_read_all
     for i in exposure_indexes:
         event = concerned[i]
-        row = events[i] = ExperimentEvent(
-            persons[event.distinct_id],
-            event.distinct_id,
-            event.event,
-            event.timestamp_ms,
-            _properties(event),
+        if quick and event.event == DEFAULT_EXPOSURE_EVENT:
+            properties = event.properties
+        else:
+            properties = _properties(event)
+        person = persons[event.distinct_id]
+        exposures.append(
+            ExperimentEvent(person, event.distinct_id, event.event, event.timestamp_ms, properties)
         )
-        exposures.append(row)
-    accumulator = ExperimentAccumulator(running.specs)
-    wanted = accumulator.relevant_persons(exposures)  # also routes their metric side
-    routes = running.metric_routes
-    by_name: dict[str, set[str]] = {}
-    for i in metric_indexes:
-        name = event_names[i]
-        named = by_name.get(name)
-        if named is None:
-            named = by_name[name] = set()
-        named.add(distinct_ids[i])
-    for name, ids in by_name.items():
-        experiments = routes.get(name, ())
-        if experiments:
-            named = set(map(persons.__getitem__, ids))
-            for experiment_id in experiments:
-                wanted.setdefault(experiment_id, set()).update(named)
+        name = event.event
+        targets = running.custom_exposures.get(name, ())
+        if name == DEFAULT_EXPOSURE_EVENT:
+            flag_key = properties.get(FLAG_PROPERTY)
+            if type(flag_key) is str:
+                targets += running.flag_calls.get(flag_key, ())
+        for experiment_id in (*targets, *running.metric_routes.get(name, ())):
+            wanted.setdefault(experiment_id, set()).add(person)
+    pair_names, pair_ids, pair_counts = _pairs(running, event_names, distinct_ids)
+    pair_persons = list(map(persons.__getitem__, pair_ids))
+    for name in set(pair_names):
+        involved = set(compress(pair_persons, map(name.__eq__, pair_names)))
+        for experiment_id in running.metric_routes[name]:
+            wanted.setdefault(experiment_id, set()).update(involved)
     if merges:
         sides = {uuid for pair in merges for uuid in pair}
         for spec in running.specs:
             wanted.setdefault(spec.experiment_id, set()).update(sides)
     return BatchWork(
-        accumulator,
-        events,
         concerned,
+        event_names,
         distinct_ids,
+        exposures,
         exposure_indexes,
-        metric_indexes,
+        pair_names,
+        pair_ids,
+        pair_persons,
+        pair_counts,
         persons,
         merges,
         wanted,
-        routes,
-        running.counted_only,
+        running,
     )
+
+
+def _pairs(
+    running: Running, names: list[str], distinct_ids: list[str]
+) -> tuple[list[str], list[str], list[int]]:
+    """The metric events counted per (name, distinct id), as three lists. Exposure events are
+    left out: :meth:`ExperimentAccumulator.add` applies them (and any metric reading them)."""
+    metric = map(operator.not_, map(running.exposure_names.__contains__, names))
+    counted = Counter(compress(zip(names, distinct_ids, strict=True), metric))
+    keys = list(counted)
+    return list(map(_FIRST, keys)), list(map(_SECOND, keys)), list(counted.values())
 
 
 _NO_PROPERTIES: dict[str, Any] = {}
@@ -333,6 +375,9 @@ _NO_PROPERTIES: dict[str, Any] = {}
 _DISTINCT_ID = operator.attrgetter("distinct_id")
 _NAME = operator.attrgetter("event")
 _UUID = operator.attrgetter("uuid")
+_TIMESTAMP = operator.attrgetter("timestamp_ms")
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
 
 
 def _properties(event: Event) -> dict[str, Any]:
@@ -340,73 +385,135 @@ def _properties(event: Event) -> dict[str, Any]:
     return orjson.loads(raw) if raw is not None else event.properties
 
 
-def select_events(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState]]) -> list[int]:
-    """Which of the work's events can change anything: exposures, and metric events of persons
-    exposed before (a loaded state) or in this batch (decoded now). By position."""
+def retry_candidates(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState]]) -> list[str]:
+    """The uuids of the metric events that would count twice if already stored (a retried
+    request's): those of persons with a stored state or exposed by this batch. An exposure
+    alone changes nothing the second time (the person's state already holds its variant and a
+    time no later than its own), so its uuid need not be looked up."""
     known: set[str] = {target for _, target in work.merges}
     for states in loaded.values():
         known.update(states)
-    events = work.events
-    sources = work.sources
+    known.update(event.person_id for event in work.exposures)
+    exposures = work.running.exposure_names
     persons = work.persons
-    distinct_ids = work.distinct_ids
-    known.update(persons[distinct_ids[i]] for i in work.exposure_indexes)
-    exposed = set(compress(persons, map(known.__contains__, persons.values())))
-    exposures = set(work.exposure_indexes)
-    measured = [
-        i
-        for i in compress(range(len(sources)), map(exposed.__contains__, distinct_ids))
-        if i not in exposures
-    ]
-    counted_only = work.counted_only
-    for i in measured:
-        source = sources[i]
-        events[i] = ExperimentEvent(
-            persons[source.distinct_id],
-            source.distinct_id,
-            source.event,
-            source.timestamp_ms,
-            _NO_PROPERTIES if source.event in counted_only else _properties(source),
+    return [
+        source.uuid
+        for source, name, distinct_id in zip(
+            work.sources, work.names, work.distinct_ids, strict=True
         )
-    if not measured:
-        return work.exposure_indexes
-    return sorted(work.exposure_indexes + measured)
-
-
-def retry_candidates(work: BatchWork, selected: list[int]) -> list[str]:
-    """The uuids of the selected events that would count twice if already stored (a retried
-    request's): those some metric reads. An exposure alone changes nothing the second time
-    (the person's state already holds its variant and a time no later than its own), so its
-    uuid need not be looked up."""
-    sources = work.sources
-    metric_names = work.metric_names
-    return [sources[i].uuid for i in selected if sources[i].event in metric_names]
+        if name not in exposures and persons[distinct_id] in known
+    ]
 
 
 def apply_work(
+    accumulator: ExperimentAccumulator,
     work: BatchWork,
     loaded: Mapping[int, Mapping[str, PersonState]],
-    selected: list[int],
     duplicates: set[str],
 ) -> list[ExperimentChanges]:
-    """Apply the batch to the loaded persons: merges first (the events already name the
-    merged person), then the ``selected`` events not already stored (``duplicates``: their
-    uuids), in time order. Returns per experiment the persons to upsert and the increments to
-    add to the stored totals."""
-    accumulator = work.accumulator
+    """Apply the batch to the loaded persons, leaving out events already stored
+    (``duplicates``: their uuids): merges first (the events already name the merged person),
+    then the exposures in time order, then per experiment its metric events of persons now
+    exposed: counted per person where the experiment only counts them, else one by one in
+    time order. Returns per experiment the persons to upsert and the totals (see
+    :meth:`ExperimentAccumulator.drain`)."""
     for experiment_id, persons in loaded.items():
         accumulator.load_persons(experiment_id, persons)
     for source, target in work.merges:
         accumulator.merge_persons(source, target)
     sources = work.sources
-    events = [
-        event
-        for i in selected
-        if sources[i].uuid not in duplicates and (event := work.events[i]) is not None
-    ]
-    events.sort(key=lambda e: e.timestamp_ms)
-    accumulator.add_many(events)
+    exposures = work.exposures
+    pair_names, pair_ids, pair_persons, pair_counts = (
+        work.pair_names,
+        work.pair_distinct_ids,
+        work.pair_persons,
+        work.pair_counts,
+    )
+    keep: list[bool] | None = None
+    if duplicates:
+        keep = [source.uuid not in duplicates for source in sources]
+        exposures = list(compress(exposures, map(keep.__getitem__, work.exposure_indexes)))
+        pair_names, pair_ids, pair_counts = _pairs(
+            work.running,
+            list(compress(work.names, keep)),
+            list(compress(work.distinct_ids, keep)),
+        )
+        pair_persons = list(map(work.persons.__getitem__, pair_ids))
+    accumulator.add_many(sorted(exposures, key=_TIMESTAMP))
+    span: tuple[int, int] | None = None
+    one_by_one: dict[int, set[tuple[str, str]]] = {}
+    for spec in work.running.specs:
+        experiment_id = spec.experiment_id
+        reads = spec.rules_by_event
+        counted = accumulator.counted(experiment_id)
+        held = accumulator.persons(experiment_id)
+        counts: dict[str, Counter[str]] = {}
+        single: set[tuple[str, str]] = set()
+        for k in compress(range(len(pair_persons)), map(held.__contains__, pair_persons)):
+            name = pair_names[k]
+            if name not in reads:
+                continue
+            if name in counted:
+                by_person = counts.get(name)
+                if by_person is None:
+                    by_person = counts[name] = Counter()
+                by_person[pair_persons[k]] += pair_counts[k]
+            else:
+                single.add((name, pair_ids[k]))
+        for name, by_person in counts.items():
+            if span is None:
+                times = list(map(_TIMESTAMP, sources))
+                span = min(times), max(times)
+            later = accumulator.count(experiment_id, name, by_person, *span)
+            if later:
+                again = set(later)
+                single.update(
+                    (name, pair_ids[k])
+                    for k in range(len(pair_names))
+                    if pair_names[k] == name and pair_persons[k] in again
+                )
+        if single:
+            one_by_one[experiment_id] = single
+    if one_by_one:
+        _measure(accumulator, work, one_by_one, keep)
     return accumulator.drain()
+
+
+def _measure(
+    accumulator: ExperimentAccumulator,
+    work: BatchWork,
+    one_by_one: dict[int, set[tuple[str, str]]],
+    keep: list[bool] | None,
+) -> None:
+    """Apply, per experiment, the events of its (name, distinct id) pairs one by one, in time
+    order (equal times in the batch's order); each event is decoded once."""
+    wanted = set().union(*one_by_one.values())
+    keys = list(zip(work.names, work.distinct_ids, strict=True))
+    positions: dict[tuple[str, str], list[int]] = {}
+    for i in compress(range(len(keys)), map(wanted.__contains__, keys)):
+        if keep is None or keep[i]:
+            positions.setdefault(keys[i], []).append(i)
+    decoded: dict[int, ExperimentEvent] = {}
+    sources = work.sources
+    persons = work.persons
+    counted_only = work.running.counted_only
+    for experiment_id, pairs in one_by_one.items():
+        chosen = sorted(i for pair in pairs for i in positions.get(pair, ()))
+        events = []
+        for i in chosen:
+            event = decoded.get(i)
+            if event is None:
+                source = sources[i]
+                event = decoded[i] = ExperimentEvent(
+                    persons[source.distinct_id],
+                    source.distinct_id,
+                    source.event,
+                    source.timestamp_ms,
+                    _NO_PROPERTIES if source.event in counted_only else _properties(source),
+                )
+            events.append(event)
+        events.sort(key=_TIMESTAMP)  # stable: equal times keep the batch's order
+        accumulator.measure(experiment_id, events)
 
 
 def recompute(spec: ExperimentSpec, rows: Iterable[ExperimentEvent]) -> ExperimentState:
@@ -419,9 +526,9 @@ def recompute(spec: ExperimentSpec, rows: Iterable[ExperimentEvent]) -> Experime
 def add_increment(stored: bytes | None, change: ExperimentChanges) -> bytes:
     """A lane's new totals: the batch's increment added to the stored ones."""
     if stored is None:
-        return encode_totals(change.totals_increment)
+        return encode_totals(change.totals)
     totals = decode_totals(stored)
-    add_totals(totals, change.totals_increment)
+    add_totals(totals, change.totals)
     return encode_totals(totals)
 
 

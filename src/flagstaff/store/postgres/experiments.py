@@ -33,7 +33,6 @@ from flagstaff.store.experiment_batch import (
     encode_totals,
     retry_candidates,
     running_specs,
-    select_events,
     spec_events,
 )
 
@@ -89,7 +88,7 @@ _UPSERT_TOTALS = (
     "ON CONFLICT (experiment_id, lane) "
     "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals"
 )
-_NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset())
+_NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset(), {}, False, {})
 _latest: dict[int, tuple[str, Running]] = {}
 """Per project, the database and running experiments of its last batch in this process: the
 guess the read is made with (checked by the read itself)."""
@@ -161,12 +160,14 @@ async def update(
             loaded[eid][text] = decode_person(data)
         else:
             stored[eid] = (text, data)
-    selected = select_events(work, loaded)
-    uuids = [] if all_stored else retry_candidates(work, selected)
+    uuids = [] if all_stored else retry_candidates(work, loaded)
     duplicates = (
         {r[0] for r in await conn.fetch(_STORED_BEFORE, project_id, uuids)} if uuids else set()
     )
-    changes = sorted(apply_work(work, loaded, selected, duplicates), key=lambda c: c.experiment_id)
+    accumulator = ExperimentAccumulator(current.specs)
+    changes = sorted(
+        apply_work(accumulator, work, loaded, duplicates), key=lambda c: c.experiment_id
+    )
     if not changes:
         return
     upserts = [
@@ -184,7 +185,7 @@ async def update(
     fingerprints: list[str] = []
     totals: list[bytes] = []
     for change in changes:
-        fingerprint = work.accumulator.spec(change.experiment_id).fingerprint
+        fingerprint = accumulator.spec(change.experiment_id).fingerprint
         row = stored.get(change.experiment_id)
         before = row[1] if row is not None and row[0] == fingerprint else None
         fingerprints.append(fingerprint)
@@ -219,10 +220,11 @@ async def recompute_experiment(
         "FROM events e LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
         "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
         "WHERE e.project_id = $1 AND e.timestamp_ms >= $2 AND e.event = ANY($3::text[]) "
-        "ORDER BY e.timestamp_ms, e.seq",
+        "ORDER BY e.timestamp_ms, e.event <> $4, e.seq",  # exposures first at equal times
         project_id,
         start,
         names,
+        spec.exposure_event,
         prefetch=5000,
     )
     async for distinct_id, name, timestamp_ms, properties, person in cursor:

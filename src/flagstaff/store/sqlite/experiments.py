@@ -18,8 +18,10 @@ import msgspec
 import orjson
 
 from flagstaff.experiments.exposure import (
+    ExperimentAccumulator,
     ExperimentEvent,
     ExperimentSpec,
+    ExperimentState,
     PersonState,
 )
 from flagstaff.ingest import persons as person_rules
@@ -28,19 +30,18 @@ from flagstaff.store.experiment_batch import (
     BatchWork,
     Running,
     SpecCache,
-    add_increment,
     apply_work,
     batch_work,
     decode_person,
+    decode_totals,
     encode_person,
     encode_totals,
     recompute,
     retry_candidates,
     running_specs,
-    select_events,
     spec_events,
 )
-from flagstaff.store.sqlite.experiment_memory import Entries, ExperimentMemory
+from flagstaff.store.sqlite.experiment_memory import ExperimentMemory, Remembered
 
 LANE = 0
 """SQLite has one writer: one totals row per experiment."""
@@ -50,9 +51,21 @@ _specs = SpecCache()
 
 _VERSION = (
     "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
-    "(SELECT version FROM definitions_version WHERE project_id = ?)"
+    "(SELECT version FROM definitions_version WHERE project_id = ?), "
+    "(SELECT coalesce(max(seq), 0) FROM events)"
 )
-"""The database (its file) and the project's definitions version, in one statement."""
+"""The database (its file), the project's definitions version and the largest event ``seq``,
+in one statement."""
+_UPSERT_STATE = (
+    "INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
+    "VALUES (?, ?, ?) ON CONFLICT (experiment_id, person_uuid) "
+    "DO UPDATE SET state = excluded.state"
+)
+_UPSERT_TOTALS = (
+    "INSERT INTO experiment_totals (experiment_id, lane, fingerprint, totals) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT (experiment_id, lane) "
+    "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals"
+)
 
 
 class Pending(msgspec.Struct):
@@ -63,7 +76,7 @@ class Pending(msgspec.Struct):
     ops: list[person_rules.PersonOp]
     kept: list[Event]
     memory: ExperimentMemory | None
-    """The ingest writer's remembered states (None: read every person back)."""
+    """The ingest writer's remembered experiments (None: read them back per batch)."""
 
 
 def capture(
@@ -75,10 +88,10 @@ def capture(
     return Pending(project_id, book.by_distinct_id, book.ops, kept, memory)
 
 
-def running(conn: sqlite3.Connection, project_id: int) -> tuple[str, Running]:
-    """The database's identity and the project's running experiments as of this
-    transaction."""
-    database, version = conn.execute(_VERSION, (project_id,)).fetchone()
+def running(conn: sqlite3.Connection, project_id: int) -> tuple[str, Running, int]:
+    """The database's identity, the project's running experiments as of this transaction,
+    and the largest event ``seq`` stored."""
+    database, version, mark = conn.execute(_VERSION, (project_id,)).fetchone()
     version = int(version or 0)
     cached = _specs.get(database, project_id, version)
     if cached is None:
@@ -87,14 +100,14 @@ def running(conn: sqlite3.Connection, project_id: int) -> tuple[str, Running]:
             (project_id,),
         ).fetchall()
         cached = _specs.put(database, project_id, version, running_specs(rows))
-    return database, cached
+    return database, cached, int(mark)
 
 
 class Prepared(msgspec.Struct):
     """A batch's experiment work, read before its events are inserted."""
 
     project_id: int
-    version: int
+    running: Running
     database: str
     work: BatchWork
     memory: ExperimentMemory | None
@@ -106,7 +119,7 @@ def prepare(conn: sqlite3.Connection, pending: Pending | None) -> Prepared | Non
     """Before the batch's events are inserted: its work for the running experiments, if any."""
     if pending is None:
         return None
-    database, current = running(conn, pending.project_id)
+    database, current, mark = running(conn, pending.project_id)
     if not current.specs:
         return None
     work = batch_work(
@@ -114,78 +127,115 @@ def prepare(conn: sqlite3.Connection, pending: Pending | None) -> Prepared | Non
     )
     if work is None:
         return None
-    mark = int(conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
-    return Prepared(pending.project_id, current.version, database, work, pending.memory, mark)
+    return Prepared(pending.project_id, current, database, work, pending.memory, mark)
 
 
 def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool) -> None:
     """Update the running experiments' aggregates for one batch, in its transaction, once its
-    events are inserted (``all_stored``: none was a retry, so no uuid needs looking up)."""
+    events are inserted (``all_stored``: none was a retry, so no uuid needs looking up): the
+    persons changed in one statement, the totals as they now are in another."""
     if prepared is None:
         return
     work = prepared.work
-    memory = (
+    current = prepared.running
+    eids = [spec.experiment_id for spec in current.specs]
+    remembered = (
         None
         if prepared.memory is None
-        else prepared.memory.entries(prepared.database, prepared.project_id, prepared.version)
+        else prepared.memory.get(prepared.database, prepared.project_id, current.version)
     )
-    loaded = {eid: _persons(conn, eid, uuids, memory) for eid, uuids in work.wanted.items()}
-    selected = select_events(work, loaded)
+    if remembered is None:
+        accumulator = ExperimentAccumulator(
+            current.specs, _stored_totals(conn, current.specs), increments=False
+        )
+        remembered = Remembered(prepared.database, current.version, accumulator)
+    accumulator = remembered.accumulator
+    loaded = {
+        eid: _persons(conn, eid, uuids, accumulator.persons(eid), remembered.absent)
+        for eid, uuids in work.wanted.items()
+    }
     duplicates = (
         set()
         if all_stored
         else _stored_before(
-            conn, prepared.project_id, retry_candidates(work, selected), prepared.mark
+            conn, prepared.project_id, retry_candidates(work, loaded), prepared.mark
         )
     )
+    changes = apply_work(accumulator, work, loaded, duplicates)
+    conn.executemany(
+        _UPSERT_STATE,
+        [
+            (change.experiment_id, uuid, encode_person(state))
+            for change in changes
+            for uuid, state in change.persons.items()
+        ],
+    )
     merged = {source for source, _ in work.merges}
-    for change in apply_work(work, loaded, selected, duplicates):
-        eid = change.experiment_id
+    if merged:  # persons merged into another: their state moved to the target
+        gone = [
+            (eid, uuid)
+            for eid, wanted in work.wanted.items()
+            for uuid in merged
+            if uuid in wanted and uuid not in accumulator.persons(eid)
+        ]
         conn.executemany(
-            "INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
-            "VALUES (?, ?, ?) ON CONFLICT (experiment_id, person_uuid) "
-            "DO UPDATE SET state = excluded.state",
-            [(eid, uuid, encode_person(state)) for uuid, state in change.persons.items()],
+            "DELETE FROM experiment_person_state WHERE experiment_id = ? AND person_uuid = ?",
+            gone,
         )
-        if merged:  # persons merged into another: their state moved to the target
-            wanted = work.wanted.get(eid, set())
-            _delete(conn, eid, [u for u in merged if u in wanted and u not in change.persons])
-        spec = work.accumulator.spec(eid)
+        for eid, uuid in gone:
+            remembered.absent.setdefault(eid, set()).add(uuid)
+    fingerprints = {spec.experiment_id: spec.fingerprint for spec in current.specs}
+    conn.executemany(
+        _UPSERT_TOTALS,
+        [
+            (
+                change.experiment_id,
+                LANE,
+                fingerprints[change.experiment_id],
+                encode_totals(change.totals),
+            )
+            for change in changes
+        ],
+    )
+    if prepared.memory is not None:  # as committed with this transaction
+        prepared.memory.keep(prepared.project_id, remembered, eids)
+
+
+def _stored_totals(
+    conn: sqlite3.Connection, specs: list[ExperimentSpec]
+) -> dict[int, ExperimentState]:
+    """The running experiments' stored totals (those built for their current definition)."""
+    states: dict[int, ExperimentState] = {}
+    for spec in specs:
         row = conn.execute(
             "SELECT fingerprint, totals FROM experiment_totals WHERE experiment_id = ? "
             "AND lane = ?",
-            (eid, LANE),
+            (spec.experiment_id, LANE),
         ).fetchone()
-        stored = row[1] if row is not None and row[0] == spec.fingerprint else None
-        conn.execute(
-            "INSERT INTO experiment_totals (experiment_id, lane, fingerprint, totals) "
-            "VALUES (?, ?, ?, ?) ON CONFLICT (experiment_id, lane) "
-            "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals",
-            (eid, LANE, spec.fingerprint, add_increment(stored, change)),
-        )
-    if memory is not None:  # as committed with this transaction
-        for eid in work.wanted:
-            persons = work.accumulator.state(eid).persons
-            remembered = memory[eid]
-            remembered.update(persons)  # the loaded ones (changed in place) and the new ones
-            remembered.update((source, None) for source in merged if source not in persons)
+        if row is not None and row[0] == spec.fingerprint:
+            states[spec.experiment_id] = ExperimentState(
+                spec.fingerprint, totals=decode_totals(row[1])
+            )
+    return states
 
 
 def _persons(
-    conn: sqlite3.Connection, experiment_id: int, uuids: set[str], memory: Entries | None
+    conn: sqlite3.Connection,
+    experiment_id: int,
+    uuids: set[str],
+    held: Mapping[str, PersonState],
+    absent: dict[int, set[str]],
 ) -> dict[str, PersonState]:
-    """The stored states of these persons (those that have one): from memory, else read."""
-    if memory is None:
-        return _load(conn, experiment_id, uuids)
-    remembered = memory.setdefault(experiment_id, {})
-    states = list(map(remembered.get, uuids))
-    # the remembered states that are not None
+    """The stored states of these persons (those that have one): held already, else read
+    (``absent``: per experiment, the persons known to have none)."""
+    states = list(map(held.get, uuids))
+    # the held states that are not None
     out: dict[str, PersonState] = dict(compress(zip(uuids, states, strict=True), states))
-    missing = uuids.difference(remembered)
+    known = absent.get(experiment_id)
+    missing = uuids.difference(held) if known is None else uuids.difference(held, known)
     if missing:
         stored = _load(conn, experiment_id, missing)
-        remembered.update(dict.fromkeys(missing))  # None: no state
-        remembered.update(stored)
+        absent.setdefault(experiment_id, set()).update(missing.difference(stored))
         out.update(stored)
     return out
 
@@ -206,14 +256,6 @@ def _load(conn: sqlite3.Connection, experiment_id: int, uuids: set[str]) -> dict
         ):
             out[uuid] = decode_person(state)
     return out
-
-
-def _delete(conn: sqlite3.Connection, experiment_id: int, uuids: list[str]) -> None:
-    """Persons merged into another: their state moved to the target."""
-    conn.executemany(
-        "DELETE FROM experiment_person_state WHERE experiment_id = ? AND person_uuid = ?",
-        [(experiment_id, uuid) for uuid in uuids],
-    )
 
 
 def _stored_before(
@@ -246,8 +288,8 @@ def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: Experi
         "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
         "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
         f"WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.event IN ({marks}) "
-        "ORDER BY e.timestamp_ms, e.seq",
-        (project_id, start, *names),
+        "ORDER BY e.timestamp_ms, e.event <> ?, e.seq",  # exposures first at equal times
+        (project_id, start, *names, spec.exposure_event),
     )
     count = 0
 
