@@ -31,9 +31,10 @@ class WriterCacheStore(SQLiteStore):
     """Ingests as the ingest writer process does: persons and exposed persons' experiment
     states kept in memory between batches (``PersonCache``)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, remembered: int = 300_000) -> None:
         super().__init__(path)
         self.cache = PersonCache()
+        self.cache.experiments.max_entries = remembered
 
     async def ingest(self, project_id: int, events: list[Event], drops: list[Drop]) -> IngestResult:
         now_ms = int(time.time() * 1000)
@@ -43,12 +44,17 @@ class WriterCacheStore(SQLiteStore):
         )
 
 
-@pytest.fixture(params=["sqlite", "sqlite-writer-cache", "postgres"])
+@pytest.fixture(
+    params=["sqlite", "sqlite-writer-cache", "sqlite-writer-cache-overflowing", "postgres"]
+)
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
     if request.param == "sqlite":
         yield lambda: SQLiteStore(tmp_path / "db.sqlite3")
     elif request.param == "sqlite-writer-cache":
         yield lambda: WriterCacheStore(tmp_path / "db.sqlite3")
+    elif request.param == "sqlite-writer-cache-overflowing":
+        # more persons than it may remember: dropped after each batch, read back from rows
+        yield lambda: WriterCacheStore(tmp_path / "db.sqlite3", remembered=1)
     else:
         url = pg.new_database()
         yield lambda: PostgresStore(url)
