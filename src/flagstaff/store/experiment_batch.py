@@ -257,6 +257,8 @@ class BatchWork(msgspec.Struct):
     pair_distinct_ids: list[str]
     pair_persons: list[str]
     pair_counts: list[int]
+    pair_groups: dict[str, list[int]]
+    """Per metric event name, the indexes of its pairs."""
     persons: dict[str, str]
     """Every concerned distinct id's person uuid, as the batch leaves it."""
     merges: list[tuple[str, str]]
@@ -297,7 +299,10 @@ def batch_work(
     exposure_indexes = list(
         compress(range(len(concerned)), map(running.exposure_names.__contains__, event_names))
     )
-    states = dict(zip(distinct_ids, map(by_distinct_id.get, distinct_ids), strict=True))
+    pair_names, pair_ids, pair_counts = _pairs(running, event_names, distinct_ids)
+    unique = set(pair_ids)
+    unique.update(map(distinct_ids.__getitem__, exposure_indexes))
+    states = dict(zip(unique, map(by_distinct_id.get, unique), strict=True))
     if None in states.values():
         persons = {
             distinct_id: (
@@ -332,10 +337,13 @@ def batch_work(
                 targets += running.flag_calls.get(flag_key, ())
         for experiment_id in (*targets, *running.metric_routes.get(name, ())):
             wanted.setdefault(experiment_id, set()).add(person)
-    pair_names, pair_ids, pair_counts = _pairs(running, event_names, distinct_ids)
     pair_persons = list(map(persons.__getitem__, pair_ids))
+    pair_groups: dict[str, list[int]] = {}
     for name in set(pair_names):
-        involved = set(compress(pair_persons, map(name.__eq__, pair_names)))
+        group = pair_groups[name] = list(
+            compress(range(len(pair_names)), map(name.__eq__, pair_names))
+        )
+        involved = set(map(pair_persons.__getitem__, group))
         for experiment_id in running.metric_routes[name]:
             wanted.setdefault(experiment_id, set()).update(involved)
     if merges:
@@ -352,6 +360,7 @@ def batch_work(
         pair_ids,
         pair_persons,
         pair_counts,
+        pair_groups,
         persons,
         merges,
         wanted,
@@ -364,10 +373,15 @@ def _pairs(
 ) -> tuple[list[str], list[str], list[int]]:
     """The metric events counted per (name, distinct id), as three lists. Exposure events are
     left out: :meth:`ExperimentAccumulator.add` applies them (and any metric reading them)."""
-    metric = map(operator.not_, map(running.exposure_names.__contains__, names))
-    counted = Counter(compress(zip(names, distinct_ids, strict=True), metric))
+    counted = Counter(zip(names, distinct_ids, strict=True))
     keys = list(counted)
-    return list(map(_FIRST, keys)), list(map(_SECOND, keys)), list(counted.values())
+    pair_names = list(map(_FIRST, keys))
+    metric = list(map(operator.not_, map(running.exposure_names.__contains__, pair_names)))
+    return (
+        list(compress(pair_names, metric)),
+        list(compress(map(_SECOND, keys), metric)),
+        list(compress(counted.values(), metric)),
+    )
 
 
 _NO_PROPERTIES: dict[str, Any] = {}
@@ -442,24 +456,33 @@ def apply_work(
     accumulator.add_many(sorted(exposures, key=_TIMESTAMP))
     span: tuple[int, int] | None = None
     one_by_one: dict[int, set[tuple[str, str]]] = {}
+    groups = work.pair_groups
+    if duplicates:
+        groups = {
+            name: list(compress(range(len(pair_names)), map(name.__eq__, pair_names)))
+            for name in set(pair_names)
+        }
     for spec in work.running.specs:
         experiment_id = spec.experiment_id
-        reads = spec.rules_by_event
         counted = accumulator.counted(experiment_id)
         held = accumulator.persons(experiment_id)
         counts: dict[str, Counter[str]] = {}
         single: set[tuple[str, str]] = set()
-        for k in compress(range(len(pair_persons)), map(held.__contains__, pair_persons)):
-            name = pair_names[k]
-            if name not in reads:
+        for name in spec.rules_by_event:
+            group = groups.get(name)
+            if not group:
+                continue
+            exposed = list(
+                compress(group, map(held.__contains__, map(pair_persons.__getitem__, group)))
+            )
+            if not exposed:
                 continue
             if name in counted:
-                by_person = counts.get(name)
-                if by_person is None:
-                    by_person = counts[name] = Counter()
-                by_person[pair_persons[k]] += pair_counts[k]
+                by_person = counts[name] = Counter()
+                for k in exposed:
+                    by_person[pair_persons[k]] += pair_counts[k]
             else:
-                single.add((name, pair_ids[k]))
+                single.update((name, pair_ids[k]) for k in exposed)
         for name, by_person in counts.items():
             if span is None:
                 times = list(map(_TIMESTAMP, sources))
@@ -488,11 +511,14 @@ def _measure(
     """Apply, per experiment, the events of its (name, distinct id) pairs one by one, in time
     order (equal times in the batch's order); each event is decoded once."""
     wanted = set().union(*one_by_one.values())
-    keys = list(zip(work.names, work.distinct_ids, strict=True))
+    names = work.names
+    distinct_ids = work.distinct_ids
     positions: dict[tuple[str, str], list[int]] = {}
-    for i in compress(range(len(keys)), map(wanted.__contains__, keys)):
-        if keep is None or keep[i]:
-            positions.setdefault(keys[i], []).append(i)
+    for name in {name for name, _ in wanted}:
+        for i in compress(range(len(names)), map(name.__eq__, names)):
+            key = (name, distinct_ids[i])
+            if key in wanted and (keep is None or keep[i]):
+                positions.setdefault(key, []).append(i)
     decoded: dict[int, ExperimentEvent] = {}
     sources = work.sources
     persons = work.persons
