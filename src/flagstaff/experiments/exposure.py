@@ -450,6 +450,19 @@ class ExperimentSpec:
         for rule in self.rules:
             for event in rule.events():
                 self.rules_by_event.setdefault(event, []).append(rule)
+        self.counted = frozenset(
+            name
+            for name, rules in self.rules_by_event.items()
+            if all(rule.counts for rule in rules)
+        )
+        """The events every metric reading them only counts (see ``count``)."""
+        self.window_ms = {
+            name: min(
+                (rule.window_ms for rule in rules if rule.window_ms is not None), default=None
+            )
+            for name, rules in self.rules_by_event.items()
+        }
+        """Per event, the shortest conversion window of the metrics reading it."""
         self.fingerprint = hashlib.sha256(
             msgspec.json.encode(
                 [
@@ -481,26 +494,13 @@ class ExperimentSpec:
 class _Running:
     """One experiment's spec and state inside the accumulator."""
 
-    __slots__ = ("counted", "dirty", "since_drain", "spec", "state", "window_ms")
+    __slots__ = ("dirty", "since_drain", "spec", "state")
 
     def __init__(self, spec: ExperimentSpec, state: ExperimentState, increments: bool) -> None:
         self.spec = spec
         self.state = state
         self.dirty: set[str] = set()
         self.since_drain = _copy(state.totals, ExperimentTotals) if increments else None
-        self.counted = frozenset(
-            name
-            for name, rules in spec.rules_by_event.items()
-            if all(rule.counts for rule in rules)
-        )
-        """The events every metric reading them only counts (see ``count``)."""
-        self.window_ms = {
-            name: min(
-                (rule.window_ms for rule in rules if rule.window_ms is not None), default=None
-            )
-            for name, rules in spec.rules_by_event.items()
-        }
-        """Per event, the shortest conversion window of the metrics reading it."""
 
     def variant_totals(self, variant: str) -> VariantTotals:
         totals = self.state.totals.variants.get(variant)
@@ -586,7 +586,7 @@ class _Running:
         end = self.spec.end_ms
         if end is not None and last_ms > end:
             return list(counts)
-        window = self.window_ms[name]
+        window = self.spec.window_ms[name]
         rules = self.spec.rules_by_event[name]
         later: list[str] = []
         dirty = self.dirty
@@ -721,7 +721,7 @@ class ExperimentAccumulator:
 
     def counted(self, experiment_id: int) -> frozenset[str]:
         """The events every metric of the experiment reading them only counts (``count``)."""
-        return self._running[experiment_id].counted
+        return self._running[experiment_id].spec.counted
 
     def count(
         self,
