@@ -719,10 +719,6 @@ class ExperimentAccumulator:
             if person is not None:
                 running.measure(person, rules[event.event], event)
 
-    def counted(self, experiment_id: int) -> frozenset[str]:
-        """The events every metric of the experiment reading them only counts (``count``)."""
-        return self._running[experiment_id].spec.counted
-
     def count(
         self,
         experiment_id: int,
@@ -732,9 +728,10 @@ class ExperimentAccumulator:
         last_ms: int,
     ) -> list[str]:
         """Apply events ``name`` of exposed persons, that the experiment only counts (see
-        ``counted``), as a number per person, all timed between ``first_ms`` and ``last_ms``.
-        Returns the persons whose events must go through ``measure`` instead: those the span
-        does not settle (exposed after its start; past the end date or a window)."""
+        ``ExperimentSpec.counted``), as a number per person, all timed between ``first_ms``
+        and ``last_ms``. Returns the persons whose events must go through ``measure``
+        instead: those the span does not settle (exposed after its start; past the end date
+        or a window)."""
         return self._running[experiment_id].count(name, counts, first_ms, last_ms)
 
     def persons(self, experiment_id: int) -> Mapping[str, PersonState]:

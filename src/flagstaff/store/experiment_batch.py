@@ -338,11 +338,8 @@ def batch_work(
         for experiment_id in (*targets, *running.metric_routes.get(name, ())):
             wanted.setdefault(experiment_id, set()).add(person)
     pair_persons = list(map(persons.__getitem__, pair_ids))
-    pair_groups: dict[str, list[int]] = {}
-    for name in set(pair_names):
-        group = pair_groups[name] = list(
-            compress(range(len(pair_names)), map(name.__eq__, pair_names))
-        )
+    pair_groups = _groups(pair_names)
+    for name, group in pair_groups.items():
         involved = set(map(pair_persons.__getitem__, group))
         for experiment_id in running.metric_routes[name]:
             wanted.setdefault(experiment_id, set()).update(involved)
@@ -384,6 +381,14 @@ def _pairs(
     )
 
 
+def _groups(pair_names: list[str]) -> dict[str, list[int]]:
+    """Per name, the indexes of its pairs (a C pass per name: a batch has few)."""
+    positions = range(len(pair_names))
+    return {
+        name: list(compress(positions, map(name.__eq__, pair_names))) for name in set(pair_names)
+    }
+
+
 _NO_PROPERTIES: dict[str, Any] = {}
 """The properties of an event only counted (never changed: the accumulator only reads them)."""
 _DISTINCT_ID = operator.attrgetter("distinct_id")
@@ -401,13 +406,13 @@ def _properties(event: Event) -> dict[str, Any]:
 
 def retry_candidates(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState]]) -> list[str]:
     """The uuids of the metric events that would count twice if already stored (a retried
-    request's): those of persons with a stored state or exposed by this batch. An exposure
+    request's): those of persons with a stored state (in ``loaded``, looked into, not copied)
+    or exposed by this batch. An exposure
     alone changes nothing the second time (the person's state already holds its variant and a
     time no later than its own), so its uuid need not be looked up."""
-    known: set[str] = {target for _, target in work.merges}
-    for states in loaded.values():
-        known.update(states)
-    known.update(event.person_id for event in work.exposures)
+    exposed: set[str] = {target for _, target in work.merges}
+    exposed.update(event.person_id for event in work.exposures)
+    held = list(loaded.values())
     exposures = work.running.exposure_names
     persons = work.persons
     return [
@@ -415,7 +420,10 @@ def retry_candidates(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonSt
         for source, name, distinct_id in zip(
             work.sources, work.names, work.distinct_ids, strict=True
         )
-        if name not in exposures and persons[distinct_id] in known
+        if name not in exposures
+        and (
+            (person := persons[distinct_id]) in exposed or any(person in states for states in held)
+        )
     ]
 
 
@@ -443,6 +451,7 @@ def apply_work(
         work.pair_persons,
         work.pair_counts,
     )
+    groups = work.pair_groups
     keep: list[bool] | None = None
     if duplicates:
         keep = [source.uuid not in duplicates for source in sources]
@@ -453,18 +462,13 @@ def apply_work(
             list(compress(work.distinct_ids, keep)),
         )
         pair_persons = list(map(work.persons.__getitem__, pair_ids))
+        groups = _groups(pair_names)
     accumulator.add_many(sorted(exposures, key=_TIMESTAMP))
     span: tuple[int, int] | None = None
     one_by_one: dict[int, set[tuple[str, str]]] = {}
-    groups = work.pair_groups
-    if duplicates:
-        groups = {
-            name: list(compress(range(len(pair_names)), map(name.__eq__, pair_names)))
-            for name in set(pair_names)
-        }
     for spec in work.running.specs:
         experiment_id = spec.experiment_id
-        counted = accumulator.counted(experiment_id)
+        counted = spec.counted
         held = accumulator.persons(experiment_id)
         counts: dict[str, Counter[str]] = {}
         single: set[tuple[str, str]] = set()
@@ -490,11 +494,7 @@ def apply_work(
             later = accumulator.count(experiment_id, name, by_person, *span)
             if later:
                 again = set(later)
-                single.update(
-                    (name, pair_ids[k])
-                    for k in range(len(pair_names))
-                    if pair_names[k] == name and pair_persons[k] in again
-                )
+                single.update((name, pair_ids[k]) for k in groups[name] if pair_persons[k] in again)
         if single:
             one_by_one[experiment_id] = single
     if one_by_one:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Mapping
-from itertools import compress
 from typing import Any
 
 import msgspec
@@ -150,18 +149,18 @@ def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool)
         )
         remembered = Remembered(prepared.database, current.version, accumulator)
     accumulator = remembered.accumulator
-    loaded = {
-        eid: _persons(conn, eid, uuids, accumulator.persons(eid), remembered.absent)
-        for eid, uuids in work.wanted.items()
-    }
+    for eid, uuids in work.wanted.items():
+        held = accumulator.persons(eid)
+        accumulator.load_persons(eid, _unseen(conn, eid, uuids, held, remembered.absent))
+    held_states = {eid: accumulator.persons(eid) for eid in work.wanted}
     duplicates = (
         set()
         if all_stored
         else _stored_before(
-            conn, prepared.project_id, retry_candidates(work, loaded), prepared.mark
+            conn, prepared.project_id, retry_candidates(work, held_states), prepared.mark
         )
     )
-    changes = apply_work(accumulator, work, loaded, duplicates)
+    changes = apply_work(accumulator, work, {}, duplicates)
     conn.executemany(
         _UPSERT_STATE,
         [
@@ -184,14 +183,13 @@ def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool)
         )
         for eid, uuid in gone:
             remembered.absent.setdefault(eid, set()).add(uuid)
-    fingerprints = {spec.experiment_id: spec.fingerprint for spec in current.specs}
     conn.executemany(
         _UPSERT_TOTALS,
         [
             (
                 change.experiment_id,
                 LANE,
-                fingerprints[change.experiment_id],
+                accumulator.spec(change.experiment_id).fingerprint,
                 encode_totals(change.totals),
             )
             for change in changes
@@ -219,25 +217,22 @@ def _stored_totals(
     return states
 
 
-def _persons(
+def _unseen(
     conn: sqlite3.Connection,
     experiment_id: int,
     uuids: set[str],
     held: Mapping[str, PersonState],
     absent: dict[int, set[str]],
 ) -> dict[str, PersonState]:
-    """The stored states of these persons (those that have one): held already, else read
-    (``absent``: per experiment, the persons known to have none)."""
-    states = list(map(held.get, uuids))
-    # the held states that are not None
-    out: dict[str, PersonState] = dict(compress(zip(uuids, states, strict=True), states))
+    """The stored states of those of these persons that are neither held already nor known to
+    have none (``absent``, per experiment; updated with the ones found without)."""
     known = absent.get(experiment_id)
     missing = uuids.difference(held) if known is None else uuids.difference(held, known)
-    if missing:
-        stored = _load(conn, experiment_id, missing)
-        absent.setdefault(experiment_id, set()).update(missing.difference(stored))
-        out.update(stored)
-    return out
+    if not missing:
+        return {}
+    stored = _load(conn, experiment_id, missing)
+    absent.setdefault(experiment_id, set()).update(missing.difference(stored))
+    return stored
 
 
 def _chunks(items: list[Any]) -> Iterator[list[Any]]:
