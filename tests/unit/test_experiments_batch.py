@@ -20,7 +20,7 @@ from flagstaff.experiments.exposure import (
 )
 from flagstaff.experiments.model import parse_experiment
 from flagstaff.ingest.model import Event
-from flagstaff.ingest.persons import person_uuid
+from flagstaff.ingest.persons import PersonState, person_uuid
 from flagstaff.store.experiment_batch import SpecCache, apply_work, batch_work
 from flagstaff.store.sqlite.protocol import for_writer
 from tests.unit.test_experiments_exposure import CALLED, END, START, experiment
@@ -197,3 +197,45 @@ def test_a_retried_batch_counts_once() -> None:
         assert work is not None
         apply_work(kept, work, {}, duplicates)
     assert _plain(spec, kept.state(7).totals) == _plain(spec, _one_at_a_time(spec, events))
+
+
+def test_counted_events_of_two_distinct_ids_of_one_person_add_up() -> None:
+    """A person identified earlier has two distinct ids; the pageviews each sends in one batch
+    (two pairs of one person) count for the person together, as one at a time."""
+    spec = ExperimentSpec(7, _definition())
+    running = SpecCache().put("db", PROJECT, 1, [spec])
+    uuid = person_uuid(PROJECT, "anon-1")
+    person = PersonState(1, uuid, {}, True, START)
+    book = {"anon-1": person, "user@example.com": person}
+
+    def event(n: int, name: str, distinct_id: str, at: int, **props: Any) -> Event:
+        return Event(f"e-{n}", name, distinct_id, props, at, at, None, None, None, True, False)
+
+    exposure = event(
+        0,
+        CALLED,
+        "anon-1",
+        START + 1000,
+        **{"$feature_flag": "checkout", "$feature_flag_response": "test"},
+    )
+    views = [
+        event(n, "$pageview", distinct_id, START + 60_000 + n)
+        for n, distinct_id in enumerate(["anon-1", "user@example.com"] * 3, start=1)
+    ]
+    kept = ExperimentAccumulator([spec], increments=False)
+    for batch in ([exposure], views):  # exposed before the batch of pageviews: counted
+        work = batch_work(running, PROJECT, book, [], for_writer(batch))
+        assert work is not None
+        apply_work(kept, work, {}, set())
+    one = ExperimentAccumulator([spec])
+    one.add_many(
+        ExperimentEvent(uuid, e.distinct_id, e.event, e.timestamp_ms, e.properties)
+        for e in [exposure, *views]
+    )
+    assert kept.state(7).persons[uuid].slots == one.state(7).persons[uuid].slots
+    assert _plain(spec, kept.state(7).totals) == _plain(spec, one.state(7).totals)
+    # six pageviews of one person in the test variant: sum 6, sum of squares 36
+    assert _plain(spec, kept.state(7).totals)["metrics"]["pageviews-first-day"] == [
+        ("control", 0.0, 0.0, None),
+        ("test", 6.0, 36.0, None),
+    ]

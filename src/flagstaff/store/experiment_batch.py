@@ -289,12 +289,16 @@ def batch_work(
     ]
     every_name = list(map(_NAME, kept))
     concerning = list(map(names.__contains__, every_name))
-    if not any(concerning) and not merges:
+    unconcerned = concerning.count(False)
+    if unconcerned == len(concerning) and not merges:
         return None
     # per-event work in C loops (map, compress, Counter): a metric on an event every visitor
     # sends concerns every event of the batch
-    concerned = list(compress(kept, concerning))
-    event_names = list(compress(every_name, concerning))
+    if unconcerned:
+        concerned = list(compress(kept, concerning))
+        event_names = list(compress(every_name, concerning))
+    else:
+        concerned, event_names = kept, every_name
     distinct_ids = list(map(_DISTINCT_ID, concerned))
     exposure_indexes = list(
         compress(range(len(concerned)), map(running.exposure_names.__contains__, event_names))
@@ -470,7 +474,7 @@ def apply_work(
         experiment_id = spec.experiment_id
         counted = spec.counted
         held = accumulator.persons(experiment_id)
-        counts: dict[str, Counter[str]] = {}
+        counts: dict[str, dict[str, int]] = {}
         single: set[tuple[str, str]] = set()
         for name in spec.rules_by_event:
             group = groups.get(name)
@@ -482,9 +486,14 @@ def apply_work(
             if not exposed:
                 continue
             if name in counted:
-                by_person = counts[name] = Counter()
-                for k in exposed:
-                    by_person[pair_persons[k]] += pair_counts[k]
+                persons = list(map(pair_persons.__getitem__, exposed))
+                numbers = map(pair_counts.__getitem__, exposed)
+                by_person = counts[name] = dict(zip(persons, numbers, strict=True))
+                if len(by_person) < len(persons):  # distinct ids of one person: add them up
+                    by_person.clear()
+                    for k in exposed:
+                        person = pair_persons[k]
+                        by_person[person] = by_person.get(person, 0) + pair_counts[k]
             else:
                 single.update((name, pair_ids[k]) for k in exposed)
         for name, by_person in counts.items():

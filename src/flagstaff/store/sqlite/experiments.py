@@ -226,8 +226,12 @@ def _unseen(
 ) -> dict[str, PersonState]:
     """The stored states of those of these persons that are neither held already nor known to
     have none (``absent``, per experiment; updated with the ones found without)."""
+    missing = uuids.difference(held)
     known = absent.get(experiment_id)
-    missing = uuids.difference(held) if known is None else uuids.difference(held, known)
+    if known and missing:
+        # two steps: set.difference(a, b) walks every element of b (here, every person known
+        # to have no state), while the one-argument form walks the smaller side
+        missing = missing.difference(known)
     if not missing:
         return {}
     stored = _load(conn, experiment_id, missing)
