@@ -303,21 +303,20 @@ def batch_work(
     exposure_indexes = list(
         compress(range(len(concerned)), map(running.exposure_names.__contains__, event_names))
     )
-    pair_names, pair_ids, pair_counts = _pairs(running, event_names, distinct_ids)
+    pair_names, pair_ids, pair_counts = _pairs(event_names, distinct_ids, exposure_indexes)
     unique = set(pair_ids)
     unique.update(map(distinct_ids.__getitem__, exposure_indexes))
-    states = dict(zip(unique, map(by_distinct_id.get, unique), strict=True))
-    if None in states.values():
+    try:  # one pass when every distinct id has a person (the rules gave one to most)
+        persons = {distinct_id: by_distinct_id[distinct_id].uuid for distinct_id in unique}
+    except KeyError:
         persons = {
             distinct_id: (
                 state.uuid
-                if state is not None
+                if (state := by_distinct_id.get(distinct_id)) is not None
                 else person_rules.person_uuid(project_id, distinct_id)
             )
-            for distinct_id, state in states.items()
+            for distinct_id in unique
         }
-    else:
-        persons = dict(zip(states, map(_UUID, states.values()), strict=True))
     wanted: dict[int, set[str]] = {}
     exposures: list[ExperimentEvent] = []
     # a flag call's flag and response are among the few properties every event carries
@@ -370,19 +369,15 @@ def batch_work(
 
 
 def _pairs(
-    running: Running, names: list[str], distinct_ids: list[str]
+    names: list[str], distinct_ids: list[str], exposure_indexes: list[int]
 ) -> tuple[list[str], list[str], list[int]]:
     """The metric events counted per (name, distinct id), as three lists. Exposure events are
-    left out: :meth:`ExperimentAccumulator.add` applies them (and any metric reading them)."""
+    left out (their pairs hold only exposures): :meth:`ExperimentAccumulator.add` applies
+    them, and any metric reading them."""
     counted = Counter(zip(names, distinct_ids, strict=True))
-    keys = list(counted)
-    pair_names = list(map(_FIRST, keys))
-    metric = list(map(operator.not_, map(running.exposure_names.__contains__, pair_names)))
-    return (
-        list(compress(pair_names, metric)),
-        list(compress(map(_SECOND, keys), metric)),
-        list(compress(counted.values(), metric)),
-    )
+    for i in exposure_indexes:
+        counted.pop((names[i], distinct_ids[i]), None)
+    return list(map(_FIRST, counted)), list(map(_SECOND, counted)), list(counted.values())
 
 
 def _groups(pair_names: list[str]) -> dict[str, list[int]]:
@@ -397,7 +392,6 @@ _NO_PROPERTIES: dict[str, Any] = {}
 """The properties of an event only counted (never changed: the accumulator only reads them)."""
 _DISTINCT_ID = operator.attrgetter("distinct_id")
 _NAME = operator.attrgetter("event")
-_UUID = operator.attrgetter("uuid")
 _TIMESTAMP = operator.attrgetter("timestamp_ms")
 _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
@@ -460,10 +454,12 @@ def apply_work(
     if duplicates:
         keep = [source.uuid not in duplicates for source in sources]
         exposures = list(compress(exposures, map(keep.__getitem__, work.exposure_indexes)))
+        kept_names = list(compress(work.names, keep))
+        kept_exposures = compress(
+            range(len(kept_names)), map(work.running.exposure_names.__contains__, kept_names)
+        )
         pair_names, pair_ids, pair_counts = _pairs(
-            work.running,
-            list(compress(work.names, keep)),
-            list(compress(work.distinct_ids, keep)),
+            kept_names, list(compress(work.distinct_ids, keep)), list(kept_exposures)
         )
         pair_persons = list(map(work.persons.__getitem__, pair_ids))
         groups = _groups(pair_names)
