@@ -23,11 +23,15 @@ stored events would not change what it reads). Then `GET .../results/` is timed 
 the first request of each worker (which imports scipy) and the best and median of 20 more.
 
 Part 3 (``--store-only``), for a ratio less at the mercy of a shared machine, in-process (no
-HTTP, no wrk) with the same mix, 20 calls of 2,000 events, no experiment and five running
-alternated ``--rounds`` times, the best of each: on SQLite the CPU time of the ingest writer's
-step (``apply_ingest``: rules, experiments, SQL, one transaction per call), on PostgreSQL the
-wall time of ``store.ingest`` (the round trips are the cost there), and the CPU time of this
-process and of the PostgreSQL backends of its database (steadier on a shared machine).
+HTTP, no wrk) with the same mix, 40,000 events per case in calls of ``--batch-size`` (2,000),
+no experiment and five running alternated ``--rounds`` times, the best of each: on SQLite the
+CPU time of the ingest writer's step (``apply_ingest``: rules, experiments, SQL, one
+transaction per call), on PostgreSQL the wall time of ``store.ingest`` (the round trips are
+the cost there), and the CPU time of this process and of the PostgreSQL backends of its
+database (steadier on a shared machine).
+
+Part 4 (``--batch-path``): what both engines run per batch for the experiments
+(``batch_work``, ``apply_work``), in-process without a store: see :func:`_batch_path`.
 """
 
 from __future__ import annotations
@@ -314,10 +318,15 @@ def main() -> None:
         "--store-only", action="store_true", help="only part 3: the store's ingest in-process"
     )
     parser.add_argument(
+        "--batch-path",
+        action="store_true",
+        help="only part 4: the engines' shared batch path in-process, no store",
+    )
+    parser.add_argument(
         "--batch-size",
         type=int,
         default=2000,
-        help="--store-only: events per call (the server's batches hold about 700 here)",
+        help="--store-only, --batch-path: events per call (the server's hold about 700 here)",
     )
     parser.add_argument(
         "--exposed-goals",
@@ -333,6 +342,9 @@ def main() -> None:
     global PAGEVIEW_METRIC, EXPOSED_GOALS
     PAGEVIEW_METRIC = args.pageview_metric
     EXPOSED_GOALS = args.exposed_goals
+    if args.batch_path:
+        _batch_path(args.batch_size, args.rounds)
+        return
     if args.store_only:
         asyncio.run(
             _store_ingest(args.postgres, 40_000 // args.batch_size, args.batch_size, args.rounds)
@@ -558,6 +570,58 @@ async def _store_ingest(postgres: bool, batches: int, size: int, rounds: int) ->
             f"CPU time, this process and its PostgreSQL backends: none {none_us:.1f} us/event, "
             f"five running {five_us:.1f} us/event, ratio {none_us / five_us:.3f}"
         )
+
+
+def _batch_path(size: int, rounds: int) -> None:
+    """Part 4: ``batch_work`` and ``apply_work`` alone (what both engines run per batch, no
+    SQL), five running experiments, 100 batches of ``size`` events after 100 that expose the
+    persons and fill the accumulator (as the SQLite writer keeps it); each batch's persons as
+    the rules hand them over (only the batch's distinct ids). CPU time, best of ``rounds``."""
+    from flagstaff.experiments.exposure import ExperimentAccumulator
+    from flagstaff.ingest.persons import PersonState, person_uuid
+    from flagstaff.store.experiment_batch import SpecCache, apply_work, batch_work
+    from flagstaff.store.sqlite.protocol import for_writer
+
+    specs = []
+    for i, flag in enumerate(FLAGS):
+        body = _experiment_body(i, flag)
+        body["start_date"] = "2020-01-01T00:00:00Z"  # before the events' times
+        specs.append(ExperimentSpec(i + 1, parse_experiment(body)))
+    running = SpecCache().put("bench", 1, 1, specs)
+    people = {
+        f"user-{u}": PersonState(u, person_uuid(1, f"user-{u}"), {}, False, 0)
+        for u in range(10_000)
+    }
+    batches = [for_writer(_writer_events(n * size, size)) for n in range(200)]
+    books = [{e.distinct_id: people[e.distinct_id] for e in batch} for batch in batches]
+    accumulator = ExperimentAccumulator(specs, increments=False)
+
+    def run(part: slice) -> tuple[float, float]:
+        work_s = apply_s = 0.0
+        for batch, book in zip(batches[part], books[part], strict=True):
+            began = time.process_time()
+            work = batch_work(running, 1, book, [], batch)
+            middle = time.process_time()
+            assert work is not None
+            apply_work(accumulator, work, {}, set())
+            work_s += middle - began
+            apply_s += time.process_time() - middle
+        return work_s, apply_s
+
+    run(slice(0, 100))
+    gc.collect()
+    gc.freeze()
+    try:
+        timed = [run(slice(100, 200)) for _ in range(rounds)]
+    finally:
+        gc.unfreeze()
+    events = 100 * size
+    work_us = min(t[0] for t in timed) / events * 1e6
+    apply_us = min(t[1] for t in timed) / events * 1e6
+    print(
+        f"batch path, {size}-event batches, best of {rounds}: batch_work {work_us:.3f} + "
+        f"apply_work {apply_us:.3f} = {work_us + apply_us:.3f} us/event"
+    )
 
 
 async def _backends(store: Any) -> set[int]:
