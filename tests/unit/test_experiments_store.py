@@ -5,6 +5,7 @@ aggregates kept at ingestion equal a recompute from the stored events."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -102,6 +103,18 @@ def _plain(totals: ExperimentTotals) -> dict[str, Any]:
     } | {"excluded": totals.multiple_variant_persons}
 
 
+async def _state_rows(store: Store, experiment_id: int) -> set[str]:
+    """The persons with a stored state for the experiment (read from the engine's table)."""
+    query = "SELECT person_uuid FROM experiment_person_state WHERE experiment_id = "
+    if isinstance(store, PostgresStore):
+        async with store._pool.acquire() as conn:
+            rows = await conn.fetch(query + "$1", experiment_id)
+        return {str(row[0]) for row in rows}
+    assert isinstance(store, SQLiteStore)
+    with sqlite3.connect(store.path) as conn:
+        return {row[0] for row in conn.execute(query + "?", (experiment_id,))}
+
+
 def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> None:
     async def scenario(store: Store) -> tuple[dict[str, Any], dict[str, Any], int]:
         project = await store.create_project("p")
@@ -129,8 +142,12 @@ def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> 
         for batch in batches:
             await store.ingest(pid, batch, [])
         kept = _plain(await store.experiment_totals(record.id, fingerprint))
+        # the persons merged into another have no state row left: theirs moved to the target
+        persons = await _state_rows(store, record.id)
         read = await store.recompute_experiment(pid, record.id)
         again = _plain(await store.experiment_totals(record.id, fingerprint))
+        assert persons == await _state_rows(store, record.id)
+        assert len(persons) == 2  # a1 (with a2) and b1 (with b2, excluded)
         return kept, again, read
 
     kept, recomputed, read = run(open_store, scenario)

@@ -10,6 +10,7 @@ project without running experiments costs one indexed read of its definitions ve
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 
 import asyncpg
 import orjson
@@ -47,7 +48,8 @@ _DATABASE = (
 """The database's identity: its oid in this server's run."""
 _READ = (
     "WITH locked AS (SELECT s.experiment_id, s.person_uuid, s.state "
-    "FROM experiment_person_state s JOIN unnest($2::bigint[], $3::uuid[]) AS x(e, u) "
+    "FROM experiment_person_state s JOIN unnest(string_to_array($2, ',')::bigint[], "
+    "string_to_array($3, ',')::uuid[]) AS x(e, u) "
     "ON s.experiment_id = x.e AND s.person_uuid = x.u "
     "ORDER BY s.experiment_id, s.person_uuid FOR UPDATE OF s), "
     "totals AS (SELECT experiment_id, fingerprint, totals FROM experiment_totals "
@@ -58,7 +60,8 @@ _READ = (
     "UNION ALL SELECT 2, experiment_id, fingerprint, totals FROM totals"
 )
 """In one round trip: the definitions version and the database, the persons' states (locked)
-and this lane's totals rows (locked), as rows ``(kind, number, text, bytes)``."""
+and this lane's totals rows (locked), as rows ``(kind, number, text, bytes)``. The persons
+wanted come as two comma-separated texts (:func:`_as_text`)."""
 _STORED_BEFORE = (
     "SELECT e.uuid::text FROM events e JOIN unnest($2::uuid[]) AS x(u) "
     "ON e.project_id = $1 AND e.uuid = x.u WHERE e.xmin <> pg_current_xact_id()::xid"
@@ -66,10 +69,12 @@ _STORED_BEFORE = (
 """Which of these events were stored before this transaction (a retried request's)."""
 _WRITE = (
     "WITH states AS (INSERT INTO experiment_person_state (experiment_id, person_uuid, state) "
-    "SELECT e, u, s FROM unnest($1::bigint[], $2::uuid[], $3::bytea[]) AS x(e, u, s) "
+    "SELECT e, u, s FROM unnest(string_to_array($1, ',')::bigint[], "
+    "string_to_array($2, ',')::uuid[], $3::bytea[]) AS x(e, u, s) "
     "ON CONFLICT (experiment_id, person_uuid) DO UPDATE SET state = excluded.state), "
     "gone AS (DELETE FROM experiment_person_state s "
-    "USING unnest($4::bigint[], $5::uuid[]) AS x(e, u) "
+    "USING unnest(string_to_array($4, ',')::bigint[], string_to_array($5, ',')::uuid[]) "
+    "AS x(e, u) "
     "WHERE s.experiment_id = x.e AND s.person_uuid = x.u) "
     "INSERT INTO experiment_totals (experiment_id, lane, fingerprint, totals) "
     "SELECT e, $6, f, t FROM unnest($7::bigint[], $8::text[], $9::bytea[]) AS x(e, f, t) "
@@ -92,6 +97,21 @@ _NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset(), {}, False, 
 _latest: dict[int, tuple[str, Running]] = {}
 """Per project, the database and running experiments of its last batch in this process: the
 guess the read is made with (checked by the read itself)."""
+
+
+def _as_text(groups: Iterable[tuple[int, Iterable[str]]]) -> tuple[str, str]:
+    """Pairs (experiment id, person uuid), given per experiment, as two comma-separated texts
+    that the statement splits (``string_to_array``) in the same order. asyncpg checks every
+    element of an array parameter against ``collections.abc`` in Python: a 680-element
+    ``uuid[]`` cost 350 µs of client CPU here, the same ids as one text 85 µs."""
+    eids: list[str] = []
+    uuids: list[str] = []
+    for eid, members in groups:
+        listed = list(members)
+        if listed:
+            eids.append(",".join([str(eid)] * len(listed)))
+            uuids.append(",".join(listed))
+    return ",".join(eids), ",".join(uuids)
 
 
 async def _specs_at(
@@ -131,20 +151,9 @@ async def update(
             if current.specs
             else None
         )
-        pairs = (
-            sorted((eid, uuid) for eid, uuids in work.wanted.items() for uuid in uuids)
-            if work is not None
-            else []
-        )
+        wanted_eids, wanted_uuids = _as_text(work.wanted.items() if work is not None else ())
         eids = [spec.experiment_id for spec in current.specs]
-        rows = await conn.fetch(
-            _READ,
-            project_id,
-            [eid for eid, _ in pairs],
-            [uuid for _, uuid in pairs],
-            eids,
-            LANE,
-        )
+        rows = await conn.fetch(_READ, project_id, wanted_eids, wanted_uuids, eids, LANE)
         _, version, found_database, _ = rows[0]
         version = int(version or 0)
         if found_database == database and version == current.version:
@@ -176,12 +185,14 @@ async def update(
         for uuid, state in change.persons.items()
     ]
     merged = {source for source, _ in work.merges}
-    gone = [
-        (change.experiment_id, uuid)
+    gone = {  # per experiment, the persons merged into another: their state moved
+        change.experiment_id: [
+            uuid
+            for uuid in merged
+            if uuid in work.wanted.get(change.experiment_id, ()) and uuid not in change.persons
+        ]
         for change in changes
-        for uuid in merged
-        if uuid in work.wanted.get(change.experiment_id, ()) and uuid not in change.persons
-    ]
+    }
     fingerprints: list[str] = []
     totals: list[bytes] = []
     for change in changes:
@@ -190,13 +201,17 @@ async def update(
         before = row[1] if row is not None and row[0] == fingerprint else None
         fingerprints.append(fingerprint)
         totals.append(add_increment(before, change))
+    upsert_eids, upsert_uuids = _as_text(
+        (change.experiment_id, change.persons) for change in changes
+    )
+    gone_eids, gone_uuids = _as_text(gone.items())
     await conn.execute(
         _WRITE,
-        [eid for eid, _, _ in upserts],
-        [uuid for _, uuid, _ in upserts],
+        upsert_eids,
+        upsert_uuids,
         [state for _, _, state in upserts],
-        [eid for eid, _ in gone],
-        [uuid for _, uuid in gone],
+        gone_eids,
+        gone_uuids,
         LANE,
         [change.experiment_id for change in changes],
         fingerprints,
