@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Container, Hashable, Iterable, Mapping, Sequence
 from itertools import compress
 from typing import Any
 
@@ -300,9 +300,7 @@ def batch_work(
     else:
         concerned, event_names = kept, every_name
     distinct_ids = list(map(_DISTINCT_ID, concerned))
-    exposure_indexes = list(
-        compress(range(len(concerned)), map(running.exposure_names.__contains__, event_names))
-    )
+    exposure_indexes = _exposure_indexes(running, event_names)
     pair_names, pair_ids, pair_counts = _pairs(event_names, distinct_ids, exposure_indexes)
     unique = set(pair_ids)
     unique.update(map(distinct_ids.__getitem__, exposure_indexes))
@@ -368,6 +366,11 @@ def batch_work(
     )
 
 
+def _exposure_indexes(running: Running, names: list[str]) -> list[int]:
+    """The positions of the exposure events among these names."""
+    return list(compress(range(len(names)), map(running.exposure_names.__contains__, names)))
+
+
 def _pairs(
     names: list[str], distinct_ids: list[str], exposure_indexes: list[int]
 ) -> tuple[list[str], list[str], list[int]]:
@@ -400,6 +403,17 @@ _SECOND = operator.itemgetter(1)
 def _properties(event: Event) -> dict[str, Any]:
     raw = event.properties_json
     return orjson.loads(raw) if raw is not None else event.properties
+
+
+def merged_away(work: BatchWork, experiment_id: int, holding: Container[str]) -> list[str]:
+    """The persons the batch merged into another that the experiment wanted and no longer
+    holds (``holding``): their state moved to the target, their row is to be deleted."""
+    wanted = work.wanted.get(experiment_id, ())
+    return [
+        source
+        for source in {source for source, _ in work.merges}
+        if source in wanted and source not in holding
+    ]
 
 
 def retry_candidates(work: BatchWork, loaded: Mapping[int, Mapping[str, PersonState]]) -> list[str]:
@@ -455,11 +469,10 @@ def apply_work(
         keep = [source.uuid not in duplicates for source in sources]
         exposures = list(compress(exposures, map(keep.__getitem__, work.exposure_indexes)))
         kept_names = list(compress(work.names, keep))
-        kept_exposures = compress(
-            range(len(kept_names)), map(work.running.exposure_names.__contains__, kept_names)
-        )
         pair_names, pair_ids, pair_counts = _pairs(
-            kept_names, list(compress(work.distinct_ids, keep)), list(kept_exposures)
+            kept_names,
+            list(compress(work.distinct_ids, keep)),
+            _exposure_indexes(work.running, kept_names),
         )
         pair_persons = list(map(work.persons.__getitem__, pair_ids))
         groups = _groups(pair_names)

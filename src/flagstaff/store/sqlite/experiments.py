@@ -35,6 +35,7 @@ from flagstaff.store.experiment_batch import (
     decode_totals,
     encode_person,
     encode_totals,
+    merged_away,
     recompute,
     retry_candidates,
     running_specs,
@@ -152,12 +153,14 @@ def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool)
     for eid, uuids in work.wanted.items():
         held = accumulator.persons(eid)
         accumulator.load_persons(eid, _unseen(conn, eid, uuids, held, remembered.absent))
-    held_states = {eid: accumulator.persons(eid) for eid in work.wanted}
     duplicates = (
         set()
         if all_stored
         else _stored_before(
-            conn, prepared.project_id, retry_candidates(work, held_states), prepared.mark
+            conn,
+            prepared.project_id,
+            retry_candidates(work, {eid: accumulator.persons(eid) for eid in work.wanted}),
+            prepared.mark,
         )
     )
     changes = apply_work(accumulator, work, {}, duplicates)
@@ -169,13 +172,11 @@ def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool)
             for uuid, state in change.persons.items()
         ],
     )
-    merged = {source for source, _ in work.merges}
-    if merged:  # persons merged into another: their state moved to the target
+    if work.merges:
         gone = [
             (eid, uuid)
-            for eid, wanted in work.wanted.items()
-            for uuid in merged
-            if uuid in wanted and uuid not in accumulator.persons(eid)
+            for eid in work.wanted
+            for uuid in merged_away(work, eid, accumulator.persons(eid))
         ]
         conn.executemany(
             "DELETE FROM experiment_person_state WHERE experiment_id = ? AND person_uuid = ?",
