@@ -10,6 +10,8 @@
 //          "click": "#buy" | null, "collect": "<JS expression, may be a promise>" | null,
 //          "supportedCompression": ["base64"] | null   (rewrites the remote config's list),
 //          "files": {"<url>": "<local file>"}           (answers those URLs from disk),
+//          "awaitAfterLeave": {"url": ..., "headers": {...}} (after leaving, polls that JSON
+//                                                 listing until its results are not empty),
 //          "block": ["<url glob>"]                       (fails those requests, as a network error would)}
 import { readFile } from 'node:fs/promises'
 import { chromium } from 'playwright-core'
@@ -92,6 +94,17 @@ async function rewriteCompression(route, supported) {
     await route.fulfill({ response, body })
 }
 
+// Polls a JSON listing (GET `url` with `headers`) until its `results` are not empty.
+async function awaitResults({ url, headers = {}, timeoutMs = 15000 }, problems) {
+    const deadline = Date.now() + timeoutMs
+    while (Date.now() < deadline) {
+        const response = await fetch(url, { headers }).catch(() => null)
+        if (response?.ok && (await response.json()).results?.length) return
+        await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    problems.push(`nothing at ${url} ${timeoutMs}ms after leaving the page`)
+}
+
 async function main() {
     const spec = JSON.parse(process.argv[2] ?? '{}')
     if (!spec.pageUrl || !spec.apiOrigin) {
@@ -129,6 +142,9 @@ async function main() {
         await page.goto('about:blank')
         await network.settle(page, 500)
         await Promise.all(network.recordings)
+        // A beacon sent as the page closes is not a request the page reports: when the spec
+        // names where its effect shows, keep the browser open until it does.
+        if (spec.awaitAfterLeave) await awaitResults(spec.awaitAfterLeave, network.problems)
     } finally {
         await browser.close()
     }
