@@ -175,7 +175,9 @@ async def update(
     duplicates = (
         {r[0] for r in await conn.fetch(_STORED_BEFORE, project_id, uuids)} if uuids else set()
     )
-    accumulator = ExperimentAccumulator(current.specs)
+    # fresh each batch, from empty totals: after the batch they are its increment (the
+    # persons loaded do not add to them), so no copy is kept to subtract
+    accumulator = ExperimentAccumulator(current.specs, increments=False)
     changes = sorted(
         apply_work(accumulator, work, loaded, duplicates), key=lambda c: c.experiment_id
     )
