@@ -148,9 +148,12 @@ def _experiment_body(index: int, flag: str) -> dict[str, Any]:
 def ingest(
     srv: Server, root: Path, seconds: int, rounds: int, cpus: list[tuple[str, float]]
 ) -> list[tuple[str, WrkResult]]:
-    """The rounds' wrk results; ``cpus`` receives each round's server CPU µs per event (the
-    server's own processes: on PostgreSQL the database's backends are not counted)."""
+    """The rounds' wrk results; ``cpus`` receives each round's server CPU µs per event: the
+    server's own processes and, on PostgreSQL, the database server's (the postmaster's
+    children: backends, WAL writer, checkpointer)."""
     api = Api(srv.url)
+    url = srv.env.get("FLAGSTAFF_DATABASE_URL")
+    postmaster = asyncio.run(_postmaster(url)) if url else None
     run_id = random.randrange(1, 60000)
     wrk("warm-up", srv.url + "/batch/", seconds=2, connections=8, script=_script(root, run_id))
     results: list[tuple[str, WrkResult]] = []
@@ -169,6 +172,9 @@ def ingest(
             assert srv.proc is not None
             meter = CpuMeter(srv.proc.pid)
             meter.start()
+            database = CpuMeter(postmaster) if postmaster else None
+            if database is not None:
+                database.start()
             result = wrk(
                 label,
                 srv.url + "/batch/",
@@ -177,15 +183,17 @@ def ingest(
                 script=_script(root, run_id),
             )
             spent = meter.stop()
+            if database is not None:
+                spent["PostgreSQL"] = database.stop()["workers"]
             events = result.requests * 100
             cpu = {role: seconds_ / events * 1e6 for role, seconds_ in spent.items()}
             results.append((case, result))
             cpus.append((case, sum(cpu.values())))
             print(
                 result.line(),
-                f"= {result.requests_per_s * 100:,.0f} events/s;"
-                f" server CPU per event: writer {cpu['writer']:.1f} + workers"
-                f" {cpu['workers']:.1f} µs",
+                f"= {result.requests_per_s * 100:,.0f} events/s; server CPU per event: "
+                + " + ".join(f"{role} {us:.1f}" for role, us in cpu.items() if us)
+                + " µs",
                 flush=True,
             )
             if case == "five":
@@ -631,6 +639,19 @@ async def _backends(store: Any) -> set[int]:
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
         )
     return {r[0] for r in rows}
+
+
+async def _postmaster(url: str) -> int:
+    """The PostgreSQL server's postmaster: the parent of a backend of ``url``."""
+    import asyncpg
+
+    from bench.load import _parent
+
+    conn = await asyncpg.connect(url)
+    try:
+        return _parent(int(await conn.fetchval("SELECT pg_backend_pid()")))
+    finally:
+        await conn.close()
 
 
 def _cpu(pids: set[int]) -> float:

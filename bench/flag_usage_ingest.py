@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import statistics
 import tempfile
 import time
@@ -27,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.load import _children, _cpu_seconds, _parent
 from flagstaff.ingest.model import Event
 from flagstaff.store.postgres import flag_usage as pg_flag_usage
 from flagstaff.store.sqlite import ingest as sqlite_ingest
@@ -105,29 +105,6 @@ def sqlite_run(folder: Path, name: str, work: list[list[Event]]) -> float:
         conn.close()
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            direct = [int(c) for c in f.read().split()]
-    except FileNotFoundError:
-        return []
-    return direct + [g for c in direct for g in _children(c)]
-
-
-def _cpu(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
 async def pg_run(work: list[list[Event]]) -> float:
     import asyncpg
     from tests import pg
@@ -142,7 +119,7 @@ async def pg_run(work: list[list[Event]]) -> float:
     await conn.close()
 
     def cluster() -> float:
-        return sum(_cpu(p) for p in [postmaster, *_children(postmaster)])
+        return sum(_cpu_seconds(p) for p in [postmaster, *_children(postmaster)])
 
     try:
         project = await store.create_project("bench")

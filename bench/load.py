@@ -97,6 +97,11 @@ def _children(pid: int) -> list[int]:
     return direct + [g for c in direct for g in _children(c)]
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _cpu_seconds(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat") as f:
