@@ -64,7 +64,7 @@ EXPERIMENTS = "/api/projects/@current/experiments/"
 PAGEVIEW_METRIC = False
 """Whether the first experiment also counts `$pageview` (``--pageview-metric``)."""
 EXPOSED_GOALS = False
-"""Part 3 only (``--exposed-goals``): the purchase and half the pageviews of each block of 20
+"""``--exposed-goals`` (parts 1, 3 and 4): the purchase and half the pageviews of each block of 20
 events come from the user its flag call exposed, who keeps one variant per flag (the default
 mix never sends a goal event of an exposed person: flag calls go to users 0 mod 20, purchases
 to 19 mod 20, pageviews to the rest)."""
