@@ -101,6 +101,11 @@ def test_web_example(flagstaff: Server, mgmt: Api) -> None:
                 "readyWhen": "document.getElementById('flags').textContent.startsWith('{')",
                 "click": "#send",
                 "collect": "JSON.parse(document.getElementById('flags').textContent)",
+                # the $pageleave beacon, sent as the page closes, is awaited where it lands
+                "awaitAfterLeave": {
+                    "url": f"{flagstaff.url}/api/projects/@current/events/?event=%24pageleave",
+                    "headers": {"Authorization": f"Bearer {PERSONAL_KEY}"},
+                },
             },
         )
     assert report.raw["problems"] == []
