@@ -51,7 +51,7 @@ import msgspec
 from tests.server import PROJECT_TOKEN, Api, Server
 
 from bench.experiments import START_MS, definition, flag_call
-from bench.load import CpuMeter, WrkResult, start_server, wrk
+from bench.load import CpuMeter, WrkResult, postmaster_of, start_server, wrk
 from flagstaff.experiments.exposure import (
     ExperimentAccumulator,
     ExperimentEvent,
@@ -153,7 +153,7 @@ def ingest(
     children: backends, WAL writer, checkpointer)."""
     api = Api(srv.url)
     url = srv.env.get("FLAGSTAFF_DATABASE_URL")
-    postmaster = asyncio.run(_postmaster(url)) if url else None
+    postmaster = asyncio.run(postmaster_of(url)) if url else None
     run_id = random.randrange(1, 60000)
     wrk("warm-up", srv.url + "/batch/", seconds=2, connections=8, script=_script(root, run_id))
     results: list[tuple[str, WrkResult]] = []
@@ -639,19 +639,6 @@ async def _backends(store: Any) -> set[int]:
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
         )
     return {r[0] for r in rows}
-
-
-async def _postmaster(url: str) -> int:
-    """The PostgreSQL server's postmaster: the parent of a backend of ``url``."""
-    import asyncpg
-
-    from bench.load import _parent
-
-    conn = await asyncpg.connect(url)
-    try:
-        return _parent(int(await conn.fetchval("SELECT pg_backend_pid()")))
-    finally:
-        await conn.close()
 
 
 def _cpu(pids: set[int]) -> float:

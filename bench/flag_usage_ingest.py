@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.load import _children, _cpu_seconds, _parent
+from bench.load import _children, _cpu_seconds, postmaster_of
 from flagstaff.ingest.model import Event
 from flagstaff.store.postgres import flag_usage as pg_flag_usage
 from flagstaff.store.sqlite import ingest as sqlite_ingest
@@ -106,7 +106,6 @@ def sqlite_run(folder: Path, name: str, work: list[list[Event]]) -> float:
 
 
 async def pg_run(work: list[list[Event]]) -> float:
-    import asyncpg
     from tests import pg
 
     from flagstaff.store.postgres.store import PostgresStore
@@ -114,9 +113,7 @@ async def pg_run(work: list[list[Event]]) -> float:
     url = pg.new_database()
     store = PostgresStore(url)
     await store.open()
-    conn = await asyncpg.connect(url)
-    postmaster = _parent(int(await conn.fetchval("SELECT pg_backend_pid()")))
-    await conn.close()
+    postmaster = await postmaster_of(url)
 
     def cluster() -> float:
         return sum(_cpu_seconds(p) for p in [postmaster, *_children(postmaster)])

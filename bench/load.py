@@ -102,6 +102,17 @@ def _parent(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
+async def postmaster_of(url: str) -> int:
+    """The PostgreSQL server's postmaster: the parent of a backend of ``url``."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        return _parent(int(await conn.fetchval("SELECT pg_backend_pid()")))
+    finally:
+        await conn.close()
+
+
 def _cpu_seconds(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat") as f:
