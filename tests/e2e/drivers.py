@@ -7,11 +7,13 @@ import os
 import subprocess
 import tempfile
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
 from tests.e2e.deps import TOOLING
 from tests.e2e.traffic import SdkRequest
+from tests.server import PERSONAL_KEY
 
 DRIVER_TIMEOUT_S = 90.0
 
@@ -51,3 +53,13 @@ def run_driver(script: str, spec: dict[str, Any]) -> DriverReport:
     if not lines:
         pytest.fail(f"node {script} printed no report:\n{done.stderr}")
     return DriverReport(json.loads(lines[-1]))
+
+
+def await_event(server_url: str, **params: str) -> dict[str, Any]:
+    """A browser driver's ``awaitAfterLeave``: the events listing filtered by ``params`` (with
+    the test project's personal key), polled after the page is left until it lists one. A
+    beacon sent as the page closes is not a request the driver sees: this is where it lands."""
+    return {
+        "url": f"{server_url}/api/projects/@current/events/?{urlencode(params)}",
+        "headers": {"Authorization": f"Bearer {PERSONAL_KEY}"},
+    }

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from typing import Any
-from urllib.parse import urlencode
 
 import httpx
 import pytest
 from posthog import Posthog
 
 from tests.e2e.deps import ARRAY_JS, NODE_MODULES
-from tests.e2e.drivers import DriverReport, run_driver
+from tests.e2e.drivers import DriverReport, await_event, run_driver
 from tests.e2e.flagset import (
     BANNER_PAYLOAD,
     CLIENT_SIDE_KEYS,
@@ -101,13 +100,8 @@ def _run_journey(server: Server, transport: str) -> tuple[DriverReport, str]:
             "readyWhen": "window.__e2e.ready === true",
             "click": "#buy",
             "collect": "window.__e2e.journey()",
-            # The $pageleave that posthog-js sends by sendBeacon as the page closes: the
-            # driver cannot see a beacon, so it keeps the browser open until the event is in.
-            "awaitAfterLeave": {
-                "url": f"{server.url}/api/projects/@current/events/?"
-                + urlencode({"event": "$pageleave", "distinct_id": USER}),
-                "headers": {"Authorization": f"Bearer {PERSONAL_KEY}"},
-            },
+            # the $pageleave that posthog-js sends by sendBeacon as the page closes
+            "awaitAfterLeave": await_event(server.url, event="$pageleave", distinct_id=USER),
             **driver_options,
         }
         return run_driver("e2e_browser_sdk.mjs", spec), page_url

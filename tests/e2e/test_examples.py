@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.deps import ARRAY_JS, NODE_MODULES
-from tests.e2e.drivers import run_driver
+from tests.e2e.drivers import await_event, run_driver
 from tests.e2e.site import Site
 from tests.e2e.state import ProjectState
 from tests.server import PERSONAL_KEY, PROJECT_TOKEN, Api, Server
@@ -101,11 +101,8 @@ def test_web_example(flagstaff: Server, mgmt: Api) -> None:
                 "readyWhen": "document.getElementById('flags').textContent.startsWith('{')",
                 "click": "#send",
                 "collect": "JSON.parse(document.getElementById('flags').textContent)",
-                # the $pageleave beacon, sent as the page closes, is awaited where it lands
-                "awaitAfterLeave": {
-                    "url": f"{flagstaff.url}/api/projects/@current/events/?event=%24pageleave",
-                    "headers": {"Authorization": f"Bearer {PERSONAL_KEY}"},
-                },
+                # the $pageleave beacon, sent as the page closes
+                "awaitAfterLeave": await_event(flagstaff.url, event="$pageleave"),
             },
         )
     assert report.raw["problems"] == []
