@@ -37,7 +37,7 @@ from tests.server import PERSONAL_KEY, PROJECT_TOKEN, Server
 from bench.console_pages import make_flag
 from bench.engine import build_people
 from bench.load import CpuMeter, start_server
-from flagstaff.units import DAY_MS
+from flagstaff.common.units import DAY_MS
 
 ADMIN_EMAIL = "bench@example.com"
 PASSWORD = "bench password 123"

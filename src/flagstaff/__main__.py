@@ -1,3 +1,3 @@
-from flagstaff.cli import main
+from flagstaff.cli.main import main
 
 raise SystemExit(main())

@@ -19,11 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from flagstaff import logs
 from flagstaff.accounts.csrf import SAFE_METHODS
 from flagstaff.accounts.store import AccountStore
-from flagstaff.allocator import tune_allocator
-from flagstaff.config import Settings
 from flagstaff.console.wiring import console_for
 from flagstaff.http import capture, flags, ops, products, rsgi, static, surveys
 from flagstaff.http.admin import ROUTES, build_admin
@@ -42,7 +39,10 @@ from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
 from flagstaff.http.limits import RETRY_AFTER_SECONDS, BodyReaders, MemoryBudget
 from flagstaff.http.openapi import openapi_document, schema_route
-from flagstaff.services import Services
+from flagstaff.ops import logs
+from flagstaff.ops.allocator import tune_allocator
+from flagstaff.server.config import Settings
+from flagstaff.server.services import Services
 
 Handler = Callable[[Services, Request], Awaitable[Response]]
 AnyRequest = Request | rsgi.RsgiRequest

@@ -21,8 +21,8 @@ import httpx
 import msgspec
 import pytest
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.http import usage_schemas
-from flagstaff.units import DAY_MS
 from tests.server import PERSONAL_KEY, PROJECT_TOKEN, Server
 
 ADMIN_EMAIL = "admin@example.com"

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from flagstaff.units import DAY_MS
+from flagstaff.common.units import DAY_MS
 from tests.e2e.test_console_editor import (  # noqa: F401  (fixtures)
     EDITOR_EMAIL,
     VIEWER_EMAIL,

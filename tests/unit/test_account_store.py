@@ -11,7 +11,7 @@ from flagstaff.accounts.records import LoginAttempt, Role
 from flagstaff.activity.records import Activity, Actor, ChangeSource, Scope
 from flagstaff.activity.scheduled import Operation
 from flagstaff.http.admin_models import flag_from_input
-from flagstaff.jobs import housekeeping, run_due_changes
+from flagstaff.server.jobs import housekeeping, run_due_changes
 from flagstaff.store.base import Conflict
 from tests.unit.test_store_contract import TOKEN, Factory, backend, run
 

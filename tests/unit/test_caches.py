@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from flagstaff.caches import DefinitionsCache, ProjectCache
-from flagstaff.changes import ChangeCounter
+from flagstaff.server.caches import DefinitionsCache, ProjectCache
+from flagstaff.server.changes import ChangeCounter
 from flagstaff.store.base import Definitions, Project
 
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from flagstaff.flag_transfer import (
+from flagstaff.cli.transfer import (
     Progress,
     TransferError,
     load_import_file,

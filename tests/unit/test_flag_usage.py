@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.console import usage, views
 from flagstaff.console import usage_charts as charts
 from flagstaff.ingest.flag_usage import (
@@ -29,7 +30,6 @@ from flagstaff.store.flag_usage import (
     batch_checks,
     recompute_tally,
 )
-from flagstaff.units import DAY_MS
 from tests.events import T0, event
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 import asyncpg
 import pytest
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.ingest.model import Event
 from flagstaff.store.base import Store
 from flagstaff.store.flag_usage import DailyChecks, ValueChecks
 from flagstaff.store.postgres.store import PostgresStore
 from flagstaff.store.property_values import SAMPLE_ROWS, ValueCount
 from flagstaff.store.sqlite.store import SQLiteStore
-from flagstaff.units import DAY_MS
 from tests import pg
 from tests.events import T0, event
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import msgspec
 
-from flagstaff.caches import Fragments
 from flagstaff.flags import EvalRequest, FlagResult, compile_flags, evaluate
 from flagstaff.http.flags import _v2_flag, encode_v2_body
+from flagstaff.server.caches import Fragments
 
 
 def _flags() -> list[dict[str, Any]]:

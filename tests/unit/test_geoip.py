@@ -9,8 +9,8 @@ from pathlib import Path
 import maxminddb
 import pytest
 
-from flagstaff import geoip
-from flagstaff.geoip import (
+from flagstaff.server import geoip
+from flagstaff.server.geoip import (
     CONTINENT_NAMES,
     PERSON_PROPERTIES,
     GeoIP,

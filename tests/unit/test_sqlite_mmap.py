@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flagstaff.config import ConfigError, Settings
-from flagstaff.services import make_store
+from flagstaff.server.config import ConfigError, Settings
+from flagstaff.server.services import make_store
 from flagstaff.store.sqlite.store import SQLiteStore
 from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, MAX_MMAP_MB, connect
 

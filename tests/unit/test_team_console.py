@@ -16,6 +16,7 @@ from flagstaff.accounts.records import Membership, Role, User
 from flagstaff.console import charts, team_views
 from flagstaff.console.cohort_counts import CohortCounter
 from flagstaff.console.routes import ConsoleSettings, console_routes
+from flagstaff.console.team_pages import team_routes
 from flagstaff.console.views import PersonFlag
 from flagstaff.store.base import Group, PersonRow, Usage, Warning
 from tests.unit.console_fakes import MemoryAccounts, MemoryData, MemoryTeamData
@@ -212,7 +213,9 @@ def _client(role: Role = Role.ADMIN) -> tuple[TestClient, MemoryTeamData, Memory
         await accounts.set_membership(other.id, 1, Role.EDITOR, 0)
 
     asyncio.run(setup())
-    routes = console_routes(accounts, data, ConsoleSettings(), _Clock(), team=team)
+    routes = console_routes(
+        accounts, data, ConsoleSettings(), _Clock(), extra=[lambda pages: team_routes(pages, team)]
+    )
     client = TestClient(Starlette(routes=routes), base_url="http://console.test")
     assert _login(client).status_code == 303
     team.cohort_list = [

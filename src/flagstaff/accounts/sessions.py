@@ -14,7 +14,7 @@ import secrets
 import msgspec
 
 from flagstaff.accounts.records import Session
-from flagstaff.units import DAY_MS
+from flagstaff.common.units import DAY_MS
 
 SESSION_TOKEN_BYTES = 32
 

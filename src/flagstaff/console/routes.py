@@ -28,8 +28,6 @@ from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.console import charts, paging, templates, usage, views
 from flagstaff.console import session as console_session
-from flagstaff.console.team_data import TeamData
-from flagstaff.console.team_pages import TeamPages
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
 from flagstaff.store.base import Person
@@ -145,6 +143,10 @@ html_page = _html
 
 def _redirect(location: str) -> RedirectResponse:
     return RedirectResponse(location, 303, headers=SECURITY_HEADERS)
+
+
+redirect = _redirect
+"""A 303 with the console's security headers, for page modules of their own."""
 
 
 def safe_next(value: str | None) -> str:
@@ -618,16 +620,13 @@ def console_routes(
     data: ConsoleData,
     settings: ConsoleSettings = ConsoleSettings(),  # noqa: B008
     clock: Callable[[], int] = _now_ms,
-    team: TeamData | None = None,
     extra: Sequence[Callable[[ConsolePages], list[BaseRoute]]] = (),
 ) -> list[BaseRoute]:
-    """The console's routes, to be placed in front of the management API's starlette app
-    (with ``team``, the team pages of :mod:`flagstaff.console.team_pages` too); ``extra``
-    builds the routes of page modules of their own (approvals, webhooks)."""
+    """The console's routes, to be placed in front of the management API's starlette app;
+    ``extra`` builds the routes of page modules of their own (team, approvals, webhooks), each
+    from the flag pages' :class:`ConsolePages`, whose session and rendering helpers they share."""
     pages = ConsolePages(accounts, data, settings, clock)
-    team_routes = TeamPages(pages, team).routes() if team is not None else []
     return [
-        *team_routes,
         *(route for build in extra for route in build(pages)),
         Route("/", pages.home, methods=["GET"]),
         Route("/login", pages.login_form, methods=["GET"]),

@@ -16,8 +16,8 @@ from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
 from flagstaff.flags import CompiledFlags, compile_flags, evaluate
 from flagstaff.flags.explain import Explanation, explain_many
-from flagstaff.flags_explain import ExplainError, explain_from_store, request_from_store
 from flagstaff.http.admin import event_json
+from flagstaff.server.explain import ExplainError, explain_from_store, request_from_store
 from flagstaff.store.base import Definitions, Person, Store
 
 PROPERTY_SCAN_EVENTS = 500

@@ -3,14 +3,13 @@ CSV), groups and the flags they get, ingestion warnings, project settings.
 
 Rendered on the server from :class:`~flagstaff.console.team_data.TeamData`; changes are made by
 ``static/team.js`` through the documented management API (members, cohorts, the project), so
-a page can do nothing its viewer's role would be refused by the API. Registered by
-:func:`flagstaff.console.routes.console_routes` next to the flag pages, whose session and
-rendering helpers they share.
+a page can do nothing its viewer's role would be refused by the API. Registered through
+:func:`team_routes` next to the flag pages, whose session and rendering helpers they share.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,11 +17,9 @@ from starlette.routing import BaseRoute, Route
 
 from flagstaff.accounts.roles import Action, can
 from flagstaff.console import team_views, templates, views
+from flagstaff.console.routes import ConsolePages, html_page, redirect
 from flagstaff.console.team_data import GROUPS_PER_PAGE, WARNINGS_PER_PAGE, TeamData
 from flagstaff.store.rows import WARNINGS_KEPT
-
-if TYPE_CHECKING:
-    from flagstaff.console.routes import ConsolePages
 
 MAX_QUERY = 200
 
@@ -38,8 +35,6 @@ class TeamPages:
         self.data = data
 
     def _render(self, context: Any, template: str, nav: str, **values: Any) -> Response:
-        from flagstaff.console.routes import _html
-
         auth, principal, project = context
         body = templates.render(
             template,
@@ -49,7 +44,7 @@ class TeamPages:
             can_manage=can(principal.role, Action.MANAGE),
             **values,
         )
-        return _html(body)
+        return html_page(body)
 
     async def _context(self, request: Request) -> Any:
         return await self.pages._page_context(request)
@@ -159,9 +154,7 @@ class TeamPages:
             target = f"/groups/{min(types)}"
             if request.url.query:
                 target += f"?{request.url.query}"
-            from flagstaff.console.routes import _redirect
-
-            return _redirect(target)
+            return redirect(target)
         return self._render(
             context, "groups.html", "groups", types=[], index=None, groups=[], search="", more=False
         )
@@ -268,3 +261,8 @@ class TeamPages:
             Route("/ingestion_warnings", self.warnings, methods=["GET"]),
             Route("/settings/project", self.project_settings, methods=["GET"]),
         ]
+
+
+def team_routes(pages: ConsolePages, data: TeamData) -> list[BaseRoute]:
+    """The team pages' routes, for :func:`~flagstaff.console.routes.console_routes`' ``extra``."""
+    return TeamPages(pages, data).routes()

@@ -12,11 +12,11 @@ from typing import Any
 import msgspec
 from markupsafe import Markup
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.console import usage_charts
 from flagstaff.console.views import FlagRow, FlagUsage
 from flagstaff.ingest.flag_usage import NO_RESPONSE, day_of
 from flagstaff.store.flag_usage import DailyChecks, ValueChecks
-from flagstaff.units import DAY_MS
 
 WINDOW_DAYS = 30
 """Days the list and the charts cover, today (UTC) included."""

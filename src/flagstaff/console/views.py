@@ -14,6 +14,7 @@ from flagstaff.activity.approvals import APPROVAL_JOB
 from flagstaff.activity.readable import DiffLine, readable_changes
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.common.units import DAY_MS
 from flagstaff.flags.operators import (
     COHORT_OPERATORS,
     DATE_OPERATORS,
@@ -28,7 +29,6 @@ from flagstaff.flags.operators import (
     SET_OPERATORS,
     TEXT_OPERATORS,
 )
-from flagstaff.units import DAY_MS
 
 STALE_AFTER_MS = 30 * DAY_MS
 

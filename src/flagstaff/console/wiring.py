@@ -5,23 +5,25 @@ from __future__ import annotations
 from starlette.routing import BaseRoute
 
 from flagstaff.accounts.store import AccountStore
-from flagstaff.config import Settings
 from flagstaff.console.approvals import StoreApprovalData, approval_routes
 from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.console.team_data import StoreTeamData
+from flagstaff.console.team_pages import team_routes
 from flagstaff.console.webhooks import StoreWebhookData, webhook_routes
+from flagstaff.server.config import Settings
 from flagstaff.store.base import Store
 
 
 def console_for(settings: Settings, store: Store) -> list[BaseRoute]:
     accounts: AccountStore = store  # type: ignore[assignment]  # both engines implement it
+    team = StoreTeamData(store, settings.flag_quota_per_minute, settings.event_quota_per_minute)
     return console_routes(
         accounts,
         StoreConsoleData(store),
         ConsoleSettings(trust_forwarded=settings.trust_forwarded_proto),
-        team=StoreTeamData(store, settings.flag_quota_per_minute, settings.event_quota_per_minute),
         extra=[
+            lambda pages: team_routes(pages, team),
             lambda pages: approval_routes(pages, StoreApprovalData(store)),
             lambda pages: webhook_routes(pages, StoreWebhookData(store)),
         ],

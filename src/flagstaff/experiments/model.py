@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from flagstaff.common.invalid import DefinitionInvalid, Errors
+from flagstaff.common.units import DAY_S
 from flagstaff.flags.operators import PROPERTY_OPERATORS
 from flagstaff.flags.validation import KEY_PATTERN, MAX_KEY_LENGTH
-from flagstaff.invalid import DefinitionInvalid, Errors
-from flagstaff.units import DAY_S
 
 __all__ = [
     "CONTROL_VARIANT_KEY",

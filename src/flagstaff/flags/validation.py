@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from flagstaff.common.invalid import Errors
 from flagstaff.flags import dates
 from flagstaff.flags.operators import (
     ALL_OPERATORS,
@@ -25,7 +26,6 @@ from flagstaff.flags.operators import (
 from flagstaff.flags.regex import is_valid_pattern
 from flagstaff.flags.values import to_number, to_text
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
-from flagstaff.invalid import Errors
 
 SEMVER_OPERATORS = SEMVER_COMPARISONS | SEMVER_RANGES
 

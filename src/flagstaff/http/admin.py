@@ -9,8 +9,7 @@ the rest edit) unless :data:`ROUTE_ACTIONS` names another.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -21,17 +20,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from flagstaff import logs
 from flagstaff.accounts.api_keys import key_json
 from flagstaff.accounts.records import Role
-from flagstaff.accounts.roles import Action, Principal, action_for_method, can_revoke_key
+from flagstaff.accounts.roles import Action, action_for_method, can_revoke_key
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity import scheduled
 from flagstaff.activity.api import activity_page
 from flagstaff.activity.api import ms_to_iso as _ms_to_iso
 from flagstaff.activity.records import (
     Activity,
-    Actor,
     ChangeSource,
     Scope,
 )
@@ -47,6 +44,13 @@ from flagstaff.http import (
     cohort_csv,
 )
 from flagstaff.http import surveys as survey_routes
+from flagstaff.http.admin_context import (
+    AdminContext,
+    Handler,
+    existing_flag,
+    now_ms,
+    project_json,
+)
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.errors import ApiError
 from flagstaff.http.principal import require
@@ -56,25 +60,10 @@ from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
 from flagstaff.http.rest import path_int as _path_int
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
+from flagstaff.ops import logs
 from flagstaff.store.base import Conflict, NotFound, Store, StoredEvent
 
-Handler = Callable[["AdminContext", Request], Awaitable[Any]]
-
-
-class AdminContext(msgspec.Struct):
-    store: Store
-    accounts: AccountStore
-    project_id: int
-    principal: Principal
-
-    @property
-    def source(self) -> ChangeSource:
-        """The principal as the author of a change, for the activity log."""
-        return ChangeSource(actor=Actor(user_id=self.principal.user_id, email=self.principal.email))
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+_now_ms = now_ms
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -107,14 +96,7 @@ def _parse_time(request: Request, name: str) -> int | None:
 # projects ---------------------------------------------------------------------------------
 
 
-def _project_json(project: Any) -> dict[str, Any]:
-    return {
-        "id": project.id,
-        "uuid": project.uuid,
-        "name": project.name,
-        "api_token": project.api_token,
-        "created_at": project.created_at,
-    }
+_project_json = project_json
 
 
 async def list_projects(ctx: AdminContext, request: Request) -> Any:
@@ -160,11 +142,7 @@ async def create_flag(ctx: AdminContext, request: Request) -> Any:
     return 201, await ctx.store.create_flag(ctx.project_id, flag, ctx.source)
 
 
-async def _existing_flag(ctx: AdminContext, request: Request) -> dict[str, Any]:
-    flag = await ctx.store.get_flag(ctx.project_id, _path_int(request, "flag_id"))
-    if flag is None:
-        raise ApiError(404, "not_found", "no such feature flag")
-    return flag
+_existing_flag = existing_flag
 
 
 async def get_flag(ctx: AdminContext, request: Request) -> Any:

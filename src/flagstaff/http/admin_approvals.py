@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
@@ -27,12 +27,10 @@ from flagstaff.activity.approvals import ChangeRequest, RequestKind, RequestStat
 from flagstaff.activity.diff import changes_between
 from flagstaff.activity.records import Actor, ChangeSource, Scope
 from flagstaff.activity.scheduled import MODEL_NAME, Operation
+from flagstaff.http.admin_context import AdminContext
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.base import Conflict
-
-if TYPE_CHECKING:  # admin imports this module
-    from flagstaff.http.admin import AdminContext
 
 P = "/api/projects/{project_id}"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
@@ -30,25 +30,17 @@ from flagstaff.experiments.model import (
 )
 from flagstaff.experiments.warm import RESULTS_MODULE, warm_results
 from flagstaff.http import admin_models
+from flagstaff.http.admin_context import AdminContext
 from flagstaff.http.errors import ApiError, invalid_input
+from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord, with_holdout
 
-if TYPE_CHECKING:  # admin imports this module
-    from flagstaff.http.admin import AdminContext
-
-
-async def _body(request: Request) -> Any:
-    """The management API's JSON body (its size limit and errors)."""
-    from flagstaff.http import admin
-
-    return await admin._body(request)
+_body = json_body
 
 
 def _path_id(request: Request, name: str, what: str) -> int:
-    from flagstaff.http import admin
-
     try:
-        return admin._path_int(request, name)
+        return path_int(request, name)
     except ApiError:
         raise ApiError(404, "not_found", f"no such {what}") from None
 
@@ -114,14 +106,12 @@ def _checked_flag(flag: dict[str, Any], current: dict[str, Any] | None) -> dict[
 
 
 async def list_experiments(ctx: AdminContext, request: Request) -> Any:
-    from flagstaff.http.admin import _int_param, _paginated
-
     warm_results()
-    limit = _int_param(request, "limit", 100, 1000)
-    offset = _int_param(request, "offset", 0)
+    limit = int_param(request, "limit", 100, 1000)
+    offset = int_param(request, "offset", 0)
     page = await ctx.store.list_experiments(ctx.project_id, limit, offset)
     results = [await experiment_json(ctx, record) for record in page.results]
-    return _paginated(request, page.count, results, limit, offset)
+    return paginated(request, page.count, results, limit, offset)
 
 
 async def create_experiment(ctx: AdminContext, request: Request) -> Any:

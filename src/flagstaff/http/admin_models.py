@@ -6,11 +6,11 @@ import re
 from typing import Any
 
 from flagstaff.activity.rollback import FLAG_WRITABLE_FIELDS
+from flagstaff.common.invalid import DefinitionInvalid
 from flagstaff.flags import validate_flag
 from flagstaff.flags.validation import BUCKETING_IDENTIFIERS, RUNTIMES
 from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
-from flagstaff.invalid import DefinitionInvalid
 
 _FLAG_DEFAULTS: dict[str, Any] = {
     "name": "",

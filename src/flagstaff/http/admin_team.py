@@ -11,7 +11,7 @@ is PostHog's listing of one group type's groups, searched by key.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -20,28 +20,19 @@ from flagstaff.accounts import passwords
 from flagstaff.accounts.records import Membership, Role, User
 from flagstaff.accounts.roles import Action, parse_role
 from flagstaff.accounts.users import email_problem, normalize_email
+from flagstaff.activity.api import ms_to_iso
+from flagstaff.http.admin_context import AdminContext, Handler, now_ms, project_json
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import MAX_ID, int_param, json_body
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, Group
-
-if TYPE_CHECKING:  # admin imports this module
-    from flagstaff.http.admin import AdminContext, Handler
 
 MAX_PROJECT_NAME = 200
 ROLES = ", ".join(r.value for r in Role)
 
 
 def _iso(ms: int | None) -> str | None:
-    from flagstaff.http.admin import _ms_to_iso
-
-    return _ms_to_iso(ms) if ms is not None else None
-
-
-def _now_ms() -> int:
-    from flagstaff.http.admin import _now_ms
-
-    return _now_ms()
+    return ms_to_iso(ms) if ms is not None else None
 
 
 def _object(body: Any) -> dict[str, Any]:
@@ -112,7 +103,7 @@ async def add_member(ctx: AdminContext, request: Request) -> Any:
             raise ApiError(400, "invalid_input", weakness, "password")
         hashed = await asyncio.to_thread(passwords.hash_password, password)
         try:
-            user = await ctx.accounts.create_user(email, hashed, _now_ms())
+            user = await ctx.accounts.create_user(email, hashed, now_ms())
             created = True
         except Conflict:  # created meanwhile
             user = await ctx.accounts.find_user_by_email(email)
@@ -123,7 +114,7 @@ async def add_member(ctx: AdminContext, request: Request) -> Any:
             400, "unique", "this user is a member already; change their role instead", "email"
         )
     membership = await ctx.accounts.change_membership(
-        user.id, ctx.project_id, role, _now_ms(), ctx.source
+        user.id, ctx.project_id, role, now_ms(), ctx.source
     )
     assert membership is not None
     return 201, {**member_json(user, membership), "created_user": created}
@@ -133,7 +124,7 @@ async def update_member(ctx: AdminContext, request: Request) -> Any:
     user, _ = await _member(ctx, _user_id(request))
     role = _role(_object(await json_body(request)))
     membership = await ctx.accounts.change_membership(
-        user.id, ctx.project_id, role, _now_ms(), ctx.source
+        user.id, ctx.project_id, role, now_ms(), ctx.source
     )
     if membership is None:
         raise ApiError(404, "not_found", "no such member")
@@ -142,7 +133,7 @@ async def update_member(ctx: AdminContext, request: Request) -> Any:
 
 async def remove_member(ctx: AdminContext, request: Request) -> Any:
     user, _ = await _member(ctx, _user_id(request))
-    await ctx.accounts.change_membership(user.id, ctx.project_id, None, _now_ms(), ctx.source)
+    await ctx.accounts.change_membership(user.id, ctx.project_id, None, now_ms(), ctx.source)
     return 204, None
 
 
@@ -150,8 +141,6 @@ async def remove_member(ctx: AdminContext, request: Request) -> Any:
 
 
 async def update_project(ctx: AdminContext, request: Request) -> Any:
-    from flagstaff.http.admin import _project_json
-
     body = _object(await json_body(request))
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -163,7 +152,7 @@ async def update_project(ctx: AdminContext, request: Request) -> Any:
     project = await ctx.store.rename_project(ctx.project_id, name.strip())
     if project is None:
         raise ApiError(404, "not_found", "no such project")
-    return _project_json(project)
+    return project_json(project)
 
 
 # groups ------------------------------------------------------------------------------------

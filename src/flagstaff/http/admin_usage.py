@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 
+from flagstaff.activity.api import ms_to_iso
 from flagstaff.console import usage
 from flagstaff.flags.validation import MAX_KEY_LENGTH
+from flagstaff.http.admin_context import AdminContext, existing_flag
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Store
 from flagstaff.store.property_values import ValueCount
-
-if TYPE_CHECKING:  # admin imports this module
-    from flagstaff.http.admin import AdminContext
 
 MAX_USAGE_DAYS = 365
 DEFAULT_SUGGESTIONS = 20
@@ -39,9 +38,7 @@ VALUES_CACHE_ENTRIES = 256
 
 
 async def flag_usage(ctx: AdminContext, request: Request) -> Any:
-    from flagstaff.http import admin
-
-    flag = await admin._existing_flag(ctx, request)
+    flag = await existing_flag(ctx, request)
     days = int_param(request, "days", usage.WINDOW_DAYS)
     if not 1 <= days <= MAX_USAGE_DAYS:
         raise ApiError(400, "invalid_input", f"days must be 1-{MAX_USAGE_DAYS}", "days")
@@ -63,7 +60,7 @@ async def flag_usage(ctx: AdminContext, request: Request) -> Any:
         "values": {s.value: s.total for s in checks.series if s.total},
         "total": checks.total,
         "checks_per_day": checks.total / days,
-        "last_seen": admin._ms_to_iso(last_seen) if last_seen is not None else None,
+        "last_seen": ms_to_iso(last_seen) if last_seen is not None else None,
     }
 
 

@@ -10,7 +10,7 @@ from the server, so an admin can point one at any address the server reaches (se
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 
@@ -24,12 +24,10 @@ from flagstaff.activity.webhooks import (
     webhook_json,
     webhook_url_problem,
 )
+from flagstaff.http.admin_context import AdminContext
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.base import Conflict
-
-if TYPE_CHECKING:  # admin imports this module
-    from flagstaff.http.admin import AdminContext
 
 P = "/api/projects/{project_id}"
 MAX_WEBHOOKS = 20

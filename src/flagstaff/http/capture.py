@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flagstaff import logs
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope
-from flagstaff.services import Services
+from flagstaff.ops import logs
+from flagstaff.server.services import Services
 from flagstaff.store.base import StoreError
 
 _OK = b'{"status":1}'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from flagstaff.invalid import DefinitionInvalid
+from flagstaff.common.invalid import DefinitionInvalid
 
 _TYPES = {
     400: "validation_error",

@@ -17,9 +17,7 @@ from typing import Any
 import msgspec
 import uuid_utils
 
-from flagstaff import logs
 from flagstaff.accounts.keys import check_project_token
-from flagstaff.caches import Fragments, ProjectFlags
 from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate_checked
 from flagstaff.flags.values import json_text
 from flagstaff.http.asgi import Request, Response
@@ -27,7 +25,9 @@ from flagstaff.http.auth import check_personal_key
 from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body
 from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH, client_ip
-from flagstaff.services import Services
+from flagstaff.ops import logs
+from flagstaff.server.caches import Fragments, ProjectFlags
+from flagstaff.server.services import Services
 from flagstaff.store.base import FlagContext, Project
 
 _encode = msgspec.json.encode

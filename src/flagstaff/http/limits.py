@@ -7,7 +7,7 @@
   worker's budget the request is refused with 503 and ``Retry-After``, which the SDKs retry.
 - :func:`connection_bound` keeps the connections a worker accepts under its open-files limit.
 - :class:`MemoryBudget` also hands freed heap back to the system once a burst of large bodies
-  is done (:func:`flagstaff.allocator.release_memory`).
+  is done (:func:`flagstaff.ops.allocator.release_memory`).
 
 See docs/operations.md for the figures and the settings.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
-from flagstaff.allocator import release_memory
 from flagstaff.http.errors import ApiError
+from flagstaff.ops.allocator import release_memory
 
 __all__ = ["BodyReaders", "MemoryBudget", "connection_bound"]
 

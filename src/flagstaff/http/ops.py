@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from flagstaff.http.asgi import Request, Response, json_response
-from flagstaff.metrics import render
-from flagstaff.services import Services
+from flagstaff.ops.metrics import render
+from flagstaff.server.services import Services
 
 _OK = b'{"status":"ok"}'
 

@@ -12,7 +12,7 @@ import msgspec
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
 from flagstaff.http.flags import project_for_token
-from flagstaff.services import Services
+from flagstaff.server.services import Services
 from flagstaff.store.base import Project
 
 _EMPTY_WEB_EXPERIMENTS = msgspec.json.encode({"experiments": []})

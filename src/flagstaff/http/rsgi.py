@@ -16,10 +16,10 @@ from typing import Any
 
 from granian.rsgi import ProtocolClosed, ProtocolError
 
-from flagstaff import logs
 from flagstaff.http.asgi import RequestBase, Response, parse_query
 from flagstaff.http.errors import ApiError
 from flagstaff.http.limits import BodyReaders, BodyTimeout
+from flagstaff.ops import logs
 
 JSON_HEADERS = [("content-type", "application/json")]
 _TYPES = {b"application/json": "application/json", b"text/plain": "text/plain"}

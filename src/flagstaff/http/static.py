@@ -20,7 +20,7 @@ from pathlib import Path
 
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
-from flagstaff.services import Services
+from flagstaff.server.services import Services
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "data" / "posthog-js"
 INSTALL_HINT = "run scripts/install-posthog-js.sh (make run does)"

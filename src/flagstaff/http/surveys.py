@@ -17,14 +17,14 @@ it in one transaction.
 
 Public (project token, CORS): ``GET /api/surveys/?token=`` and
 ``GET /api/early_access_features/?token=&stage=``, served from the per-worker
-:class:`~flagstaff.caches.SurveysCache`.
+:class:`~flagstaff.server.caches.SurveysCache`.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -32,13 +32,14 @@ from starlette.requests import Request as StarletteRequest
 
 from flagstaff.activity.records import ChangeSource
 from flagstaff.http import admin_models
+from flagstaff.http.admin_context import AdminContext
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.http.products import project_from_query
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
-from flagstaff.services import Services
+from flagstaff.server.services import Services
 from flagstaff.store.base import Conflict, FlagWrite, Store
 from flagstaff.surveys import early_access, public, stats
 from flagstaff.surveys import flags as survey_flags
@@ -46,9 +47,6 @@ from flagstaff.surveys.early_access import EarlyAccessFeature, EarlyAccessInvali
 from flagstaff.surveys.management import survey_json
 from flagstaff.surveys.model import Survey, advance_iteration, format_datetime
 from flagstaff.surveys.validation import LinkedFlag, SurveyContext, SurveyInvalid, survey_from_input
-
-if TYPE_CHECKING:
-    from flagstaff.http.admin import AdminContext
 
 _encode = msgspec.json.encode
 _ROLE_FIELD = {

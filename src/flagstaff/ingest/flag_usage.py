@@ -14,13 +14,13 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.flags.validation import MAX_KEY_LENGTH
 from flagstaff.ingest.event_names import (
     FEATURE_FLAG_CALLED,
     FLAG_PROPERTY,
     FLAG_RESPONSE_PROPERTY,
 )
-from flagstaff.units import DAY_MS
 
 USAGE_PROPERTY_KEYS = frozenset({FLAG_PROPERTY, FLAG_RESPONSE_PROPERTY})
 """The event properties the usage rule reads (the SQLite ingest writer is sent these)."""

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from flagstaff.accounts.keys import PERSONAL_KEY_PREFIX
+from flagstaff.common.units import DAY_MS
 from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Envelope, Event
 from flagstaff.ingest.uuids import canonical_uuid, new_uuid7
@@ -32,7 +33,6 @@ from flagstaff.ingest.validate import (
     check_historical,
     check_size,
 )
-from flagstaff.units import DAY_MS
 
 __all__ = [
     "TokenError",

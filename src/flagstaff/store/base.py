@@ -4,9 +4,9 @@ One implementation per engine: :mod:`flagstaff.store.sqlite` and
 :mod:`flagstaff.store.postgres`, each a package with its schema, queries and write path.
 What both map the same way (rows to records, column lists) is in :mod:`flagstaff.store.rows`,
 and what an ingestion batch does between reading and writing in
-:mod:`flagstaff.store.ingest_batch`. Above storage, only :func:`flagstaff.services.make_store`
-(which picks the engine) and ``flagstaff serve`` (which starts the SQLite ingest writer) know
-which engine is in use.
+:mod:`flagstaff.store.ingest_batch`. Above storage, only
+:func:`flagstaff.server.services.make_store` (which picks the engine) and ``flagstaff serve``
+(which starts the SQLite ingest writer) know which engine is in use.
 Flag and cohort definitions are stored as the PostHog JSON objects the management API
 accepts, so the flag engine compiles exactly what was stored.
 """

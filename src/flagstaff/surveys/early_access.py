@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 import msgspec
 
-from flagstaff.invalid import DefinitionInvalid, Errors
+from flagstaff.common.invalid import DefinitionInvalid, Errors
 
 STAGES = ("draft", "concept", "alpha", "beta", "general-availability", "archived")
 RELEASE_STAGES = frozenset({"concept", "alpha", "beta", "general-availability"})

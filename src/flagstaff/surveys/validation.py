@@ -16,8 +16,8 @@ from urllib.parse import urlparse
 
 import msgspec
 
+from flagstaff.common.invalid import DefinitionInvalid, Errors
 from flagstaff.flags.validation import validate_flag
-from flagstaff.invalid import DefinitionInvalid, Errors
 from flagstaff.surveys import model
 from flagstaff.surveys.model import Survey, SurveyInput
 

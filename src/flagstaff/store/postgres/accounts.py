@@ -42,7 +42,7 @@ from flagstaff.store.account_rows import (
     user_record,
 )
 from flagstaff.store.base import Conflict, NotFound
-from flagstaff.store.postgres.ingest import pg_text
+from flagstaff.store.postgres.sql import pg_text
 from flagstaff.store.postgres.webhook_queue import enqueue_deliveries
 from flagstaff.store.rows import json_text, now_iso
 

@@ -24,7 +24,7 @@ from flagstaff.store.approval_rows import (
 from flagstaff.store.base import Conflict, Page
 from flagstaff.store.postgres.accounts import insert_scheduled_change, write_change
 from flagstaff.store.postgres.flag_writes import write_flag
-from flagstaff.store.postgres.ingest import pg_text
+from flagstaff.store.postgres.sql import pg_text
 from flagstaff.store.rows import json_text, now_iso
 
 

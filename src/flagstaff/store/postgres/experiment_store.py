@@ -30,7 +30,7 @@ from flagstaff.store.experiment_batch import (
 )
 from flagstaff.store.postgres.experiments import recompute_experiment
 from flagstaff.store.postgres.flag_writes import write_flag
-from flagstaff.store.postgres.ingest import BUMP_DEFINITIONS
+from flagstaff.store.postgres.sql import BUMP_DEFINITIONS
 from flagstaff.store.rows import FLAG_COLUMNS, flag_record, now_iso
 
 

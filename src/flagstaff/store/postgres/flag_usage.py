@@ -26,7 +26,7 @@ from flagstaff.store.flag_usage import (
     batch_checks,
     recompute_tally,
 )
-from flagstaff.store.postgres import ingest as pg_ingest
+from flagstaff.store.postgres.sql import pg_text
 
 LANE = secrets.randbits(62)
 """This process's rows of the rollup (reads add the rows of every lane)."""
@@ -68,9 +68,9 @@ async def _add(conn: asyncpg.Connection, project_id: int, tally: Tally, lane: in
         _UPSERT,
         project_id,
         lane,
-        [pg_ingest.pg_text(key) for key, _, _, _, _ in rows],
+        [pg_text(key) for key, _, _, _, _ in rows],
         [day for _, day, _, _, _ in rows],
-        [pg_ingest.pg_text(value) for _, _, value, _, _ in rows],
+        [pg_text(value) for _, _, value, _, _ in rows],
         [n for _, _, _, n, _ in rows],
         [last for _, _, _, _, last in rows],
     )
@@ -103,7 +103,7 @@ async def daily_checks(
         "WHERE project_id = $1 AND flag_key = ANY($2::text[]) AND day >= $3 "
         "GROUP BY flag_key, day",
         project_id,
-        sorted({pg_ingest.pg_text(k) for k in keys}),
+        sorted({pg_text(k) for k in keys}),
         since_day,
     )
     return [DailyChecks(*row) for row in rows]
@@ -118,7 +118,7 @@ async def value_checks(
         "WHERE project_id = $1 AND flag_key = $2 AND day >= $3 GROUP BY day, value "
         "ORDER BY day, value",
         project_id,
-        pg_ingest.pg_text(flag_key),
+        pg_text(flag_key),
         since_day,
     )
     return [ValueChecks(*row) for row in rows]
@@ -129,7 +129,7 @@ async def last_seen(
 ) -> dict[str, int]:
     """The time of each flag's last check ever (flags never checked are left out): one index
     look-up per flag."""
-    wanted = sorted({pg_ingest.pg_text(k) for k in keys})
+    wanted = sorted({pg_text(k) for k in keys})
     if not wanted:
         return {}
     rows = await conn.fetch(

@@ -12,7 +12,7 @@ import asyncpg
 from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.store.base import Conflict, NotFound
 from flagstaff.store.postgres.accounts import write_change, write_flag_version
-from flagstaff.store.postgres.ingest import BUMP_DEFINITIONS, pg_text
+from flagstaff.store.postgres.sql import BUMP_DEFINITIONS, pg_text
 from flagstaff.store.rows import FLAG_COLUMNS, definition_body, flag_record, json_text
 
 

@@ -39,6 +39,7 @@ from flagstaff.store.ingest_batch import (
     warnings_of,
 )
 from flagstaff.store.postgres import experiments, flag_usage
+from flagstaff.store.postgres.sql import BUMP_DEFINITIONS, pg_text
 from flagstaff.store.rows import WARNINGS_KEPT
 from flagstaff.surveys import stats as survey_stats
 
@@ -54,11 +55,6 @@ _RELOADS = 50
 MAX_CLAIMS = 256
 """Advisory locks one batch takes at most: each holds a slot of the server's lock table."""
 
-BUMP_DEFINITIONS = (
-    "WITH v AS (INSERT INTO definitions_version (project_id, version) VALUES ($1, 1) "
-    "ON CONFLICT (project_id) DO UPDATE SET version = definitions_version.version + 1 "
-    "RETURNING version) SELECT pg_notify('flagstaff_definitions', $2) FROM v"
-)
 
 _CLAIM = (
     "SELECT count(pg_advisory_xact_lock(k)) FROM ("
@@ -145,11 +141,6 @@ _PRUNE_WARNINGS = (
 
 def _json(value: Any) -> str:
     return _encode(value).decode()
-
-
-def pg_text(value: str) -> str:
-    """PostgreSQL text cannot hold NUL: it becomes U+FFFD (as normalisation does for ids)."""
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
 _REFERENCED = ("$anon_distinct_id", "alias", "$group_type", "$group_key")

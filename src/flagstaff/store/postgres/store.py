@@ -27,11 +27,11 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from flagstaff import logs
 from flagstaff.accounts import keys
 from flagstaff.accounts.api_keys import key_prefix
 from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.ingest.model import Drop, Event
+from flagstaff.ops import logs
 from flagstaff.store.base import (
     Conflict,
     Definitions,

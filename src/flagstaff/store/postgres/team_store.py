@@ -10,7 +10,7 @@ import asyncpg
 import msgspec
 
 from flagstaff.store.base import Group, PersonRow, Project, Usage
-from flagstaff.store.postgres.ingest import pg_text
+from flagstaff.store.postgres.sql import pg_text
 from flagstaff.store.rows import GROUP_COLUMNS, PROJECT_COLUMNS, group_record
 
 _decode = msgspec.json.decode

@@ -7,7 +7,7 @@ import asyncpg
 
 from flagstaff.store.flag_usage import DailyChecks, ValueChecks
 from flagstaff.store.postgres import flag_usage
-from flagstaff.store.postgres.ingest import pg_text
+from flagstaff.store.postgres.sql import pg_text
 from flagstaff.store.property_values import SAMPLE_ROWS, ValueCount, value_counts
 
 

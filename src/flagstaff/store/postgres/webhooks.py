@@ -13,7 +13,7 @@ from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.activity.webhooks import Delivery, Webhook
 from flagstaff.store.base import Conflict, Page
 from flagstaff.store.postgres.accounts import write_change
-from flagstaff.store.postgres.ingest import pg_text
+from flagstaff.store.postgres.sql import pg_text
 from flagstaff.store.rows import json_text
 from flagstaff.store.webhook_rows import (
     DELIVERY_COLUMNS,

@@ -1,8 +1,8 @@
 """The data dir's person version: one number that every commit changing persons, distinct ids,
 groups, hash-key overrides or static cohort members increments, shared by every process.
 
-It is a :class:`~flagstaff.changes.ChangeCounter` in ``<db>.person-version``: reading it is one
-8-byte load, so a worker can check it on every /flags request and keep the stored flag
+It is a :class:`~flagstaff.server.changes.ChangeCounter` in ``<db>.person-version``: reading it
+is one 8-byte load, so a worker can check it on every /flags request and keep the stored flag
 contexts it read (:class:`FlagContextCache`) for as long as it has not moved. Writers
 increment it right after their ``COMMIT``, before any request is answered: an ``$identify``
 or ``$set`` acknowledged with a 200 has moved it, and the next /flags request on any worker
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flagstaff.changes import ChangeCounter
+from flagstaff.server.changes import ChangeCounter
 from flagstaff.store.base import FlagContext
 
 MAX_CONTEXTS = 20_000

@@ -27,8 +27,8 @@ import msgspec
 from flagstaff.accounts import keys
 from flagstaff.accounts.api_keys import key_prefix
 from flagstaff.activity.records import ChangeSource, Scope
-from flagstaff.changes import ChangeCounter
 from flagstaff.ingest.model import Drop, Event
+from flagstaff.server.changes import ChangeCounter
 from flagstaff.store.base import (
     Conflict,
     Definitions,

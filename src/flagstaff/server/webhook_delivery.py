@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 import httpx
 
-from flagstaff import logs
 from flagstaff.activity.webhooks import (
     RETRY_DELAYS_S,
     TIMEOUT_S,
@@ -24,6 +23,7 @@ from flagstaff.activity.webhooks import (
     after_attempt,
     request_headers,
 )
+from flagstaff.ops import logs
 from flagstaff.store.base import Store
 from flagstaff.store.webhook_rows import ClaimedDelivery
 

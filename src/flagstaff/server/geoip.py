@@ -73,7 +73,7 @@ CONTINENT_NAMES: Final = {
 
 DEFAULT_CACHE_SIZE: Final = 16384
 
-_DATA_DIR: Final = Path(__file__).with_name("data")
+_DATA_DIR: Final = Path(__file__).parent.parent / "data"
 _IPV4_MAPPED_PREFIX: Final = bytes(10) + b"\xff\xff"
 _MAX_IP_LENGTH: Final = 64  # the longest IPv6 text with a zone id fits well within this
 _NPM_PACKAGES: Final = (
@@ -342,7 +342,7 @@ def _has_database(path: Path) -> bool:
 
 def _candidates() -> list[Path]:
     paths = [_DATA_DIR / "geoip"]
-    repo_root = Path(__file__).resolve().parents[2]
+    repo_root = Path(__file__).resolve().parents[3]
     node_roots = [Path("node_modules"), repo_root / "node_modules"]  # the first: in the cwd
     prefix = os.environ.get("NPM_CONFIG_PREFIX")
     if prefix:

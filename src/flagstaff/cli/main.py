@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import dataclasses
 import logging
-import os
-import secrets
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -22,11 +15,12 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from flagstaff import __version__, logs
-from flagstaff.bootstrap import bootstrap
-from flagstaff.changes import ChangeCounter
-from flagstaff.config import Settings, secure_data_dir
-from flagstaff.services import make_store
+from flagstaff import __version__
+from flagstaff.ops import logs
+from flagstaff.server.bootstrap import bootstrap
+from flagstaff.server.changes import ChangeCounter
+from flagstaff.server.config import Settings, secure_data_dir
+from flagstaff.server.services import make_store
 from flagstaff.store.base import Store
 
 T = TypeVar("T")
@@ -80,156 +74,15 @@ async def _project_id(store: Store, wanted: int | None) -> int:
 # serve --------------------------------------------------------------------------------------
 
 
-INTERFACE_ENV = "FLAGSTAFF_INTERFACE"
-"""``asgi`` serves through granian's ASGI interface instead of RSGI (for A/B measurements)."""
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
-    from granian import Granian
-    from granian.constants import HTTPModes, Interfaces, Loops
-    from granian.http import HTTP1Settings
-
-    from flagstaff.http.limits import connection_bound
+    from flagstaff.server import process
 
     settings = _settings(args)
     logs.configure(settings.log_level, settings.access_log)
     secure_data_dir(settings.data_dir)
     for notice in _with_store(settings, lambda store: bootstrap(store, settings)):
         logs.always(logging.WARNING, notice.message, **notice.fields)
-    shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
-    ingestd = None
-    if settings.database_url is None:
-        ingestd, socket_path = _start_ingest_writer(settings)
-        settings = dataclasses.replace(settings, ingest_socket=socket_path)
-    os.environ.update(settings.to_env())
-    connections = connection_bound(settings.max_connections, _open_files_limit())
-    if connections < settings.max_connections:
-        logs.always(
-            logging.WARNING,
-            f"the open-files limit allows {connections} connections per worker, not "
-            f"{settings.max_connections}: raise it (ulimit -n, LimitNOFILE=)",
-            max_connections=connections,
-        )
-    logs.log(
-        logging.INFO,
-        f"flagstaff {__version__} listening on http://{settings.host}:{settings.port}",
-        version=__version__,
-        url=f"http://{settings.host}:{settings.port}",
-        workers=settings.workers,
-        store="postgresql" if settings.database_url else "sqlite",
-        sqlite_path=None if settings.database_url else str(settings.sqlite_path),
-        access_log=settings.access_log,
-        geoip=_geoip_status(settings),
-    )
-    server = Granian(
-        "flagstaff.app:create_app",
-        factory=True,
-        address=settings.host,
-        port=settings.port,
-        interface=Interfaces.ASGI if os.environ.get(INTERFACE_ENV) == "asgi" else Interfaces.RSGI,
-        loop=Loops.uvloop,
-        workers=settings.workers,
-        websockets=False,
-        log_enabled=settings.log_level == "debug",
-        backlog=2048,
-        # HTTP/1 only: the auto mode's protocol sniffing waits without a timeout for the first
-        # bytes, so a connection that sends nothing held its slot for ever.
-        http=HTTPModes.http1,
-        backpressure=connections,
-        http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
-    )
-    try:
-        server.serve()
-    finally:
-        if ingestd is not None:
-            _stop_ingest_writer(ingestd)
-    return 0
-
-
-def _open_files_limit() -> int | None:
-    """This process's open-files limit after raising it to the hard limit (workers inherit it);
-    None when unlimited or unknown."""
-    try:
-        import resource
-    except ImportError:  # not a POSIX system
-        return None
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def _geoip_status(settings: Settings) -> str:
-    """The GeoIP database the workers will open, or "off"; says once how to get one."""
-    from flagstaff.geoip import default_database_path
-
-    if settings.geoip_disable:
-        return "off"
-    path = settings.geoip_path or default_database_path()
-    if path is None or not os.path.exists(path):
-        logs.log(
-            logging.WARNING,
-            "no GeoIP database found, so events and /flags get no $geoip_* properties: "
-            "run scripts/fetch-geoip.sh in a source checkout, or set FLAGSTAFF_GEOIP_PATH to a "
-            "MaxMind-format .mmdb file or folder (FLAGSTAFF_GEOIP_DISABLE=true turns it off)",
-            geoip_path=path,
-        )
-        return "off"
-    return path
-
-
-def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the data dir's single ingest writer and wait until its socket answers."""
-    socket_path = _ingest_socket_path(settings)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flagstaff.store.sqlite.ingestd",
-            str(settings.sqlite_path),
-            socket_path,
-            str(settings.sqlite_mmap_mb),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if line != b"ready\n":
-        proc.wait(10)
-        raise SystemExit("flagstaff: the ingest writer did not start (see the messages above)")
-    return proc, socket_path
-
-
-_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
-
-
-def _ingest_socket_path(settings: Settings) -> str:
-    """In the data dir, so a killed service leaves nothing in /tmp (the writer replaces a
-    stale socket once it holds the data dir's lock); a temporary name when that path is too
-    long for a Unix socket."""
-    path = os.path.abspath(settings.data_dir / "ingest.sock")
-    if len(path.encode()) <= _SOCKET_PATH_MAX:
-        return path
-    return os.path.join(
-        tempfile.gettempdir(), f"flagstaff-{os.getpid()}-{secrets.token_hex(4)}.sock"
-    )
-
-
-def _stop_ingest_writer(proc: subprocess.Popen[bytes]) -> None:
-    """Close its stdin: it finishes what is queued, commits and exits."""
-    assert proc.stdin is not None
-    with contextlib.suppress(OSError):
-        proc.stdin.close()
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    return process.serve(settings)
 
 
 # projects and keys ----------------------------------------------------------------------------
@@ -303,7 +156,7 @@ def _show_progress(args: argparse.Namespace) -> bool:
 
 
 def cmd_flags_import(args: argparse.Namespace) -> int:
-    from flagstaff import flag_transfer as transfer
+    from flagstaff.cli import transfer
 
     raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     try:
@@ -329,7 +182,7 @@ def cmd_flags_import(args: argparse.Namespace) -> int:
 
 
 def cmd_flags_export(args: argparse.Namespace) -> int:
-    from flagstaff import flag_transfer as transfer
+    from flagstaff.cli import transfer
 
     settings = _settings(args)
     progress = transfer.Progress("exporting", 0, _show_progress(args))
@@ -353,7 +206,7 @@ def cmd_flags_export(args: argparse.Namespace) -> int:
 def cmd_flags_explain(args: argparse.Namespace) -> int:
     """Print how one flag evaluates for one distinct id (see flagstaff/flags_explain.py)."""
     from flagstaff.flags.explain import render
-    from flagstaff.flags_explain import ExplainError, explain_from_store, json_object
+    from flagstaff.server.explain import ExplainError, explain_from_store, json_object
 
     try:
         person = json_object(args.person_properties, "--person-properties")

@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from flagstaff import logs
 from flagstaff.accounts import sessions, throttle
 from flagstaff.activity.records import ChangeSource
 from flagstaff.activity.scheduled import ScheduledChange, ScheduleError, trigger_for, update_body
 from flagstaff.http.admin_models import flag_from_input
 from flagstaff.http.errors import ApiError
+from flagstaff.ops import logs
 from flagstaff.store.base import Conflict, NotFound, Store
 
 SCHEDULE_POLL_SECONDS = 1.0

@@ -10,7 +10,7 @@ from flagstaff.accounts.keys import check_personal_key, check_project_token
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.store import AccountStore
 from flagstaff.accounts.users import UserError, create_member
-from flagstaff.config import Settings
+from flagstaff.server.config import Settings
 from flagstaff.store.base import Project, Store
 
 FIRST_START_MESSAGE = (

@@ -9,17 +9,17 @@ from typing import Any
 
 import msgspec
 
-from flagstaff import logs
-from flagstaff.caches import DefinitionsCache, ProjectCache, SurveysCache
-from flagstaff.changes import ChangeCounter
-from flagstaff.config import Settings
 from flagstaff.experiments.warm import warm_results
-from flagstaff.geoip import GeoIP, open_geoip
-from flagstaff.jobs import scheduled_changes_loop
-from flagstaff.metrics import Metrics, MetricsFiles
-from flagstaff.quotas import Quotas
+from flagstaff.ops import logs
+from flagstaff.ops.metrics import Metrics, MetricsFiles
+from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
+from flagstaff.server.changes import ChangeCounter
+from flagstaff.server.config import Settings
+from flagstaff.server.geoip import GeoIP, open_geoip
+from flagstaff.server.jobs import scheduled_changes_loop
+from flagstaff.server.quotas import Quotas
+from flagstaff.server.webhook_delivery import deliveries_loop
 from flagstaff.store.base import Store
-from flagstaff.webhook_delivery import deliveries_loop
 
 
 def make_store(settings: Settings) -> Store:

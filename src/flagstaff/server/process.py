@@ -1,0 +1,166 @@
+"""The service's processes: the SQLite ingest writer (one per data dir) and granian's workers,
+started by ``flagstaff serve`` once the store is bootstrapped."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from flagstaff import __version__
+from flagstaff.ops import logs
+from flagstaff.server.config import Settings
+
+INTERFACE_ENV = "FLAGSTAFF_INTERFACE"
+"""``asgi`` serves through granian's ASGI interface instead of RSGI (for A/B measurements)."""
+
+
+def serve(settings: Settings) -> int:
+    """Serve until SIGTERM or SIGINT: the SQLite ingest writer first (when the store is SQLite),
+    then granian's workers, each building :func:`flagstaff.app.create_app`."""
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces, Loops
+    from granian.http import HTTP1Settings
+
+    from flagstaff.http.limits import connection_bound
+
+    shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
+    ingestd = None
+    if settings.database_url is None:
+        ingestd, socket_path = _start_ingest_writer(settings)
+        settings = dataclasses.replace(settings, ingest_socket=socket_path)
+    os.environ.update(settings.to_env())
+    connections = connection_bound(settings.max_connections, _open_files_limit())
+    if connections < settings.max_connections:
+        logs.always(
+            logging.WARNING,
+            f"the open-files limit allows {connections} connections per worker, not "
+            f"{settings.max_connections}: raise it (ulimit -n, LimitNOFILE=)",
+            max_connections=connections,
+        )
+    logs.log(
+        logging.INFO,
+        f"flagstaff {__version__} listening on http://{settings.host}:{settings.port}",
+        version=__version__,
+        url=f"http://{settings.host}:{settings.port}",
+        workers=settings.workers,
+        store="postgresql" if settings.database_url else "sqlite",
+        sqlite_path=None if settings.database_url else str(settings.sqlite_path),
+        access_log=settings.access_log,
+        geoip=_geoip_status(settings),
+    )
+    server = Granian(
+        "flagstaff.app:create_app",
+        factory=True,
+        address=settings.host,
+        port=settings.port,
+        interface=Interfaces.ASGI if os.environ.get(INTERFACE_ENV) == "asgi" else Interfaces.RSGI,
+        loop=Loops.uvloop,
+        workers=settings.workers,
+        websockets=False,
+        log_enabled=settings.log_level == "debug",
+        backlog=2048,
+        # HTTP/1 only: the auto mode's protocol sniffing waits without a timeout for the first
+        # bytes, so a connection that sends nothing held its slot for ever.
+        http=HTTPModes.http1,
+        backpressure=connections,
+        http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
+    )
+    try:
+        server.serve()
+    finally:
+        if ingestd is not None:
+            _stop_ingest_writer(ingestd)
+    return 0
+
+
+def _open_files_limit() -> int | None:
+    """This process's open-files limit after raising it to the hard limit (workers inherit it);
+    None when unlimited or unknown."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _geoip_status(settings: Settings) -> str:
+    """The GeoIP database the workers will open, or "off"; says once how to get one."""
+    from flagstaff.server.geoip import default_database_path
+
+    if settings.geoip_disable:
+        return "off"
+    path = settings.geoip_path or default_database_path()
+    if path is None or not os.path.exists(path):
+        logs.log(
+            logging.WARNING,
+            "no GeoIP database found, so events and /flags get no $geoip_* properties: "
+            "run scripts/fetch-geoip.sh in a source checkout, or set FLAGSTAFF_GEOIP_PATH to a "
+            "MaxMind-format .mmdb file or folder (FLAGSTAFF_GEOIP_DISABLE=true turns it off)",
+            geoip_path=path,
+        )
+        return "off"
+    return path
+
+
+def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the data dir's single ingest writer and wait until its socket answers."""
+    socket_path = _ingest_socket_path(settings)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flagstaff.store.sqlite.ingestd",
+            str(settings.sqlite_path),
+            socket_path,
+            str(settings.sqlite_mmap_mb),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line != b"ready\n":
+        proc.wait(10)
+        raise SystemExit("flagstaff: the ingest writer did not start (see the messages above)")
+    return proc, socket_path
+
+
+_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
+
+
+def _ingest_socket_path(settings: Settings) -> str:
+    """In the data dir, so a killed service leaves nothing in /tmp (the writer replaces a
+    stale socket once it holds the data dir's lock); a temporary name when that path is too
+    long for a Unix socket."""
+    path = os.path.abspath(settings.data_dir / "ingest.sock")
+    if len(path.encode()) <= _SOCKET_PATH_MAX:
+        return path
+    return os.path.join(
+        tempfile.gettempdir(), f"flagstaff-{os.getpid()}-{secrets.token_hex(4)}.sock"
+    )
+
+
+def _stop_ingest_writer(proc: subprocess.Popen[bytes]) -> None:
+    """Close its stdin: it finishes what is queued, commits and exits."""
+    assert proc.stdin is not None
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
