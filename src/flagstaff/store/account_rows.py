@@ -77,9 +77,8 @@ def activity_filter(
     item_id: str | None,
     user_id: int | None,
     before_id: int | None,
-    mark: str = "?",
 ) -> tuple[str, list[Any]]:
-    """The WHERE clause shared by both engines (``mark`` is ``?`` or ``$``)."""
+    """The WHERE clause of an activity query and its arguments (``$1``...)."""
     clauses, args = ["a.project_id = {}"], [project_id]
     for column, value in (
         ("a.scope", scope.value if scope else None),
@@ -92,7 +91,7 @@ def activity_filter(
     if before_id is not None:
         clauses.append("a.id < {}")
         args.append(before_id)
-    marks = [mark if mark == "?" else f"${i + 1}" for i in range(len(args))]
+    marks = [f"${i + 1}" for i in range(len(args))]
     return " AND ".join(c.format(m) for c, m in zip(clauses, marks, strict=True)), args
 
 

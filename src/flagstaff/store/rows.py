@@ -15,7 +15,7 @@ import msgspec
 
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ingest.model import Drop
-from flagstaff.store.base import Conflict, Definitions, Group, StoredEvent, Warning
+from flagstaff.store.records import Conflict, Definitions, Group, StoredEvent, Warning
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode

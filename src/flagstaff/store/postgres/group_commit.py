@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from flagstaff.store.base import IngestResult
 from flagstaff.store.postgres.ingest import Request
+from flagstaff.store.records import IngestResult
 
 GROUP_EVENTS = 2000
 """Events one group commit takes at most (a call larger than this goes alone)."""

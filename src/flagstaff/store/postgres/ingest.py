@@ -27,7 +27,6 @@ import msgspec
 from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.store.base import IngestResult, StoreError
 from flagstaff.store.ingest_batch import (
     SurveyEvent,
     apply_rules,
@@ -40,6 +39,7 @@ from flagstaff.store.ingest_batch import (
 )
 from flagstaff.store.postgres import experiments, flag_usage
 from flagstaff.store.postgres.sql import BUMP_DEFINITIONS, pg_text
+from flagstaff.store.records import IngestResult, StoreError
 from flagstaff.store.rows import WARNINGS_KEPT
 from flagstaff.surveys import stats as survey_stats
 

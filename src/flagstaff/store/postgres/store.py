@@ -20,38 +20,19 @@ import asyncio
 import contextlib
 import random
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
 import msgspec
 
-from flagstaff.accounts import keys
-from flagstaff.accounts.api_keys import key_prefix
-from flagstaff.activity.records import ChangeSource, Scope
+from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ops import logs
-from flagstaff.store.base import (
-    Conflict,
-    Definitions,
-    FlagContext,
-    Group,
-    IngestResult,
-    NotFound,
-    Page,
-    Person,
-    PersonalKey,
-    Project,
-    StoredEvent,
-)
-from flagstaff.store.postgres.accounts import PostgresAccounts, write_change
-from flagstaff.store.postgres.approvals import ApprovalMethods
-from flagstaff.store.postgres.experiment_store import ExperimentsMixin
-from flagstaff.store.postgres.flag_writes import write_flag
+from flagstaff.store.postgres.dialect import PostgresConnection, PostgresDb
+from flagstaff.store.postgres.experiments import recompute_experiment
 from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
-    BUMP_DEFINITIONS,
     RETRYABLE,
     Request,
     apply_ingest,
@@ -60,28 +41,32 @@ from flagstaff.store.postgres.ingest import (
 )
 from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
 from flagstaff.store.postgres.schema import migrate
-from flagstaff.store.postgres.surveys import SurveyMethods
 from flagstaff.store.postgres.team_store import TeamStoreMixin
 from flagstaff.store.postgres.usage_store import UsageMixin
-from flagstaff.store.postgres.webhooks import WebhookMethods
+from flagstaff.store.records import (
+    Definitions,
+    FlagContext,
+    Group,
+    IngestResult,
+    Person,
+    StoredEvent,
+)
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
     GROUP_COLUMNS,
-    PERSONAL_KEY_COLUMNS,
-    PROJECT_COLUMNS,
-    WARNING_COLUMNS,
-    cohort_body,
-    cohort_record,
     definitions_record,
     event_record,
-    flag_record,
     group_record,
-    group_type_change,
-    json_text,
-    now_iso,
-    warning_record,
 )
+from flagstaff.store.sql.accounts import Accounts
+from flagstaff.store.sql.approvals import ApprovalMethods
+from flagstaff.store.sql.db import Tx
+from flagstaff.store.sql.experiments import ExperimentMethods
+from flagstaff.store.sql.flags import FlagMethods
+from flagstaff.store.sql.projects import ProjectMethods
+from flagstaff.store.sql.surveys import SurveyMethods
+from flagstaff.store.sql.webhooks import WebhookMethods
 
 _decode = msgspec.json.decode
 
@@ -130,45 +115,18 @@ SELECT
 """
 
 
-async def _flag_in(conn: asyncpg.Connection, flag_id: int) -> dict[str, Any]:
-    return flag_record(
-        await conn.fetchrow(f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE id = $1", flag_id)
-    )
-
-
-async def _cohort_in(conn: asyncpg.Connection, cohort_id: int) -> dict[str, Any]:
-    return cohort_record(
-        await conn.fetchrow(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id)
-    )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-async def _log_cohort(
-    conn: asyncpg.Connection,
-    project_id: int,
-    before: dict[str, Any] | None,
-    after: dict[str, Any],
-    source: ChangeSource | None,
-) -> None:
-    await write_change(
-        conn,
-        project_id=project_id,
-        scope=Scope.COHORT,
-        item_id=after["id"],
-        source=source,
-        before=before,
-        after=after,
-        now_ms=_now_ms(),
-    )
+def _conn(tx: Tx) -> asyncpg.Connection:
+    """The connection behind a shared write's transaction."""
+    assert isinstance(tx, PostgresConnection)
+    return tx.conn  # type: ignore[return-value]
 
 
 class PostgresStore(
-    PostgresAccounts,
+    ProjectMethods,
+    FlagMethods,
+    Accounts,
     SurveyMethods,
-    ExperimentsMixin,
+    ExperimentMethods,
     TeamStoreMixin,
     ApprovalMethods,
     WebhookMethods,
@@ -185,6 +143,7 @@ class PostgresStore(
         self._lanes = IngestLanes(self.ingest_lanes, self._transact)
         self.ingest_retries = 0
         self.ingest_transactions = 0
+        self.sql = PostgresDb(lambda: self.pool)
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -227,6 +186,16 @@ class PostgresStore(
             return await self.pool.fetchval("SELECT 1") == 1
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             return False
+
+    # what the shared management code leaves to the engine ----------------------------
+
+    async def recompute_in(self, tx: Tx, project_id: int, spec: ExperimentSpec) -> int:
+        return await recompute_experiment(_conn(tx), project_id, spec)
+
+    async def add_members_in(
+        self, tx: Tx, project_id: int, cohort_id: int, members: list[str]
+    ) -> None:
+        await _add_members(_conn(tx), project_id, cohort_id, [pg_text(d) for d in members])
 
     async def listen_definitions(self, callback: DefinitionsCallback) -> None:
         """Call ``callback(project_id)`` whenever any node commits a definitions change.
@@ -279,266 +248,6 @@ class PostgresStore(
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(conn.close(), 5.0)
-
-    # projects and keys -----------------------------------------------------------------
-
-    async def create_project(self, name: str, api_token: str | None = None) -> Project:
-        token = api_token or keys.new_project_token()
-        project_uuid = str(uuid.uuid4())
-        created = now_iso()
-        async with self.pool.acquire() as conn, conn.transaction():
-            try:
-                project_id = await conn.fetchval(
-                    "INSERT INTO projects (uuid, name, api_token, created_at) "
-                    "VALUES ($1, $2, $3, $4) RETURNING id",
-                    project_uuid,
-                    pg_text(name),
-                    token,
-                    created,
-                )
-            except asyncpg.UniqueViolationError:
-                raise Conflict.project_token_taken() from None
-            await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
-        return Project(project_id, project_uuid, name, token, created)
-
-    async def list_projects(self) -> list[Project]:
-        rows = await self.pool.fetch(f"SELECT {PROJECT_COLUMNS} FROM projects ORDER BY id")
-        return [Project(*row) for row in rows]
-
-    async def get_project(self, project_id: int) -> Project | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE id = $1", project_id
-        )
-        return Project(*row) if row else None
-
-    async def get_project_by_token(self, api_token: str) -> Project | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE api_token = $1", pg_text(api_token)
-        )
-        return Project(*row) if row else None
-
-    async def create_personal_key(
-        self, project_id: int, label: str, value: str | None = None
-    ) -> tuple[PersonalKey, str]:
-        secret = value or keys.new_personal_key()
-        created = now_iso()
-        mask = keys.mask_key(secret)
-        try:
-            key_id = await self.pool.fetchval(
-                "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
-                "created_at, prefix, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) "
-                "RETURNING id",
-                project_id,
-                pg_text(label),
-                keys.hash_key(secret),
-                pg_text(mask),
-                created,
-                pg_text(key_prefix(secret)),
-                _now_ms(),
-            )
-        except asyncpg.UniqueViolationError:
-            raise Conflict.personal_key_taken() from None
-        return PersonalKey(key_id, project_id, label, mask, created), secret
-
-    async def find_personal_key(self, value: str) -> PersonalKey | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = $1 "
-            "AND revoked_at_ms IS NULL",
-            keys.hash_key(value),
-        )
-        return PersonalKey(*row) if row else None
-
-    # feature flags ---------------------------------------------------------------------
-
-    async def list_flags(
-        self, project_id: int, limit: int, offset: int, include_deleted: bool = False
-    ) -> Page:
-        where = "project_id = $1" + ("" if include_deleted else " AND NOT deleted")
-        async with self.pool.acquire() as conn:
-            count = await conn.fetchval(
-                f"SELECT count(*) FROM feature_flags WHERE {where}", project_id
-            )
-            rows = await conn.fetch(
-                f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE {where} ORDER BY id DESC "
-                "LIMIT $2 OFFSET $3",
-                project_id,
-                limit,
-                offset,
-            )
-        return Page(int(count), [flag_record(r) for r in rows])
-
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2",
-            project_id,
-            flag_id,
-        )
-        return flag_record(row) if row else None
-
-    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {FLAG_COLUMNS} FROM feature_flags "
-            "WHERE project_id = $1 AND key = $2 AND NOT deleted",
-            project_id,
-            pg_text(key),
-        )
-        return flag_record(row) if row else None
-
-    async def create_flag(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]:
-        now = now_iso()
-        async with self.pool.acquire() as conn, conn.transaction():
-            return await write_flag(conn, project_id, data, now, source)
-
-    async def update_flag(
-        self,
-        project_id: int,
-        flag_id: int,
-        data: dict[str, Any],
-        source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
-        now = now_iso()
-        async with self.pool.acquire() as conn, conn.transaction():
-            return await write_flag(conn, project_id, data, now, source, flag_id)
-
-    # cohorts ---------------------------------------------------------------------------
-
-    async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page:
-        async with self.pool.acquire() as conn:
-            count = await conn.fetchval(
-                "SELECT count(*) FROM cohorts WHERE project_id = $1 AND NOT deleted", project_id
-            )
-            rows = await conn.fetch(
-                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND NOT deleted "
-                "ORDER BY id DESC LIMIT $2 OFFSET $3",
-                project_id,
-                limit,
-                offset,
-            )
-        return Page(int(count), [cohort_record(r) for r in rows])
-
-    async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND id = $2",
-            project_id,
-            cohort_id,
-        )
-        return cohort_record(row) if row else None
-
-    async def create_cohort(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]:
-        cohort = cohort_body(data)
-        members = [pg_text(d) for d in cohort.members]
-        now = now_iso()
-        async with self.pool.acquire() as conn:
-            async with conn.transaction():
-                cohort_id = await conn.fetchval(
-                    "INSERT INTO cohorts (project_id, is_static, deleted, version, data, "
-                    "created_at, updated_at) VALUES ($1, $2, false, 1, $3, $4, $5) RETURNING id",
-                    project_id,
-                    cohort.is_static,
-                    json_text(cohort.body),
-                    now,
-                    now,
-                )
-                await _add_members(conn, project_id, cohort_id, members)
-                await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
-                await _log_cohort(conn, project_id, None, await _cohort_in(conn, cohort_id), source)
-            row = await conn.fetchrow(
-                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
-            )
-        return cohort_record(row)
-
-    async def update_cohort(
-        self,
-        project_id: int,
-        cohort_id: int,
-        data: dict[str, Any],
-        source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        body = cohort_body(data).body
-        deleted = bool(data.get("deleted"))
-        async with self.pool.acquire() as conn:
-            async with conn.transaction():
-                exists = await conn.fetchval(
-                    "SELECT 1 FROM cohorts WHERE project_id = $1 AND id = $2 FOR UPDATE",
-                    project_id,
-                    cohort_id,
-                )
-                before = await _cohort_in(conn, cohort_id) if exists else None
-                status = await conn.execute(
-                    "UPDATE cohorts SET data = $1, deleted = $2, version = version + 1, "
-                    "updated_at = $3 WHERE project_id = $4 AND id = $5",
-                    json_text(body),
-                    deleted,
-                    now_iso(),
-                    project_id,
-                    cohort_id,
-                )
-                if status == "UPDATE 0":
-                    raise NotFound(f"cohort {cohort_id}")
-                await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
-                await _log_cohort(
-                    conn, project_id, before, await _cohort_in(conn, cohort_id), source
-                )
-            row = await conn.fetchrow(
-                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
-            )
-        return cohort_record(row)
-
-    async def change_static_members(
-        self,
-        project_id: int,
-        cohort_id: int,
-        add: list[str],
-        remove: list[str],
-        source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        async with self.pool.acquire() as conn:
-            async with conn.transaction():
-                is_static = await conn.fetchval(
-                    "SELECT is_static FROM cohorts WHERE project_id = $1 AND id = $2 "
-                    "AND NOT deleted FOR UPDATE",
-                    project_id,
-                    cohort_id,
-                )
-                if is_static is None:
-                    raise NotFound(f"cohort {cohort_id}")
-                if not is_static:
-                    raise Conflict.cohort_not_static()
-                before = await _cohort_in(conn, cohort_id)
-                await _add_members(conn, project_id, cohort_id, [pg_text(d) for d in add])
-                if remove:
-                    await conn.execute(
-                        "DELETE FROM cohort_members m USING unnest($2::text[]) AS x(d) "
-                        "WHERE m.cohort_id = $1 AND m.distinct_id = x.d",
-                        cohort_id,
-                        [pg_text(d) for d in remove],
-                    )
-                await conn.execute(
-                    "UPDATE cohorts SET version = version + 1, updated_at = $1 WHERE id = $2",
-                    now_iso(),
-                    cohort_id,
-                )
-                await _log_cohort(
-                    conn, project_id, before, await _cohort_in(conn, cohort_id), source
-                )
-            row = await conn.fetchrow(
-                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id
-            )
-        return cohort_record(row)
-
-    async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]:
-        rows = await self.pool.fetch(
-            "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
-            "WHERE c.project_id = $1 AND c.id = $2 ORDER BY m.distinct_id",
-            project_id,
-            cohort_id,
-        )
-        return [r[0] for r in rows]
 
     # what /flags reads -----------------------------------------------------------------
 
@@ -685,35 +394,6 @@ class PostgresStore(
         )
         return group_record(row) if row is not None else None
 
-    async def list_group_types(self, project_id: int) -> dict[int, str]:
-        rows = await self.pool.fetch(
-            "SELECT group_type_index, group_type FROM group_types WHERE project_id = $1 "
-            "ORDER BY group_type_index",
-            project_id,
-        )
-        return {index: name for index, name in rows}
-
-    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
-        """Map group type ``index`` to ``name``; False when it is so already (see
-        :func:`~flagstaff.store.rows.group_type_change`)."""
-        for _ in range(2):
-            if not group_type_change(await self.list_group_types(project_id), index, name):
-                return False
-            try:
-                async with self.pool.acquire() as conn, conn.transaction():
-                    await conn.execute(
-                        "INSERT INTO group_types (project_id, group_type_index, group_type) "
-                        "VALUES ($1, $2, $3)",
-                        project_id,
-                        index,
-                        pg_text(name),
-                    )
-                    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
-                return True
-            except asyncpg.UniqueViolationError:
-                continue  # ingestion added a type meanwhile: judge again against it
-        raise Conflict("group_type", "group types changed meanwhile; retry")
-
     async def list_events(
         self,
         project_id: int,
@@ -769,20 +449,6 @@ class PostgresStore(
                 return
             last_seq = rows[-1][0]
             yield [event_record(r) for r in rows]
-
-    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
-        async with self.pool.acquire() as conn:
-            count = await conn.fetchval(
-                "SELECT count(*) FROM ingestion_warnings WHERE project_id = $1", project_id
-            )
-            rows = await conn.fetch(
-                f"SELECT {WARNING_COLUMNS} FROM ingestion_warnings "
-                "WHERE project_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3",
-                project_id,
-                limit,
-                offset,
-            )
-        return Page(int(count), [warning_record(r) for r in rows])
 
 
 async def _add_members(

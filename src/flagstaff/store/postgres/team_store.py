@@ -9,8 +9,8 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from flagstaff.store.base import Group, PersonRow, Project, Usage
 from flagstaff.store.postgres.sql import pg_text
+from flagstaff.store.records import Group, PersonRow, Project, Usage
 from flagstaff.store.rows import GROUP_COLUMNS, PROJECT_COLUMNS, group_record
 
 _decode = msgspec.json.decode

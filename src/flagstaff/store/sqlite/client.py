@@ -12,7 +12,7 @@ import asyncio
 import itertools
 
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.store.base import IngestResult, StoreError
+from flagstaff.store.records import IngestResult, StoreError
 from flagstaff.store.sqlite.protocol import (
     HEADER,
     answer_decoder,

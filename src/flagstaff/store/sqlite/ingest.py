@@ -19,7 +19,6 @@ import msgspec
 from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.store.base import IngestResult
 from flagstaff.store.flag_usage import BatchChecks, batch_checks
 from flagstaff.store.ingest_batch import (
     SurveyEvent,
@@ -31,6 +30,7 @@ from flagstaff.store.ingest_batch import (
     survey_events,
     warnings_of,
 )
+from flagstaff.store.records import IngestResult
 from flagstaff.store.rows import WARNINGS_KEPT
 from flagstaff.store.sqlite import experiments, flag_usage
 from flagstaff.store.sqlite.person_cache import PersonCache

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from flagstaff.store.base import IngestResult
+from flagstaff.store.records import IngestResult
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.ingest import (
     EMPTY_RESULT,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flagstaff.server.changes import ChangeCounter
-from flagstaff.store.base import FlagContext
+from flagstaff.store.records import FlagContext
 
 MAX_CONTEXTS = 20_000
 """Flag contexts one worker keeps (a few KB each); the cache starts over beyond it."""

@@ -14,7 +14,7 @@ import orjson
 from flagstaff.ingest.flag_usage import USAGE_PROPERTY_KEYS
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.persons import RULE_PROPERTY_KEYS
-from flagstaff.store.base import IngestResult
+from flagstaff.store.records import IngestResult
 
 HEADER = struct.Struct("!I")
 MAX_FRAME = 512 * 1024 * 1024

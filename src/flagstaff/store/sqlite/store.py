@@ -17,62 +17,48 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from flagstaff.accounts import keys
-from flagstaff.accounts.api_keys import key_prefix
-from flagstaff.activity.records import ChangeSource, Scope
+from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.server.changes import ChangeCounter
-from flagstaff.store.base import (
-    Conflict,
+from flagstaff.store.records import (
     Definitions,
     FlagContext,
     Group,
     IngestResult,
-    NotFound,
-    Page,
     Person,
-    PersonalKey,
-    Project,
     StoredEvent,
 )
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
     GROUP_COLUMNS,
-    PERSONAL_KEY_COLUMNS,
-    PROJECT_COLUMNS,
-    WARNING_COLUMNS,
-    cohort_body,
-    cohort_record,
     definitions_record,
     event_record,
-    flag_record,
     group_record,
-    group_type_change,
-    json_text,
-    now_iso,
-    warning_record,
 )
+from flagstaff.store.sql.accounts import Accounts
+from flagstaff.store.sql.approvals import ApprovalMethods
+from flagstaff.store.sql.db import Tx
+from flagstaff.store.sql.experiments import ExperimentMethods
+from flagstaff.store.sql.flags import FlagMethods
+from flagstaff.store.sql.projects import ProjectMethods
+from flagstaff.store.sql.surveys import SurveyMethods
+from flagstaff.store.sql.webhooks import WebhookMethods
 from flagstaff.store.sqlite import event_index
-from flagstaff.store.sqlite.accounts import SQLiteAccounts, write_change
-from flagstaff.store.sqlite.approvals import ApprovalMethods
 from flagstaff.store.sqlite.client import IngestClient
-from flagstaff.store.sqlite.experiment_store import ExperimentsMixin
-from flagstaff.store.sqlite.flag_writes import bump_definitions, write_flag
+from flagstaff.store.sqlite.dialect import SQLiteConnection, SQLiteDb
+from flagstaff.store.sqlite.experiments import recompute_experiment
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
 from flagstaff.store.sqlite.schema import migrate
-from flagstaff.store.sqlite.surveys import SurveyMethods
 from flagstaff.store.sqlite.team_store import TeamStoreMixin
 from flagstaff.store.sqlite.usage_store import UsageMixin
-from flagstaff.store.sqlite.webhooks import WebhookMethods
 from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, Writer, connect
 
 _decode = msgspec.json.decode
@@ -82,37 +68,18 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _cohort_in(conn: sqlite3.Connection, cohort_id: int) -> dict[str, Any]:
-    row = conn.execute(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = ?", (cohort_id,))
-    return cohort_record(row.fetchone())
-
-
-def _log_cohort(
-    conn: sqlite3.Connection,
-    project_id: int,
-    before: dict[str, Any] | None,
-    after: dict[str, Any],
-    source: ChangeSource | None,
-) -> None:
-    write_change(
-        conn,
-        project_id=project_id,
-        scope=Scope.COHORT,
-        item_id=after["id"],
-        source=source,
-        before=before,
-        after=after,
-        now_ms=_now_ms(),
-    )
-
-
-_bump_definitions = bump_definitions
+def _conn(tx: Tx) -> sqlite3.Connection:
+    """The writer's connection behind a shared write's transaction."""
+    assert isinstance(tx, SQLiteConnection)
+    return tx.conn
 
 
 class SQLiteStore(
-    SQLiteAccounts,
+    ProjectMethods,
+    FlagMethods,
+    Accounts,
     SurveyMethods,
-    ExperimentsMixin,
+    ExperimentMethods,
     TeamStoreMixin,
     ApprovalMethods,
     WebhookMethods,
@@ -130,6 +97,7 @@ class SQLiteStore(
         self._ingest_client = IngestClient(ingest_socket) if ingest_socket else None
         self._person_version: ChangeCounter | None = None
         self._contexts: FlagContextCache | None = None
+        self.sql = SQLiteDb(lambda: self.db, lambda: self._writer)
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -173,261 +141,18 @@ class SQLiteStore(
             return False
         return True
 
-    # projects and keys -----------------------------------------------------------------
+    # what the shared management code leaves to the engine ----------------------------
 
-    async def create_project(self, name: str, api_token: str | None = None) -> Project:
-        token = api_token or keys.new_project_token()
-        project_uuid = str(uuid.uuid4())
-        created = now_iso()
+    async def recompute_in(self, tx: Tx, project_id: int, spec: ExperimentSpec) -> int:
+        return recompute_experiment(_conn(tx), project_id, spec)
 
-        def write(conn: sqlite3.Connection) -> int:
-            try:
-                cur = conn.execute(
-                    "INSERT INTO projects (uuid, name, api_token, created_at) VALUES (?, ?, ?, ?)",
-                    (project_uuid, name, token, created),
-                )
-            except sqlite3.IntegrityError:
-                raise Conflict.project_token_taken() from None
-            project_id = int(cur.lastrowid or 0)
-            _bump_definitions(conn, project_id)
-            return project_id
-
-        project_id = await self._writer.submit(write)
-        return Project(project_id, project_uuid, name, token, created)
-
-    async def list_projects(self) -> list[Project]:
-        rows = self.db.execute(f"SELECT {PROJECT_COLUMNS} FROM projects ORDER BY id").fetchall()
-        return [Project(*row) for row in rows]
-
-    async def get_project(self, project_id: int) -> Project | None:
-        row = self.db.execute(
-            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE id = ?",
-            (project_id,),
-        ).fetchone()
-        return Project(*row) if row else None
-
-    async def get_project_by_token(self, api_token: str) -> Project | None:
-        row = self.db.execute(
-            f"SELECT {PROJECT_COLUMNS} FROM projects WHERE api_token = ?",
-            (api_token,),
-        ).fetchone()
-        return Project(*row) if row else None
-
-    async def create_personal_key(
-        self, project_id: int, label: str, value: str | None = None
-    ) -> tuple[PersonalKey, str]:
-        secret = value or keys.new_personal_key()
-        created = now_iso()
-        mask = keys.mask_key(secret)
-
-        def write(conn: sqlite3.Connection) -> int:
-            try:
-                cur = conn.execute(
-                    "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
-                    "created_at, prefix, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        project_id, label, keys.hash_key(secret), mask, created,
-                        key_prefix(secret), _now_ms(),
-                    ),
-                )  # fmt: skip
-            except sqlite3.IntegrityError:
-                raise Conflict.personal_key_taken() from None
-            return int(cur.lastrowid or 0)
-
-        key_id = await self._writer.submit(write)
-        return PersonalKey(key_id, project_id, label, mask, created), secret
-
-    async def find_personal_key(self, value: str) -> PersonalKey | None:
-        row = self.db.execute(
-            f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = ? "
-            "AND revoked_at_ms IS NULL",
-            (keys.hash_key(value),),
-        ).fetchone()
-        return PersonalKey(*row) if row else None
-
-    # feature flags ---------------------------------------------------------------------
-
-    async def list_flags(
-        self, project_id: int, limit: int, offset: int, include_deleted: bool = False
-    ) -> Page:
-        where = "project_id = ?" + ("" if include_deleted else " AND deleted = 0")
-        count = self.db.execute(
-            f"SELECT COUNT(*) FROM feature_flags WHERE {where}", (project_id,)
-        ).fetchone()[0]
-        rows = self.db.execute(
-            f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE {where} ORDER BY id DESC "
-            "LIMIT ? OFFSET ?",
-            (project_id, limit, offset),
-        ).fetchall()
-        return Page(count, [flag_record(r) for r in rows])
-
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
-        row = self.db.execute(
-            f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = ? AND id = ?",
-            (project_id, flag_id),
-        ).fetchone()
-        return flag_record(row) if row else None
-
-    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
-        row = self.db.execute(
-            f"SELECT {FLAG_COLUMNS} FROM feature_flags "
-            "WHERE project_id = ? AND key = ? AND deleted = 0",
-            (project_id, key),
-        ).fetchone()
-        return flag_record(row) if row else None
-
-    async def create_flag(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]:
-        now = now_iso()
-
-        def write(conn: sqlite3.Connection) -> int:
-            return write_flag(conn, project_id, data, now, source)
-
-        flag_id = await self._writer.submit(write)
-        flag = await self.get_flag(project_id, flag_id)
-        assert flag is not None
-        return flag
-
-    async def update_flag(
-        self,
-        project_id: int,
-        flag_id: int,
-        data: dict[str, Any],
-        source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
-        now = now_iso()
-
-        def write(conn: sqlite3.Connection) -> None:
-            write_flag(conn, project_id, data, now, source, flag_id)
-
-        await self._writer.submit(write)
-        flag = await self.get_flag(project_id, flag_id)
-        assert flag is not None
-        return flag
-
-    # cohorts ---------------------------------------------------------------------------
-
-    async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page:
-        count = self.db.execute(
-            "SELECT COUNT(*) FROM cohorts WHERE project_id = ? AND deleted = 0", (project_id,)
-        ).fetchone()[0]
-        rows = self.db.execute(
-            f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND deleted = 0 "
-            "ORDER BY id DESC LIMIT ? OFFSET ?",
-            (project_id, limit, offset),
-        ).fetchall()
-        return Page(count, [cohort_record(r) for r in rows])
-
-    async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
-        row = self.db.execute(
-            f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND id = ?",
-            (project_id, cohort_id),
-        ).fetchone()
-        return cohort_record(row) if row else None
-
-    async def create_cohort(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]:
-        cohort = cohort_body(data)
-        now = now_iso()
-
-        def write(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "INSERT INTO cohorts (project_id, is_static, deleted, version, data, created_at, "
-                "updated_at) VALUES (?, ?, 0, 1, ?, ?, ?)",
-                (project_id, cohort.is_static, json_text(cohort.body), now, now),
-            )
-            cohort_id = int(cur.lastrowid or 0)
-            conn.executemany(
-                "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
-                [(cohort_id, d) for d in cohort.members],
-            )
-            _bump_definitions(conn, project_id)
-            _log_cohort(conn, project_id, None, _cohort_in(conn, cohort_id), source)
-            return cohort_id
-
-        cohort_id = await self._writer.submit(write)
-        created = await self.get_cohort(project_id, cohort_id)
-        assert created is not None
-        return created
-
-    async def update_cohort(
-        self,
-        project_id: int,
-        cohort_id: int,
-        data: dict[str, Any],
-        source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        body = cohort_body(data).body
-        deleted = 1 if data.get("deleted") else 0
-        now = now_iso()
-
-        def write(conn: sqlite3.Connection) -> None:
-            exists = conn.execute(
-                "SELECT 1 FROM cohorts WHERE project_id = ? AND id = ?", (project_id, cohort_id)
-            ).fetchone()
-            before = _cohort_in(conn, cohort_id) if exists else None
-            cur = conn.execute(
-                "UPDATE cohorts SET data = ?, deleted = ?, version = version + 1, updated_at = ? "
-                "WHERE project_id = ? AND id = ?",
-                (json_text(body), deleted, now, project_id, cohort_id),
-            )
-            if cur.rowcount == 0:
-                raise NotFound(f"cohort {cohort_id}")
-            _bump_definitions(conn, project_id)
-            _log_cohort(conn, project_id, before, _cohort_in(conn, cohort_id), source)
-
-        await self._writer.submit(write)
-        cohort = await self.get_cohort(project_id, cohort_id)
-        assert cohort is not None
-        return cohort
-
-    async def change_static_members(
-        self,
-        project_id: int,
-        cohort_id: int,
-        add: list[str],
-        remove: list[str],
-        source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        def write(conn: sqlite3.Connection) -> None:
-            row = conn.execute(
-                "SELECT is_static FROM cohorts WHERE project_id = ? AND id = ? AND deleted = 0",
-                (project_id, cohort_id),
-            ).fetchone()
-            if row is None:
-                raise NotFound(f"cohort {cohort_id}")
-            if not row[0]:
-                raise Conflict.cohort_not_static()
-            before = _cohort_in(conn, cohort_id)
-            conn.executemany(
-                "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
-                [(cohort_id, d) for d in add],
-            )
-            conn.executemany(
-                "DELETE FROM cohort_members WHERE cohort_id = ? AND distinct_id = ?",
-                [(cohort_id, d) for d in remove],
-            )
-            conn.execute(
-                "UPDATE cohorts SET version = version + 1, updated_at = ? WHERE id = ?",
-                (now_iso(), cohort_id),
-            )
-            _log_cohort(conn, project_id, before, _cohort_in(conn, cohort_id), source)
-
-        await self._writer.submit(write)
-        cohort = await self.get_cohort(project_id, cohort_id)
-        assert cohort is not None
-        return cohort
-
-    async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]:
-        rows = self.db.execute(
-            "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
-            "WHERE c.project_id = ? AND c.id = ? ORDER BY m.distinct_id",
-            (project_id, cohort_id),
-        ).fetchall()
-        return [r[0] for r in rows]
+    async def add_members_in(
+        self, tx: Tx, project_id: int, cohort_id: int, members: list[str]
+    ) -> None:
+        _conn(tx).executemany(
+            "INSERT OR IGNORE INTO cohort_members (cohort_id, distinct_id) VALUES (?, ?)",
+            [(cohort_id, d) for d in members],
+        )
 
     # what /flags reads -----------------------------------------------------------------
 
@@ -608,38 +333,6 @@ class SQLiteStore(
         ).fetchone()
         return group_record(row) if row is not None else None
 
-    async def list_group_types(self, project_id: int) -> dict[int, str]:
-        return dict(
-            self.db.execute(
-                "SELECT group_type_index, group_type FROM group_types WHERE project_id = ? "
-                "ORDER BY group_type_index",
-                (project_id,),
-            ).fetchall()
-        )
-
-    async def create_group_type(self, project_id: int, index: int, name: str) -> bool:
-        """Map group type ``index`` to ``name``; False when it is so already (see
-        :func:`~flagstaff.store.rows.group_type_change`)."""
-
-        def write(conn: sqlite3.Connection) -> bool:
-            existing = dict(
-                conn.execute(
-                    "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
-                    (project_id,),
-                ).fetchall()
-            )
-            if not group_type_change(existing, index, name):
-                return False
-            conn.execute(
-                "INSERT INTO group_types (project_id, group_type_index, group_type) "
-                "VALUES (?, ?, ?)",
-                (project_id, index, name),
-            )
-            _bump_definitions(conn, project_id)
-            return True
-
-        return bool(await self._writer.submit(write))
-
     async def list_events(
         self,
         project_id: int,
@@ -749,14 +442,3 @@ class SQLiteStore(
                 return
             last_seq = rows[-1][0]
             yield [event_record(r) for r in rows]
-
-    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
-        count = self.db.execute(
-            "SELECT COUNT(*) FROM ingestion_warnings WHERE project_id = ?", (project_id,)
-        ).fetchone()[0]
-        rows = self.db.execute(
-            f"SELECT {WARNING_COLUMNS} FROM ingestion_warnings "
-            "WHERE project_id = ? ORDER BY id DESC LIMIT ? OFFSET ?",
-            (project_id, limit, offset),
-        ).fetchall()
-        return Page(count, [warning_record(r) for r in rows])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from flagstaff.store.base import Group, PersonRow, Project, Usage
+from flagstaff.store.records import Group, PersonRow, Project, Usage
 from flagstaff.store.rows import GROUP_COLUMNS, PROJECT_COLUMNS, group_record
 from flagstaff.store.sqlite.writer import connect
 

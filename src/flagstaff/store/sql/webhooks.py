@@ -1,20 +1,17 @@
-"""Webhooks and their deliveries on PostgreSQL (a mixin of the store). Deliveries are enqueued
-by ``webhook_queue`` in each activity row's transaction; nodes claim due ones with a lease
-(``FOR UPDATE SKIP LOCKED``, so two nodes never take the same row)."""
+"""Webhooks and their deliveries (a mixin of both stores). Deliveries are enqueued in each
+activity row's transaction (:func:`~flagstaff.store.sql.activity.enqueue_deliveries`); workers
+and nodes claim due ones with a lease (PostgreSQL skips rows another node is claiming)."""
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
-
-import asyncpg
+from typing import Any, Protocol
 
 from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.activity.webhooks import Delivery, Webhook
-from flagstaff.store.base import Conflict, Page
-from flagstaff.store.postgres.accounts import write_change
-from flagstaff.store.postgres.sql import pg_text
-from flagstaff.store.rows import json_text
+from flagstaff.store.records import Conflict, Page
+from flagstaff.store.sql.activity import write_change
+from flagstaff.store.sql.db import Db, Reader, Row, Tx, json_arg, page
 from flagstaff.store.webhook_rows import (
     DELIVERY_COLUMNS,
     WEBHOOK_COLUMNS,
@@ -26,10 +23,14 @@ from flagstaff.store.webhook_rows import (
 
 _WRITABLE = ("url", "secret", "enabled", "scopes", "description")
 _D_COLUMNS = ", ".join(f"d.{c.strip()}" for c in DELIVERY_COLUMNS.split(","))
+_DUE = (
+    "d.status = 'pending' AND d.next_attempt_ms <= $1 "
+    "AND (d.lease_until_ms IS NULL OR d.lease_until_ms <= $1) AND w.enabled"
+)
 
 
 async def _webhook_in(
-    conn: asyncpg.Connection | asyncpg.Pool, project_id: int, webhook_id: int, lock: str = ""
+    conn: Reader, project_id: int, webhook_id: int, lock: str = ""
 ) -> Webhook | None:
     row = await conn.fetchrow(
         f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = $1 AND id = $2 {lock}",
@@ -41,54 +42,54 @@ async def _webhook_in(
 
 def _column_value(name: str, value: Any) -> Any:
     if name == "scopes":
-        return json_text(value)
+        return json_arg(value)
     if name == "enabled":
         return bool(value)
-    return pg_text(value)
+    return value
 
 
-class WebhookMethods:
-    @property
-    def pool(self) -> asyncpg.Pool:  # provided by PostgresStore
-        raise NotImplementedError
+class WebhookMethods(Protocol):
+    sql: Db
 
     async def create_webhook(self, webhook: Webhook, source: ChangeSource) -> Webhook:
-        async with self.pool.acquire() as conn, conn.transaction():
-            webhook_id = await conn.fetchval(
+        async def write(tx: Tx) -> Webhook:
+            webhook_id = await tx.fetchval(
                 "INSERT INTO webhooks (project_id, url, secret, enabled, scopes, description, "
                 "created_at_ms, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
                 webhook.project_id,
-                pg_text(webhook.url),
+                webhook.url,
                 webhook.secret,
                 webhook.enabled,
-                json_text(webhook.scopes),
-                pg_text(webhook.description),
+                json_arg(webhook.scopes),
+                webhook.description,
                 webhook.created_at_ms,
                 webhook.created_by,
             )
-            made = await _webhook_in(conn, webhook.project_id, int(webhook_id))
+            made = await _webhook_in(tx, webhook.project_id, int(webhook_id))
             assert made is not None
             await write_change(
-                conn,
-                project_id=made.project_id,
-                scope=Scope.WEBHOOK,
-                item_id=made.id,
-                source=source,
-                before=None,
-                after=webhook_activity(made),
-                now_ms=made.created_at_ms,
+                tx,
+                made.project_id,
+                Scope.WEBHOOK,
+                made.id,
+                source,
+                None,
+                webhook_activity(made),
+                made.created_at_ms,
             )
-        return made
+            return made
+
+        return await self.sql.write(write)
 
     async def list_webhooks(self, project_id: int) -> list[Webhook]:
-        rows = await self.pool.fetch(
+        rows = await self.sql.fetch(
             f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = $1 ORDER BY id",
             project_id,
         )
         return [webhook_record(r) for r in rows]
 
     async def get_webhook(self, project_id: int, webhook_id: int) -> Webhook | None:
-        return await _webhook_in(self.pool, project_id, webhook_id)
+        return await _webhook_in(self.sql, project_id, webhook_id)
 
     async def update_webhook(
         self,
@@ -101,80 +102,82 @@ class WebhookMethods:
         """Set the given fields (url, secret, enabled, scopes, description); None when the
         webhook does not exist."""
         names = [n for n in _WRITABLE if n in changes]
-        async with self.pool.acquire() as conn, conn.transaction():
-            before = await _webhook_in(conn, project_id, webhook_id, "FOR UPDATE")
+
+        async def write(tx: Tx) -> Webhook | None:
+            before = await _webhook_in(tx, project_id, webhook_id, "FOR UPDATE")
             if before is None:
                 return None
             if names:
                 sets = ", ".join(f"{n} = ${i + 1}" for i, n in enumerate(names))
-                await conn.execute(
+                await tx.execute(
                     f"UPDATE webhooks SET {sets} WHERE id = ${len(names) + 1}",
                     *(_column_value(n, changes[n]) for n in names),
                     webhook_id,
                 )
-            after = await _webhook_in(conn, project_id, webhook_id)
+            after = await _webhook_in(tx, project_id, webhook_id)
             assert after is not None
             await write_change(
-                conn,
-                project_id=project_id,
-                scope=Scope.WEBHOOK,
-                item_id=webhook_id,
-                source=source,
-                before=webhook_activity(before),
-                after=webhook_activity(after, "secret" in changes),
-                now_ms=now_ms,
+                tx,
+                project_id,
+                Scope.WEBHOOK,
+                webhook_id,
+                source,
+                webhook_activity(before),
+                webhook_activity(after, "secret" in changes),
+                now_ms,
             )
-        return after
+            return after
+
+        return await self.sql.write(write)
 
     async def delete_webhook(
         self, project_id: int, webhook_id: int, source: ChangeSource, now_ms: int
     ) -> bool:
         """Delete the webhook and its deliveries."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            before = await _webhook_in(conn, project_id, webhook_id, "FOR UPDATE")
+
+        async def write(tx: Tx) -> bool:
+            before = await _webhook_in(tx, project_id, webhook_id, "FOR UPDATE")
             if before is None:
                 return False
-            await conn.execute("DELETE FROM webhook_deliveries WHERE webhook_id = $1", webhook_id)
-            await conn.execute("DELETE FROM webhooks WHERE id = $1", webhook_id)
+            await tx.execute("DELETE FROM webhook_deliveries WHERE webhook_id = $1", webhook_id)
+            await tx.execute("DELETE FROM webhooks WHERE id = $1", webhook_id)
             await write_change(
-                conn,
-                project_id=project_id,
-                scope=Scope.WEBHOOK,
-                item_id=webhook_id,
-                source=source,
-                before=webhook_activity(before),
-                after=None,
-                now_ms=now_ms,
+                tx,
+                project_id,
+                Scope.WEBHOOK,
+                webhook_id,
+                source,
+                webhook_activity(before),
+                None,
+                now_ms,
             )
-        return True
+            return True
+
+        return await self.sql.write(write)
 
     async def list_deliveries(
         self, project_id: int, webhook_id: int, limit: int, offset: int
     ) -> Page:
         """Newest first."""
-        async with self.pool.acquire() as conn:
-            count = await conn.fetchval(
-                "SELECT count(*) FROM webhook_deliveries WHERE project_id = $1 AND webhook_id = $2",
-                project_id,
-                webhook_id,
-            )
-            rows = await conn.fetch(
-                f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE project_id = $1 "
-                "AND webhook_id = $2 ORDER BY id DESC LIMIT $3 OFFSET $4",
-                project_id,
-                webhook_id,
-                limit,
-                offset,
-            )
-        return Page(int(count), [delivery_record(r) for r in rows])
+        return await page(
+            self.sql,
+            "webhook_deliveries WHERE project_id = $1 AND webhook_id = $2",
+            DELIVERY_COLUMNS,
+            "id DESC",
+            (project_id, webhook_id),
+            limit,
+            offset,
+            delivery_record,
+        )
 
     async def redeliver(
         self, project_id: int, webhook_id: int, delivery_id: int, now_ms: int
     ) -> Delivery | None:
         """Send the delivery again from now, with a fresh retry schedule; None when there is
-        no such delivery; Conflict while a node is sending it."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            lease = await conn.fetchrow(
+        no such delivery; Conflict while a worker or node is sending it."""
+
+        async def write(tx: Tx) -> Row | None:
+            lease = await tx.fetchrow(
                 "SELECT lease_until_ms FROM webhook_deliveries WHERE project_id = $1 "
                 "AND webhook_id = $2 AND id = $3 FOR UPDATE",
                 project_id,
@@ -185,45 +188,55 @@ class WebhookMethods:
                 return None
             if lease[0] is not None and lease[0] > now_ms:
                 raise Conflict("delivery", "the delivery is being sent now; try again shortly")
-            row = await conn.fetchrow(
+            return await tx.fetchrow(
                 "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, "
                 "next_attempt_ms = $1, lease_until_ms = NULL, lease_token = NULL WHERE id = $2 "
                 f"RETURNING {DELIVERY_COLUMNS}",
                 now_ms,
                 delivery_id,
             )
-        return delivery_record(row)
+
+        row = await self.sql.write(write)
+        return delivery_record(row) if row is not None else None
 
     async def claim_deliveries(
         self, now_ms: int, limit: int, lease_ms: int
     ) -> list[ClaimedDelivery]:
         """Due deliveries of enabled webhooks, leased to the caller until ``now + lease_ms``
-        (rows another node is claiming are skipped, not waited for)."""
-        token = secrets.token_hex(16)
-        rows = await self.pool.fetch(
-            "WITH due AS (SELECT d.id FROM webhook_deliveries d JOIN webhooks w "
-            "ON w.id = d.webhook_id WHERE d.status = 'pending' AND d.next_attempt_ms <= $1 "
-            "AND (d.lease_until_ms IS NULL OR d.lease_until_ms <= $1) AND w.enabled "
-            "ORDER BY d.next_attempt_ms, d.id LIMIT $2 FOR UPDATE OF d SKIP LOCKED) "
-            "UPDATE webhook_deliveries d SET lease_until_ms = $3, lease_token = $4 "
-            "FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id "
-            f"RETURNING {_D_COLUMNS}, w.url, w.secret, d.body",
+        (no other worker takes them meanwhile; an expired lease is taken again)."""
+        pending = await self.sql.fetchval(  # a read first: an idle poll costs no write
+            f"SELECT 1 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id "
+            f"WHERE {_DUE} LIMIT 1",
             now_ms,
-            limit,
-            now_ms + lease_ms,
-            token,
         )
+        if pending is None:
+            return []
+        token = secrets.token_hex(16)
+
+        async def claim(tx: Tx) -> list[Row]:
+            rows = await tx.fetch(
+                f"SELECT {_D_COLUMNS}, w.url, w.secret, d.body FROM webhook_deliveries d "
+                f"JOIN webhooks w ON w.id = d.webhook_id WHERE {_DUE} "
+                "ORDER BY d.next_attempt_ms, d.id LIMIT $2 FOR UPDATE OF d SKIP LOCKED",
+                now_ms,
+                limit,
+            )
+            await tx.executemany(
+                "UPDATE webhook_deliveries SET lease_until_ms = $1, lease_token = $2 WHERE id = $3",
+                [(now_ms + lease_ms, token, r[0]) for r in rows],
+            )
+            return rows
+
         n = len(DELIVERY_COLUMNS.split(","))
-        claimed = [
+        return [
             ClaimedDelivery(delivery_record(r[:n]), r[n], r[n + 1], r[n + 2].encode(), token)
-            for r in rows
+            for r in await self.sql.write(claim)
         ]
-        return sorted(claimed, key=lambda c: (c.delivery.next_attempt_ms or 0, c.delivery.id))
 
     async def finish_delivery(self, delivery: Delivery, lease_token: str) -> bool:
-        """Record an attempt's outcome; False when the lease was lost (another node, or a
-        redelivery, took the row meanwhile: its outcome is then not recorded)."""
-        status = await self.pool.execute(
+        """Record an attempt's outcome; False when the lease was lost (another worker or
+        node, or a redelivery, took the row meanwhile: its outcome is then not recorded)."""
+        changed = await self.sql.execute(
             "UPDATE webhook_deliveries SET status = $1, attempts = $2, next_attempt_ms = $3, "
             "last_status_code = $4, last_error = $5, last_attempt_ms = $6, "
             "last_duration_ms = $7, lease_until_ms = NULL, lease_token = NULL "
@@ -232,10 +245,10 @@ class WebhookMethods:
             delivery.attempts,
             delivery.next_attempt_ms,
             delivery.last_status_code,
-            pg_text(delivery.last_error),
+            delivery.last_error,
             delivery.last_attempt_ms,
             delivery.last_duration_ms,
             delivery.id,
             lease_token,
         )
-        return status != "UPDATE 0"
+        return changed > 0

@@ -1,9 +1,9 @@
-"""Approval policies and change requests on PostgreSQL (a mixin of the store). A decision and
-the change it applies (a flag update, a scheduled change) commit in one transaction."""
+"""Approval policies and change requests (a mixin of both stores). A decision and the change
+it applies (a flag update, a scheduled change) commit in one transaction."""
 
 from __future__ import annotations
 
-import asyncpg
+from typing import Protocol
 
 from flagstaff.activity.approvals import (
     ApprovalPolicy,
@@ -12,7 +12,7 @@ from flagstaff.activity.approvals import (
     RequestStatus,
 )
 from flagstaff.activity.records import ChangeSource, Scope
-from flagstaff.activity.scheduled import Operation
+from flagstaff.activity.scheduled import Operation, ScheduledChange
 from flagstaff.store.approval_rows import (
     POLICY_COLUMNS,
     REQUEST_COLUMNS,
@@ -21,27 +21,25 @@ from flagstaff.store.approval_rows import (
     request_activity,
     request_record,
 )
-from flagstaff.store.base import Conflict, Page
-from flagstaff.store.postgres.accounts import insert_scheduled_change, write_change
-from flagstaff.store.postgres.flag_writes import write_flag
-from flagstaff.store.postgres.sql import pg_text
-from flagstaff.store.rows import json_text, now_iso
+from flagstaff.store.records import Conflict, Page
+from flagstaff.store.rows import now_iso
+from flagstaff.store.sql.activity import insert_scheduled_change, write_change
+from flagstaff.store.sql.db import Db, Tx, json_arg, page
+from flagstaff.store.sql.flag_writes import write_flag
 
 
-async def _request_in(conn: asyncpg.Connection, request_id: int) -> ChangeRequest:
-    row = await conn.fetchrow(
+async def _request_in(tx: Tx, request_id: int) -> ChangeRequest:
+    row = await tx.fetchrow(
         f"SELECT {REQUEST_COLUMNS} FROM change_requests WHERE id = $1", request_id
     )
     return request_record(row)
 
 
-class ApprovalMethods:
-    @property
-    def pool(self) -> asyncpg.Pool:  # provided by PostgresStore
-        raise NotImplementedError
+class ApprovalMethods(Protocol):
+    sql: Db
 
     async def approval_policy(self, project_id: int) -> ApprovalPolicy:
-        row = await self.pool.fetchrow(
+        row = await self.sql.fetchrow(
             f"SELECT {POLICY_COLUMNS} FROM approval_policies WHERE project_id = $1", project_id
         )
         return policy_record(row)
@@ -49,15 +47,15 @@ class ApprovalMethods:
     async def set_approval_policy(
         self, project_id: int, enabled: bool, source: ChangeSource, now_ms: int
     ) -> ApprovalPolicy:
-        async with self.pool.acquire() as conn, conn.transaction():
+        async def write(tx: Tx) -> None:
             before = policy_record(
-                await conn.fetchrow(
+                await tx.fetchrow(
                     f"SELECT {POLICY_COLUMNS} FROM approval_policies WHERE project_id = $1 "
                     "FOR UPDATE",
                     project_id,
                 )
             )
-            await conn.execute(
+            await tx.execute(
                 "INSERT INTO approval_policies (project_id, enabled, updated_at_ms, updated_by) "
                 "VALUES ($1, $2, $3, $4) ON CONFLICT (project_id) DO UPDATE SET "
                 "enabled = excluded.enabled, updated_at_ms = excluded.updated_at_ms, "
@@ -68,47 +66,53 @@ class ApprovalMethods:
                 source.actor.user_id,
             )
             await write_change(
-                conn,
-                project_id=project_id,
-                scope=Scope.PROJECT,
-                item_id=project_id,
-                source=source,
-                before={"name": "approval policy", "approval_required": before.enabled},
-                after={"name": "approval policy", "approval_required": enabled},
-                now_ms=now_ms,
+                tx,
+                project_id,
+                Scope.PROJECT,
+                project_id,
+                source,
+                {"name": "approval policy", "approval_required": before.enabled},
+                {"name": "approval policy", "approval_required": enabled},
+                now_ms,
             )
+
+        await self.sql.write(write)
         return ApprovalPolicy(enabled, now_ms, source.actor.user_id)
 
     async def create_change_request(
         self, request: ChangeRequest, flag_key: str, source: ChangeSource
     ) -> ChangeRequest:
-        async with self.pool.acquire() as conn, conn.transaction():
-            request_id = await conn.fetchval(
+        """Store a pending request (its id given by the store) and its activity record."""
+
+        async def write(tx: Tx) -> ChangeRequest:
+            request_id = await tx.fetchval(
                 "INSERT INTO change_requests (project_id, flag_id, kind, body, base_version, "
                 "author_user_id, author_key_id, status, created_at_ms) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
                 request.project_id,
                 request.flag_id,
                 request.kind.value,
-                json_text(request.body).replace("\\u0000", "\\ufffd"),
+                json_arg(request.body),
                 request.base_version,
                 request.author_user_id,
                 request.author_key_id,
                 RequestStatus.PENDING.value,
                 request.created_at_ms,
             )
-            made = await _request_in(conn, int(request_id))
+            made = await _request_in(tx, int(request_id))
             await write_change(
-                conn,
-                project_id=made.project_id,
-                scope=Scope.CHANGE_REQUEST,
-                item_id=made.id,
-                source=source,
-                before=None,
-                after=request_activity(made, flag_key),
-                now_ms=made.created_at_ms,
+                tx,
+                made.project_id,
+                Scope.CHANGE_REQUEST,
+                made.id,
+                source,
+                None,
+                request_activity(made, flag_key),
+                made.created_at_ms,
             )
-        return made
+            return made
+
+        return await self.sql.write(write)
 
     async def list_change_requests(
         self,
@@ -124,21 +128,13 @@ class ApprovalMethods:
             "AND ($3::bigint IS NULL OR flag_id = $3)"
         )
         args = (project_id, status.value if status else None, flag_id)
-        async with self.pool.acquire() as conn:
-            count = await conn.fetchval(
-                f"SELECT count(*) FROM change_requests WHERE {where}", *args
-            )
-            rows = await conn.fetch(
-                f"SELECT {REQUEST_COLUMNS} FROM change_requests WHERE {where} "
-                "ORDER BY id DESC LIMIT $4 OFFSET $5",
-                *args,
-                limit,
-                offset,
-            )
-        return Page(int(count), [request_record(r) for r in rows])
+        return await page(
+            self.sql, f"change_requests WHERE {where}", REQUEST_COLUMNS, "id DESC", args,
+            limit, offset, request_record,
+        )  # fmt: skip
 
     async def get_change_request(self, project_id: int, request_id: int) -> ChangeRequest | None:
-        row = await self.pool.fetchrow(
+        row = await self.sql.fetchrow(
             f"SELECT {REQUEST_COLUMNS} FROM change_requests WHERE project_id = $1 AND id = $2",
             project_id,
             request_id,
@@ -152,41 +148,49 @@ class ApprovalMethods:
         source: ChangeSource,
         apply_source: ChangeSource | None = None,
     ) -> ChangeRequest:
+        """Store the decision (Conflict on ``status`` when the request is no longer pending)
+        and, with ``apply_source``, carry out its change in the same transaction: an update
+        or delete through the flag update path (Conflict on ``version`` when the flag moved),
+        a schedule by creating the scheduled change."""
         now = now_iso()
-        async with self.pool.acquire() as conn, conn.transaction():
-            status = await conn.execute(
+
+        async def write(tx: Tx) -> ChangeRequest:
+            changed = await tx.execute(
                 "UPDATE change_requests SET status = $1, decided_by = $2, decided_at_ms = $3, "
                 "comment = $4 WHERE project_id = $5 AND id = $6 AND status = 'pending'",
                 decided.status.value,
                 decided.decided_by,
                 decided.decided_at_ms,
-                pg_text(decided.comment),
+                decided.comment,
                 decided.project_id,
                 decided.id,
             )
-            if status == "UPDATE 0":
+            if changed == 0:
                 raise Conflict("status", "the request was decided meanwhile")
             if apply_source is not None and decided.flag_id is not None:
                 if decided.kind is RequestKind.SCHEDULE:
                     body = decided.body
-                    await insert_scheduled_change(
-                        conn, decided.project_id, decided.flag_id,
-                        Operation(body["operation"]), body["payload"], int(body["run_at_ms"]),
-                        decided.author_user_id, decided.decided_at_ms or 0,
+                    change = ScheduledChange(
+                        0, decided.project_id, decided.flag_id, Operation(body["operation"]),
+                        body["payload"], int(body["run_at_ms"]), decided.author_user_id,
+                        decided.decided_at_ms or 0,
                     )  # fmt: skip
+                    await insert_scheduled_change(tx, change)
                 else:
                     await write_flag(
-                        conn, decided.project_id, decided.body, now, apply_source, decided.flag_id
+                        tx, decided.project_id, decided.body, now, apply_source, decided.flag_id
                     )
             before, after = decision_activity(decided, flag_key)
             await write_change(
-                conn,
-                project_id=decided.project_id,
-                scope=Scope.CHANGE_REQUEST,
-                item_id=decided.id,
-                source=source,
-                before=before,
-                after=after,
-                now_ms=decided.decided_at_ms or 0,
+                tx,
+                decided.project_id,
+                Scope.CHANGE_REQUEST,
+                decided.id,
+                source,
+                before,
+                after,
+                decided.decided_at_ms or 0,
             )
-            return await _request_in(conn, decided.id)
+            return await _request_in(tx, decided.id)
+
+        return await self.sql.write(write)

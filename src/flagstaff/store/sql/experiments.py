@@ -1,19 +1,17 @@
-"""The experiment and holdout methods of the PostgreSQL store (a mixin of its store class).
+"""Experiment and holdout definitions (a mixin of both stores).
 
-Every write bumps the definitions version in its transaction, so the ingest path
-(:mod:`flagstaff.store.postgres.experiments`) and the flag caches see it on their next read.
+Every write bumps the definitions version in its transaction, so the ingest path and the flag
+caches see it on their next read. Rebuilding an experiment's aggregates from stored events is
+the engine's own (:meth:`ExperimentMethods.recompute_in`), as the aggregates are a hot path.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import asyncpg
+from typing import Any, Protocol
 
 from flagstaff.activity.records import ChangeSource
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals
 from flagstaff.experiments.model import ExperimentDefinition, Holdout
-from flagstaff.store.base import Conflict, NotFound, Page
 from flagstaff.store.experiment_batch import (
     EXPERIMENT_COLUMNS,
     HOLDOUT_COLUMNS,
@@ -28,81 +26,70 @@ from flagstaff.store.experiment_batch import (
     sum_totals,
     with_holdout,
 )
-from flagstaff.store.postgres.experiments import recompute_experiment
-from flagstaff.store.postgres.flag_writes import write_flag
-from flagstaff.store.postgres.sql import BUMP_DEFINITIONS
+from flagstaff.store.records import Conflict, NotFound, Page
 from flagstaff.store.rows import FLAG_COLUMNS, flag_record, now_iso
+from flagstaff.store.sql.db import Db, Reader, Row, Tx, page
+from flagstaff.store.sql.flag_writes import write_flag
 
 
 async def _write_flag(
-    conn: asyncpg.Connection,
-    project_id: int,
-    flag: dict[str, Any],
-    source: ChangeSource | None,
+    tx: Tx, project_id: int, flag: dict[str, Any], source: ChangeSource | None
 ) -> int:
     """Create a new flag (no ``id``) or rewrite the linked one, logged; returns its id."""
-    written = await write_flag(conn, project_id, flag, now_iso(), source, flag.get("id"))
+    written = await write_flag(tx, project_id, flag, now_iso(), source, flag.get("id"))
     return int(written["id"])
 
 
-async def _experiment_row(
-    conn: asyncpg.Connection | asyncpg.Pool, project_id: int, eid: int, lock: bool = False
-) -> ExperimentRecord:
-    row = await conn.fetchrow(
-        f"SELECT {EXPERIMENT_COLUMNS} FROM experiments WHERE project_id = $1 AND id = $2"
+async def _row(
+    db: Reader, table: str, columns: str, what: str, project_id: int, row_id: int, lock: bool
+) -> Row:
+    row = await db.fetchrow(
+        f"SELECT {columns} FROM {table} WHERE project_id = $1 AND id = $2"
         + (" FOR UPDATE" if lock else ""),
         project_id,
-        eid,
+        row_id,
     )
     if row is None:
-        raise NotFound(f"experiment {eid}")
+        raise NotFound(f"{what} {row_id}")
+    return row
+
+
+async def _experiment_row(
+    db: Reader, project_id: int, eid: int, lock: bool = False
+) -> ExperimentRecord:
+    row = await _row(db, "experiments", EXPERIMENT_COLUMNS, "experiment", project_id, eid, lock)
     return experiment_record(row)
 
 
-async def _holdout_row(
-    conn: asyncpg.Connection | asyncpg.Pool, project_id: int, hid: int, lock: bool = False
-) -> HoldoutRecord:
-    row = await conn.fetchrow(
-        f"SELECT {HOLDOUT_COLUMNS} FROM experiment_holdouts WHERE project_id = $1 AND id = $2"
-        + (" FOR UPDATE" if lock else ""),
-        project_id,
-        hid,
-    )
-    if row is None:
-        raise NotFound(f"holdout {hid}")
-    return holdout_record(row)
+async def _holdout_row(db: Reader, project_id: int, hid: int, lock: bool = False) -> HoldoutRecord:
+    table = "experiment_holdouts"
+    return holdout_record(await _row(db, table, HOLDOUT_COLUMNS, "holdout", project_id, hid, lock))
 
 
-async def _bump(conn: asyncpg.Connection, project_id: int) -> None:
-    await conn.execute(BUMP_DEFINITIONS, project_id, str(project_id))
+class ExperimentMethods(Protocol):
+    """The :class:`~flagstaff.store.base.Store` experiment methods."""
 
+    sql: Db
 
-class ExperimentsMixin:
-    """The :class:`~flagstaff.store.base.Store` experiment methods of ``PostgresStore``."""
-
-    pool: asyncpg.Pool
+    async def recompute_in(self, tx: Tx, project_id: int, spec: ExperimentSpec) -> int:
+        """Rebuild one experiment's persons and totals from its stored events, in ``tx``;
+        how many events were read (the engine's own)."""
+        raise NotImplementedError
 
     async def list_experiments(self, project_id: int, limit: int, offset: int) -> Page:
-        count = await self.pool.fetchval(
-            "SELECT COUNT(*) FROM experiments WHERE project_id = $1 AND NOT deleted", project_id
-        )
-        rows = await self.pool.fetch(
-            f"SELECT {EXPERIMENT_COLUMNS} FROM experiments WHERE project_id = $1 "
-            "AND NOT deleted ORDER BY id DESC LIMIT $2 OFFSET $3",
-            project_id,
-            limit,
-            offset,
-        )
-        return Page(int(count), [experiment_record(r) for r in rows])
+        return await page(
+            self.sql, "experiments WHERE project_id = $1 AND NOT deleted", EXPERIMENT_COLUMNS,
+            "id DESC", (project_id,), limit, offset, experiment_record,
+        )  # fmt: skip
 
     async def has_experiments(self) -> bool:
-        return bool(
-            await self.pool.fetchval("SELECT EXISTS (SELECT 1 FROM experiments WHERE NOT deleted)")
-        )
+        """Whether any project has an experiment (not deleted)."""
+        found = await self.sql.fetchval("SELECT 1 FROM experiments WHERE NOT deleted LIMIT 1")
+        return found is not None
 
     async def get_experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None:
         try:
-            return await _experiment_row(self.pool, project_id, experiment_id)
+            return await _experiment_row(self.sql, project_id, experiment_id)
         except NotFound:
             return None
 
@@ -114,11 +101,15 @@ class ExperimentsMixin:
         *,
         source: ChangeSource | None = None,
     ) -> ExperimentRecord:
+        """Insert the experiment and, in the same transaction, its flag: ``flag`` without an
+        ``id`` is created, with one it is the linked flag, rewritten. A started experiment's
+        aggregates are computed from the stored events."""
         now = now_iso()
-        async with self.pool.acquire() as conn, conn.transaction():
-            flag_id = await _write_flag(conn, project_id, flag, source)
+
+        async def write(tx: Tx) -> ExperimentRecord:
+            flag_id = await _write_flag(tx, project_id, flag, source)
             eid = int(
-                await conn.fetchval(
+                await tx.fetchval(
                     "INSERT INTO experiments (project_id, feature_flag_id, holdout_id, "
                     "definition, archived, deleted, created_at, updated_at) "
                     "VALUES ($1, $2, $3, $4, $5, false, $6, $6) RETURNING id",
@@ -131,9 +122,11 @@ class ExperimentsMixin:
                 )
             )
             if definition.start_date is not None:
-                await recompute_experiment(conn, project_id, ExperimentSpec(eid, definition))
-            await _bump(conn, project_id)
-            return await _experiment_row(conn, project_id, eid)
+                await self.recompute_in(tx, project_id, ExperimentSpec(eid, definition))
+            await tx.bump_definitions(project_id)
+            return await _experiment_row(tx, project_id, eid)
+
+        return await self.sql.write(write)
 
     async def update_experiment(
         self,
@@ -145,11 +138,14 @@ class ExperimentsMixin:
         flag: dict[str, Any] | None = None,
         source: ChangeSource | None = None,
     ) -> ExperimentRecord:
-        async with self.pool.acquire() as conn, conn.transaction():
-            old = await _experiment_row(conn, project_id, experiment_id, lock=True)
+        """Replace the definition (and rewrite the linked ``flag`` when given), recomputing the
+        aggregates when it launches or what counts changed; NotFound when missing."""
+
+        async def write(tx: Tx) -> ExperimentRecord:
+            old = await _experiment_row(tx, project_id, experiment_id, lock=True)
             if flag is not None:
-                await _write_flag(conn, project_id, flag, source)
-            await conn.execute(
+                await _write_flag(tx, project_id, flag, source)
+            await tx.execute(
                 "UPDATE experiments SET holdout_id = $1, definition = $2, archived = $3, "
                 "deleted = $4, updated_at = $5 WHERE id = $6",
                 definition.holdout_id,
@@ -160,26 +156,33 @@ class ExperimentsMixin:
                 experiment_id,
             )
             if needs_recompute(old, definition, deleted):
-                await recompute_experiment(
-                    conn, project_id, ExperimentSpec(experiment_id, definition)
-                )
-            await _bump(conn, project_id)
-            return await _experiment_row(conn, project_id, experiment_id)
+                await self.recompute_in(tx, project_id, ExperimentSpec(experiment_id, definition))
+            await tx.bump_definitions(project_id)
+            return await _experiment_row(tx, project_id, experiment_id)
+
+        return await self.sql.write(write)
 
     async def experiment_totals(self, experiment_id: int, fingerprint: str) -> ExperimentTotals:
-        rows = await self.pool.fetch(
+        """The experiment's totals built for its current spec (``fingerprint``)."""
+        rows = await self.sql.fetch(
             "SELECT fingerprint, totals FROM experiment_totals WHERE experiment_id = $1",
             experiment_id,
         )
         return sum_totals(((r[0], r[1]) for r in rows), fingerprint)
 
     async def recompute_experiment(self, project_id: int, experiment_id: int) -> int:
-        async with self.pool.acquire() as conn, conn.transaction():
-            record = await _experiment_row(conn, project_id, experiment_id, lock=True)
-            return await recompute_experiment(conn, project_id, spec_of(record))
+        """Rebuild the aggregates from stored events; returns the events read."""
+
+        async def write(tx: Tx) -> int:
+            record = await _experiment_row(tx, project_id, experiment_id, lock=True)
+            read = await self.recompute_in(tx, project_id, spec_of(record))
+            await tx.bump_definitions(project_id)  # remembered experiment states are stale
+            return read
+
+        return await self.sql.write(write)
 
     async def list_holdouts(self, project_id: int) -> list[HoldoutRecord]:
-        rows = await self.pool.fetch(
+        rows = await self.sql.fetch(
             f"SELECT {HOLDOUT_COLUMNS} FROM experiment_holdouts WHERE project_id = $1 "
             "ORDER BY id DESC",
             project_id,
@@ -188,15 +191,16 @@ class ExperimentsMixin:
 
     async def get_holdout(self, project_id: int, holdout_id: int) -> HoldoutRecord | None:
         try:
-            return await _holdout_row(self.pool, project_id, holdout_id)
+            return await _holdout_row(self.sql, project_id, holdout_id)
         except NotFound:
             return None
 
     async def create_holdout(self, project_id: int, holdout: Holdout) -> HoldoutRecord:
         now = now_iso()
-        async with self.pool.acquire() as conn, conn.transaction():
+
+        async def write(tx: Tx) -> HoldoutRecord:
             hid = int(
-                await conn.fetchval(
+                await tx.fetchval(
                     "INSERT INTO experiment_holdouts (project_id, name, description, filters, "
                     "created_at, updated_at) VALUES ($1, $2, $3, '[]', $4, $4) RETURNING id",
                     project_id,
@@ -205,12 +209,14 @@ class ExperimentsMixin:
                     now,
                 )
             )
-            await conn.execute(
+            await tx.execute(
                 "UPDATE experiment_holdouts SET filters = $1 WHERE id = $2",
                 holdout_filters(holdout, hid),
                 hid,
             )
-            return await _holdout_row(conn, project_id, hid)
+            return await _holdout_row(tx, project_id, hid)
+
+        return await self.sql.write(write)
 
     async def update_holdout(
         self,
@@ -220,9 +226,11 @@ class ExperimentsMixin:
         *,
         source: ChangeSource | None = None,
     ) -> HoldoutRecord:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await _holdout_row(conn, project_id, holdout_id, lock=True)
-            await conn.execute(
+        """Also rewrites ``filters.holdout`` on the flag of every experiment using it."""
+
+        async def write(tx: Tx) -> HoldoutRecord:
+            await _holdout_row(tx, project_id, holdout_id, lock=True)
+            await tx.execute(
                 "UPDATE experiment_holdouts SET name = $1, description = $2, filters = $3, "
                 "updated_at = $4 WHERE id = $5",
                 holdout.name,
@@ -231,7 +239,7 @@ class ExperimentsMixin:
                 now_iso(),
                 holdout_id,
             )
-            rows = await conn.fetch(
+            rows = await tx.fetch(
                 f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE id IN (SELECT feature_flag_id "
                 "FROM experiments WHERE project_id = $1 AND holdout_id = $2 AND NOT deleted) "
                 "ORDER BY id FOR UPDATE",
@@ -240,21 +248,27 @@ class ExperimentsMixin:
             )
             for row in rows:
                 flag = with_holdout(flag_record(row), holdout_id, holdout)
-                await _write_flag(conn, project_id, flag, source)
-            await _bump(conn, project_id)
-            return await _holdout_row(conn, project_id, holdout_id)
+                await _write_flag(tx, project_id, flag, source)
+            await tx.bump_definitions(project_id)
+            return await _holdout_row(tx, project_id, holdout_id)
+
+        return await self.sql.write(write)
 
     async def delete_holdout(self, project_id: int, holdout_id: int) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await _holdout_row(conn, project_id, holdout_id, lock=True)
-            used = await conn.fetchval(
+        """Conflict while an experiment uses it."""
+
+        async def write(tx: Tx) -> None:
+            await _holdout_row(tx, project_id, holdout_id, lock=True)
+            used = await tx.fetchval(
                 "SELECT COUNT(*) FROM experiments WHERE holdout_id = $1 AND NOT deleted",
                 holdout_id,
             )
             if used:
                 raise Conflict.holdout_in_use(int(used))
-            await conn.execute(
+            await tx.execute(
                 "UPDATE experiments SET holdout_id = NULL WHERE holdout_id = $1", holdout_id
             )
-            await conn.execute("DELETE FROM experiment_holdouts WHERE id = $1", holdout_id)
-            await _bump(conn, project_id)
+            await tx.execute("DELETE FROM experiment_holdouts WHERE id = $1", holdout_id)
+            await tx.bump_definitions(project_id)
+
+        await self.sql.write(write)

@@ -1,0 +1,190 @@
+"""The records and errors the stores return, shared by every engine and the code above them
+(:mod:`flagstaff.store.base` re-exports them beside the :class:`~flagstaff.store.base.Store`
+protocol)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from flagstaff.surveys.early_access import EarlyAccessFeature
+from flagstaff.surveys.model import Survey
+
+if TYPE_CHECKING:
+    pass
+
+
+class StoreError(Exception):
+    """A storage operation failed in a way the caller can report."""
+
+
+class Conflict(StoreError):
+    """A uniqueness rule would be broken (for example a duplicate active flag key)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+    # The conflicts every engine reports, worded once.
+
+    @classmethod
+    def project_token_taken(cls) -> Conflict:
+        return cls("api_token", "a project with this token already exists")
+
+    @classmethod
+    def personal_key_taken(cls) -> Conflict:
+        return cls("value", "this personal API key already exists")
+
+    @classmethod
+    def flag_key_taken(cls, key: str) -> Conflict:
+        return cls("key", f"a feature flag with key {key!r} already exists")
+
+    @classmethod
+    def flag_version_stale(cls) -> Conflict:
+        return cls("version", "the flag changed meanwhile; read it again and retry")
+
+    @classmethod
+    def holdout_in_use(cls, experiments: int) -> Conflict:
+        return cls("holdout", f"the holdout is used by {experiments} experiment(s)")
+
+    @classmethod
+    def cohort_not_static(cls) -> Conflict:
+        return cls("is_static", "only static cohorts have members to add or remove")
+
+    @classmethod
+    def last_admin(cls) -> Conflict:
+        return cls("role", "a project needs an admin: make another member admin first")
+
+
+class NotFound(StoreError):
+    """The record does not exist in this project."""
+
+
+class Project(msgspec.Struct, frozen=True):
+    id: int
+    uuid: str
+    name: str
+    api_token: str
+    created_at: str
+
+
+class PersonalKey(msgspec.Struct, frozen=True):
+    id: int
+    project_id: int
+    label: str
+    mask: str
+    created_at: str
+
+
+class Person(msgspec.Struct):
+    id: int
+    uuid: str
+    properties: dict[str, Any]
+    is_identified: bool
+    created_at_ms: int
+    distinct_ids: list[str]
+
+
+class Group(msgspec.Struct):
+    group_type_index: int
+    group_type: str
+    group_key: str
+    properties: dict[str, Any]
+    created_at_ms: int
+
+
+class Definitions(msgspec.Struct, frozen=True):
+    """Everything the flag engine needs for one project, at one version."""
+
+    version: int
+    flags: list[dict[str, Any]]
+    cohorts: dict[str, dict[str, Any]]
+    group_type_mapping: dict[str, str]
+
+
+class FlagContext(msgspec.Struct):
+    """Stored state behind one /flags request: the person and the groups named in it."""
+
+    person_properties: dict[str, Any]
+    group_properties: dict[str, dict[str, Any]]
+    hash_key_overrides: dict[str, str]
+    static_cohort_ids: frozenset[int]
+    person_id: int | None
+
+
+class StoredEvent(msgspec.Struct):
+    seq: int
+    uuid: str
+    event: str
+    distinct_id: str
+    properties: dict[str, Any]
+    timestamp_ms: int
+    received_ms: int
+    historical: bool
+    person_id: int | None
+    person_uuid: str | None
+
+
+class Warning(msgspec.Struct):
+    id: int
+    type: str
+    details: dict[str, Any]
+    created_at_ms: int
+
+
+class PersonRow(msgspec.Struct):
+    """A person as a scan over a project's persons reads it (dynamic cohort counts)."""
+
+    id: int
+    properties: dict[str, Any]
+    static_cohort_ids: frozenset[int]
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """What a project holds. ``events`` and ``persons`` are counted up to ``cap``: a count
+    equal to it means that many or more."""
+
+    events: int
+    persons: int
+    flags: int
+    cohorts: int
+    cap: int
+
+
+class IngestResult(msgspec.Struct):
+    ingested: int
+    duplicates: int
+    dropped: dict[str, int]
+
+
+class Page(msgspec.Struct):
+    count: int
+    results: list[Any]
+
+
+class FlagWrite(msgspec.Struct, frozen=True, kw_only=True):
+    """A flag a survey or early access feature save writes in its own transaction.
+
+    ``data`` is the whole flag as the flag API makes it. Without ``flag_id`` the flag is
+    created and its id stored on the saved record's field named ``target``
+    (``targeting_flag_id``, ``internal_targeting_flag_id``, ``feature_flag_id``); with it, flag
+    ``flag_id`` is replaced by ``data`` (``data["version"]`` checked, ``deleted`` honoured).
+    """
+
+    data: dict[str, Any]
+    flag_id: int | None = None
+    target: str | None = None
+
+
+class SurveysSnapshot(msgspec.Struct, frozen=True):
+    """What the public survey and early access lists serve for one project."""
+
+    surveys: list[Survey]
+    """Every survey not archived (the caller filters by time and responses)."""
+    features: list[EarlyAccessFeature]
+    flag_keys: dict[int, str]
+    """Key of every flag these name (not deleted)."""
+    responses: dict[str, int]
+    """``survey sent`` count per survey, for ``responses_limit``."""
