@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from bench.sqlite_insert import _PROPERTIES
+from flagstaff.store.records import EventQuery
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.schema import PAGE_SIZE
 from flagstaff.store.sqlite.store import SQLiteStore
@@ -132,7 +133,7 @@ async def reads(folder: Path, stored: int) -> list[tuple[str, float, int]]:
                 for _ in range(21):
                     started = time.process_time()
                     page = await store.list_events(
-                        project.id, distinct_id=person, limit=100, **extra
+                        project.id, EventQuery(distinct_id=person, limit=100, **extra)
                     )
                     times.append(time.process_time() - started)
                     rows = len(page)

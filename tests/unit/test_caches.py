@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from flagstaff.server.caches import DefinitionsCache, ProjectCache
-from flagstaff.server.changes import ChangeCounter
 from flagstaff.store.base import Definitions, Project
+from flagstaff.store.changes import ChangeCounter
 
 
 def _flag(version: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pytest
 
 from flagstaff.ingest.model import Event
 from flagstaff.store import schema_files
+from flagstaff.store.records import EventQuery
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.store import SQLiteStore
@@ -81,13 +82,7 @@ async def _scenario(tmp_path: Path, indexed_batches: int) -> None:
         cursor = None
         while True:
             page = await store.list_events(
-                project.id,
-                distinct_id=did,
-                event=None,
-                after_ms=None,
-                before_ms=None,
-                cursor=cursor,
-                limit=7,
+                project.id, EventQuery(distinct_id=did, cursor=cursor, limit=7)
             )
             if not page:
                 break
@@ -96,12 +91,9 @@ async def _scenario(tmp_path: Path, indexed_batches: int) -> None:
         assert seen == [e.properties["n"] for e in expected]
         clicks = await store.list_events(
             project.id,
-            distinct_id=did,
-            event="clicked",
-            after_ms=T0 + 10,
-            before_ms=T0 + 40,
-            cursor=None,
-            limit=1000,
+            EventQuery(
+                distinct_id=did, event="clicked", after_ms=T0 + 10, before_ms=T0 + 40, limit=1000
+            ),
         )
         assert sorted(e.properties["n"] for e in clicks) == sorted(
             e.properties["n"]
@@ -168,6 +160,6 @@ async def _migration_scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             key=lambda e: (e.timestamp_ms, e.properties["n"]),
             reverse=True,
         )
-        page = await store.list_events(project.id, distinct_id=did, limit=1000)
+        page = await store.list_events(project.id, EventQuery(distinct_id=did, limit=1000))
         assert [e.properties["n"] for e in page] == [e.properties["n"] for e in expected]
     await store.close()

@@ -19,6 +19,7 @@ from flagstaff.store import schema_files
 from flagstaff.store.base import Conflict, IngestResult, NotFound, Store
 from flagstaff.store.postgres.pool import split_url
 from flagstaff.store.postgres.store import PostgresStore
+from flagstaff.store.records import EventQuery
 from flagstaff.store.sqlite.store import SQLiteStore
 from tests import pg
 from tests.events import T0, event
@@ -471,8 +472,8 @@ def test_dedup_by_uuid_and_warnings(backend: Factory) -> None:
         second = await store.ingest(pid, [ev("c", "u", uid=uid), ev("d", "u")], [])
         assert (second.ingested, second.duplicates) == (1, 1)
         assert (await store.ingest(other, [ev("a", "u", uid=uid)], [])).ingested == 1
-        assert len(await store.list_events(other, **_no_filter())) == 1
-        names = {e.event for e in await store.list_events(pid, **_no_filter())}
+        assert len(await store.list_events(other, EventQuery())) == 1
+        names = {e.event for e in await store.list_events(pid, EventQuery())}
         assert names == {"a", "d"}
 
         await store.ingest(pid, [], [drop("invalid_distinct_id", 1), drop("x", 2)])
@@ -495,17 +496,6 @@ def test_dedup_by_uuid_and_warnings(backend: Factory) -> None:
     run(backend, body)
 
 
-def _no_filter() -> dict[str, Any]:
-    return {
-        "distinct_id": None,
-        "event": None,
-        "after_ms": None,
-        "before_ms": None,
-        "cursor": None,
-        "limit": 100,
-    }
-
-
 def test_events_listing_cursor_and_iteration(backend: Factory) -> None:
     async def body(store: Store) -> None:
         pid = (await store.create_project("P", TOKEN)).id
@@ -515,7 +505,7 @@ def test_events_listing_cursor_and_iteration(backend: Factory) -> None:
         ]
         await store.ingest(pid, events, [])
         await store.ingest(pid, [identify("u0", "u1", ts=T0 + 10)], [])
-        listed = await store.list_events(pid, **_no_filter())
+        listed = await store.list_events(pid, EventQuery())
         assert len(listed) == 11
         keys = [(e.timestamp_ms, e.seq) for e in listed]
         assert keys == sorted(keys, reverse=True)
@@ -532,20 +522,16 @@ def test_events_listing_cursor_and_iteration(backend: Factory) -> None:
         pages: list[int] = []
         cursor: tuple[int, int] | None = None
         while True:
-            page = await store.list_events(pid, **{**_no_filter(), "cursor": cursor, "limit": 3})
+            page = await store.list_events(pid, EventQuery(cursor=cursor, limit=3))
             if not page:
                 break
             pages.extend(e.seq for e in page)
             cursor = (page[-1].timestamp_ms, page[-1].seq)
         assert pages == [e.seq for e in listed]
 
-        only = await store.list_events(
-            pid, **{**_no_filter(), "distinct_id": "u2", "event": "$pageview"}
-        )
+        only = await store.list_events(pid, EventQuery(distinct_id="u2", event="$pageview"))
         assert [e.properties["i"] for e in only] == [5]
-        window = await store.list_events(
-            pid, **{**_no_filter(), "after_ms": T0 + 1, "before_ms": T0 + 4}
-        )
+        window = await store.list_events(pid, EventQuery(after_ms=T0 + 1, before_ms=T0 + 4))
         assert sorted(e.properties["i"] for e in window) == [4, 5, 6, 7]
 
         batches = [b async for b in store.iter_events(pid, T0 + 2, batch=2)]
@@ -616,7 +602,7 @@ def test_both_backends_agree_on_a_random_stream(tmp_path: Path) -> None:
                 )
         groups = [await store.get_group(pid, 0, f"o{i}") for i in range(3)]
         warnings = [(w.type, w.details) for w in (await store.list_warnings(pid, 100, 0)).results]
-        events = [(e.uuid, e.distinct_id) for e in await store.list_events(pid, **_no_filter())]
+        events = [(e.uuid, e.distinct_id) for e in await store.list_events(pid, EventQuery())]
         return results, people, groups, warnings, events
 
     on_sqlite = run(lambda: SQLiteStore(tmp_path / "s.sqlite3"), body)
@@ -714,7 +700,7 @@ def test_postgres_keeps_text_with_nul_characters() -> None:
         assert person is not None and person.properties == {"k": "\x00"}
         assert person.distinct_ids == ["a\ufffd", "u\ufffd"]
         assert (await store.get_group(pid, 0, "k\x00") or person).properties == {"x": "\x00"}
-        listed = await store.list_events(pid, **{**_no_filter(), "event": "bad\x00name"})
+        listed = await store.list_events(pid, EventQuery(event="bad\x00name"))
         assert [e.properties for e in listed] == [{"v": "\x00"}]
 
     run(lambda: PostgresStore(url), body)
@@ -809,7 +795,7 @@ def test_postgres_group_commit_combines_calls_and_isolates_failures() -> None:
         )
         assert not isinstance(ok, BaseException) and ok.ingested == 1
         assert isinstance(failed, Exception)
-        assert len(await store.list_events(pid, **_no_filter())) == 5
+        assert len(await store.list_events(pid, EventQuery())) == 5
 
     run(lambda: PostgresStore(url + "?ingest_lanes=1"), body)
 

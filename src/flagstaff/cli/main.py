@@ -18,10 +18,10 @@ import msgspec
 from flagstaff import __version__
 from flagstaff.ops import logs
 from flagstaff.server.bootstrap import bootstrap
-from flagstaff.server.changes import ChangeCounter
 from flagstaff.server.config import Settings, secure_data_dir
 from flagstaff.server.services import make_store
 from flagstaff.store.base import Store
+from flagstaff.store.changes import ChangeCounter
 
 T = TypeVar("T")
 
@@ -206,7 +206,7 @@ def cmd_flags_export(args: argparse.Namespace) -> int:
 def cmd_flags_explain(args: argparse.Namespace) -> int:
     """Print how one flag evaluates for one distinct id (see flagstaff/flags_explain.py)."""
     from flagstaff.flags.explain import render
-    from flagstaff.server.explain import ExplainError, explain_from_store, json_object
+    from flagstaff.http.explain import ExplainError, explain_from_store, json_object
 
     try:
         person = json_object(args.person_properties, "--person-properties")

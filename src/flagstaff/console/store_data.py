@@ -17,8 +17,9 @@ from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summa
 from flagstaff.flags import CompiledFlags, compile_flags, evaluate
 from flagstaff.flags.explain import Explanation, explain_many
 from flagstaff.http.admin import event_json
-from flagstaff.server.explain import ExplainError, explain_from_store, request_from_store
+from flagstaff.http.explain import ExplainError, explain_from_store, request_from_store
 from flagstaff.store.base import Definitions, Person, Store
+from flagstaff.store.records import EventQuery
 
 PROPERTY_SCAN_EVENTS = 500
 
@@ -79,15 +80,7 @@ class StoreConsoleData:
 
     async def property_keys(self, project_id: int) -> list[str]:
         """Person properties set and event properties sent by the newest events."""
-        rows = await self.store.list_events(
-            project_id,
-            distinct_id=None,
-            event=None,
-            after_ms=None,
-            before_ms=None,
-            cursor=None,
-            limit=PROPERTY_SCAN_EVENTS,
-        )
+        rows = await self.store.list_events(project_id, EventQuery(limit=PROPERTY_SCAN_EVENTS))
         found: set[str] = set()
         for row in rows:
             for name in ("$set", "$set_once"):
@@ -179,13 +172,7 @@ class StoreConsoleData:
         self, project_id: int, event: str | None, distinct_id: str | None, limit: int
     ) -> list[EventRow]:
         rows = await self.store.list_events(
-            project_id,
-            distinct_id=distinct_id,
-            event=event,
-            after_ms=None,
-            before_ms=None,
-            cursor=None,
-            limit=limit,
+            project_id, EventQuery(distinct_id=distinct_id, event=event, limit=limit)
         )
         return [
             EventRow(

@@ -9,7 +9,7 @@ from flagstaff.console.cohort_counts import COUNT_BATCH, COUNT_SCAN_LIMIT, Cohor
 from flagstaff.console.team_views import NO_COUNTS, DynamicCounts
 from flagstaff.console.views import PersonFlag
 from flagstaff.flags.explain import explain
-from flagstaff.server.explain import request_from_store
+from flagstaff.http.explain import request_from_store
 from flagstaff.store.base import Group, Page, Project, Store, Usage
 
 USAGE_COUNT_CAP = 1_000_000

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from flagstaff.common.invalid import Errors
+from flagstaff.common.limits import MAX_GROUP_TYPES, MAX_KEY_LENGTH
 from flagstaff.flags import dates
 from flagstaff.flags.operators import (
     ALL_OPERATORS,
@@ -25,13 +26,11 @@ from flagstaff.flags.operators import (
 )
 from flagstaff.flags.regex import is_valid_pattern
 from flagstaff.flags.values import to_number, to_text
-from flagstaff.ingest.groups import MAX_GROUP_TYPES
 
 SEMVER_OPERATORS = SEMVER_COMPARISONS | SEMVER_RANGES
 
 
 KEY_PATTERN = re.compile(r"[a-zA-Z0-9_-]+")
-MAX_KEY_LENGTH = 400
 PROPERTY_TYPES = frozenset({"person", "group", "cohort", "flag"})
 RUNTIMES = frozenset({"server", "client", "all"})
 BUCKETING_IDENTIFIERS = frozenset({"distinct_id", "device_id"})

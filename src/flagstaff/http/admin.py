@@ -62,6 +62,7 @@ from flagstaff.http.rest import path_int as _path_int
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ops import logs
 from flagstaff.store.base import Conflict, NotFound, Store, StoredEvent
+from flagstaff.store.records import EventQuery
 
 _now_ms = now_ms
 
@@ -554,12 +555,14 @@ async def list_events(ctx: AdminContext, request: Request) -> Any:
             ) from None
     rows = await ctx.store.list_events(
         ctx.project_id,
-        distinct_id=request.query_params.get("distinct_id") or None,
-        event=request.query_params.get("event") or None,
-        after_ms=_parse_time(request, "after"),
-        before_ms=_parse_time(request, "before"),
-        cursor=cursor,
-        limit=limit + 1,
+        EventQuery(
+            distinct_id=request.query_params.get("distinct_id") or None,
+            event=request.query_params.get("event") or None,
+            after_ms=_parse_time(request, "after"),
+            before_ms=_parse_time(request, "before"),
+            cursor=cursor,
+            limit=limit + 1,
+        ),
     )
     more = len(rows) > limit
     rows = rows[:limit]

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.common.limits import MAX_KEY_LENGTH
 from flagstaff.common.units import DAY_MS
-from flagstaff.flags.validation import MAX_KEY_LENGTH
 from flagstaff.ingest.event_names import (
     FEATURE_FLAG_CALLED,
     FLAG_PROPERTY,

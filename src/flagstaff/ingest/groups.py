@@ -10,10 +10,9 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.common.limits import MAX_GROUP_TYPES
 from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Event
-
-MAX_GROUP_TYPES = 5
 
 # What each drop reason of :func:`apply_group_identify` means, for the ingestion warning.
 DROP_DETAILS = {

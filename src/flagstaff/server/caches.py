@@ -1,7 +1,7 @@
 """Per-worker caches in front of the store: projects by token, compiled flag definitions, what
 posthog-js reads of surveys and early access features.
 
-Both follow the node's change counter (:mod:`flagstaff.server.changes`): a request that finds it
+Both follow the node's change counter (:mod:`flagstaff.store.changes`): a request that finds it
 moved since an entry was filled re-reads the store before answering, so a management write
 is served by every worker from the next request on. Definitions are recompiled only when the
 project's definitions version changed; the version is also re-read at least every
@@ -21,8 +21,8 @@ import msgspec
 from flagstaff.flags import CompiledFlags, compile_flags
 from flagstaff.flags.local_evaluation import local_evaluation_cohorts, local_evaluation_flags
 from flagstaff.ops import logs
-from flagstaff.server.changes import ChangeCounter
 from flagstaff.store.base import Definitions, Project, Store, SurveysSnapshot
+from flagstaff.store.changes import ChangeCounter
 from flagstaff.surveys.public import has_active_survey
 
 _NEGATIVE_TTL = 1.0

@@ -13,13 +13,13 @@ from flagstaff.experiments.warm import warm_results
 from flagstaff.ops import logs
 from flagstaff.ops.metrics import Metrics, MetricsFiles
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
-from flagstaff.server.changes import ChangeCounter
 from flagstaff.server.config import Settings
 from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
 from flagstaff.server.webhook_delivery import deliveries_loop
 from flagstaff.store.base import Store
+from flagstaff.store.changes import ChangeCounter
 
 
 def make_store(settings: Settings) -> Store:

@@ -22,6 +22,7 @@ from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.records import (
     Conflict,
     Definitions,
+    EventQuery,
     FlagContext,
     FlagWrite,
     Group,
@@ -38,13 +39,7 @@ from flagstaff.store.records import (
     Usage,
     Warning,
 )
-from flagstaff.store.sql.accounts import Accounts
-from flagstaff.store.sql.approvals import ApprovalMethods
-from flagstaff.store.sql.experiments import ExperimentMethods
-from flagstaff.store.sql.flags import FlagMethods
-from flagstaff.store.sql.projects import ProjectMethods
-from flagstaff.store.sql.surveys import SurveyMethods
-from flagstaff.store.sql.webhooks import WebhookMethods
+from flagstaff.store.sql.methods import ManagementMethods
 
 if TYPE_CHECKING:
     from flagstaff.store.flag_usage import DailyChecks, ValueChecks
@@ -53,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Conflict",
     "Definitions",
+    "EventQuery",
     "FlagContext",
     "FlagWrite",
     "Group",
@@ -72,16 +68,7 @@ __all__ = [
 ]
 
 
-class Store(
-    ProjectMethods,
-    FlagMethods,
-    Accounts,
-    SurveyMethods,
-    ExperimentMethods,
-    ApprovalMethods,
-    WebhookMethods,
-    Protocol,
-):
+class Store(ManagementMethods, Protocol):
     """Operations grouped by concern. Every write is durable when the awaitable returns."""
 
     # lifecycle
@@ -90,17 +77,10 @@ class Store(
     async def ping(self) -> bool: ...
 
     # what /flags reads
-    async def definitions_version(self, project_id: int) -> int: ...
-    async def definitions(self, project_id: int) -> Definitions: ...
     async def flag_context(
-        self,
-        project_id: int,
-        distinct_id: str,
-        groups: dict[int, str],
-        *,
-        overrides: bool = False,
-        static_cohorts: bool = False,
-    ) -> FlagContext: ...
+        self, project_id: int, distinct_id: str, groups: dict[int, str], *,
+        overrides: bool = False, static_cohorts: bool = False,
+    ) -> FlagContext: ...  # fmt: skip
     async def add_hash_key_overrides(
         self, project_id: int, distinct_id: str, hash_key: str, flag_keys: list[str]
     ) -> None: ...
@@ -120,20 +100,7 @@ class Store(
 
     # read views filled by ingestion
     async def get_person(self, project_id: int, distinct_id: str) -> Person | None: ...
-    async def get_group(
-        self, project_id: int, group_type_index: int, group_key: str
-    ) -> Group | None: ...
-    async def list_events(
-        self,
-        project_id: int,
-        *,
-        distinct_id: str | None,
-        event: str | None,
-        after_ms: int | None,
-        before_ms: int | None,
-        cursor: tuple[int, int] | None,
-        limit: int,
-    ) -> list[StoredEvent]: ...
+    async def list_events(self, project_id: int, query: EventQuery) -> list[StoredEvent]: ...
     def iter_events(
         self, project_id: int, since_ms: int | None, batch: int = 1000
     ) -> AsyncIterator[list[StoredEvent]]: ...
@@ -163,10 +130,6 @@ class Store(
         self, project_id: int, group_type_index: int, search: str, limit: int, offset: int
     ) -> list[Group]:
         """Groups of one type by key, those whose key contains ``search`` (any case)."""
-        ...
-
-    async def static_member_sample(self, project_id: int, cohort_id: int, limit: int) -> list[str]:
-        """The first ``limit`` distinct ids of a static cohort, in order."""
         ...
 
     # flag usage kept by ingestion (store/flag_usage.py), property value suggestions

@@ -127,6 +127,19 @@ class StoredEvent(msgspec.Struct):
     person_uuid: str | None
 
 
+class EventQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """Which events :meth:`~flagstaff.store.base.Store.list_events` lists, newest first by
+    timestamp: those of one distinct id, of one name, in a time window; ``cursor`` is the
+    (timestamp, seq) of the last row seen."""
+
+    distinct_id: str | None = None
+    event: str | None = None
+    after_ms: int | None = None
+    before_ms: int | None = None
+    cursor: tuple[int, int] | None = None
+    limit: int = 100
+
+
 class Warning(msgspec.Struct):
     id: int
     type: str

@@ -43,30 +43,10 @@ from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
 from flagstaff.store.postgres.schema import migrate
 from flagstaff.store.postgres.team_store import TeamStoreMixin
 from flagstaff.store.postgres.usage_store import UsageMixin
-from flagstaff.store.records import (
-    Definitions,
-    FlagContext,
-    Group,
-    IngestResult,
-    Person,
-    StoredEvent,
-)
-from flagstaff.store.rows import (
-    COHORT_COLUMNS,
-    FLAG_COLUMNS,
-    GROUP_COLUMNS,
-    definitions_record,
-    event_record,
-    group_record,
-)
-from flagstaff.store.sql.accounts import Accounts
-from flagstaff.store.sql.approvals import ApprovalMethods
+from flagstaff.store.records import EventQuery, FlagContext, IngestResult, Person, StoredEvent
+from flagstaff.store.rows import event_record
 from flagstaff.store.sql.db import Tx
-from flagstaff.store.sql.experiments import ExperimentMethods
-from flagstaff.store.sql.flags import FlagMethods
-from flagstaff.store.sql.projects import ProjectMethods
-from flagstaff.store.sql.surveys import SurveyMethods
-from flagstaff.store.sql.webhooks import WebhookMethods
+from flagstaff.store.sql.methods import ManagementMethods
 
 _decode = msgspec.json.decode
 
@@ -121,17 +101,7 @@ def _conn(tx: Tx) -> asyncpg.Connection:
     return tx.conn  # type: ignore[return-value]
 
 
-class PostgresStore(
-    ProjectMethods,
-    FlagMethods,
-    Accounts,
-    SurveyMethods,
-    ExperimentMethods,
-    TeamStoreMixin,
-    ApprovalMethods,
-    WebhookMethods,
-    UsageMixin,
-):
+class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:
@@ -251,44 +221,10 @@ class PostgresStore(
 
     # what /flags reads -----------------------------------------------------------------
 
-    async def definitions_version(self, project_id: int) -> int:
-        version = await self.pool.fetchval(
-            "SELECT version FROM definitions_version WHERE project_id = $1", project_id
-        )
-        return int(version) if version is not None else 0
-
-    async def definitions(self, project_id: int) -> Definitions:
-        async with (
-            self.pool.acquire() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            version = await conn.fetchval(
-                "SELECT version FROM definitions_version WHERE project_id = $1", project_id
-            )
-            flag_rows = await conn.fetch(
-                f"SELECT {FLAG_COLUMNS} FROM feature_flags "
-                "WHERE project_id = $1 AND NOT deleted ORDER BY key",
-                project_id,
-            )
-            cohort_rows = await conn.fetch(
-                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND NOT deleted",
-                project_id,
-            )
-            type_rows = await conn.fetch(
-                "SELECT group_type_index, group_type FROM group_types WHERE project_id = $1",
-                project_id,
-            )
-        return definitions_record(version, flag_rows, cohort_rows, type_rows)
-
     async def flag_context(
-        self,
-        project_id: int,
-        distinct_id: str,
-        groups: dict[int, str],
-        *,
-        overrides: bool = False,
-        static_cohorts: bool = False,
-    ) -> FlagContext:
+        self, project_id: int, distinct_id: str, groups: dict[int, str], *,
+        overrides: bool = False, static_cohorts: bool = False,
+    ) -> FlagContext:  # fmt: skip
         row = await self.pool.fetchrow(
             _FLAG_CONTEXT,
             project_id,
@@ -382,30 +318,8 @@ class PostgresStore(
             return None
         return Person(row[0], row[1], _decode(row[2]), row[3], row[4], list(row[5]))
 
-    async def get_group(
-        self, project_id: int, group_type_index: int, group_key: str
-    ) -> Group | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {GROUP_COLUMNS} "
-            "WHERE g.project_id = $1 AND g.group_type_index = $2 AND g.group_key = $3",
-            project_id,
-            group_type_index,
-            pg_text(group_key),
-        )
-        return group_record(row) if row is not None else None
-
-    async def list_events(
-        self,
-        project_id: int,
-        *,
-        distinct_id: str | None = None,
-        event: str | None = None,
-        after_ms: int | None = None,
-        before_ms: int | None = None,
-        cursor: tuple[int, int] | None = None,
-        limit: int = 100,
-    ) -> list[StoredEvent]:
-        """Newest first by timestamp; ``cursor`` is the (timestamp, seq) of the last row seen."""
+    async def list_events(self, project_id: int, query: EventQuery) -> list[StoredEvent]:
+        """Newest first by timestamp (see :class:`~flagstaff.store.records.EventQuery`)."""
         where = ["e.project_id = $1"]
         args: list[Any] = [project_id]
 
@@ -413,19 +327,21 @@ class PostgresStore(
             args.append(value)
             return f"${len(args)}"
 
-        if distinct_id is not None:
-            where.append(f"e.distinct_id = {arg(pg_text(distinct_id))}")
-        if event is not None:
-            where.append(f"e.event = {arg(pg_text(event))}")
-        if after_ms is not None:
-            where.append(f"e.timestamp_ms > {arg(after_ms)}")
-        if before_ms is not None:
-            where.append(f"e.timestamp_ms < {arg(before_ms)}")
-        if cursor is not None:
-            where.append(f"(e.timestamp_ms, e.seq) < ({arg(cursor[0])}, {arg(cursor[1])})")
+        if query.distinct_id is not None:
+            where.append(f"e.distinct_id = {arg(pg_text(query.distinct_id))}")
+        if query.event is not None:
+            where.append(f"e.event = {arg(pg_text(query.event))}")
+        if query.after_ms is not None:
+            where.append(f"e.timestamp_ms > {arg(query.after_ms)}")
+        if query.before_ms is not None:
+            where.append(f"e.timestamp_ms < {arg(query.before_ms)}")
+        if query.cursor is not None:
+            where.append(
+                f"(e.timestamp_ms, e.seq) < ({arg(query.cursor[0])}, {arg(query.cursor[1])})"
+            )
         rows = await self.pool.fetch(
             f"SELECT {_EVENT_COLUMNS} WHERE {' AND '.join(where)} "
-            f"ORDER BY e.timestamp_ms DESC, e.seq DESC LIMIT {arg(limit)}",
+            f"ORDER BY e.timestamp_ms DESC, e.seq DESC LIMIT {arg(query.limit)}",
             *args,
         )
         return [event_record(r) for r in rows]

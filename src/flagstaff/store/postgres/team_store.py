@@ -84,13 +84,3 @@ class TeamStoreMixin:
             *args,
         )
         return [group_record(r) for r in rows]
-
-    async def static_member_sample(self, project_id: int, cohort_id: int, limit: int) -> list[str]:
-        rows = await self.pool.fetch(
-            "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
-            "WHERE c.project_id = $1 AND c.id = $2 ORDER BY m.distinct_id LIMIT $3",
-            project_id,
-            cohort_id,
-            limit,
-        )
-        return [r[0] for r in rows]

@@ -24,8 +24,12 @@ from flagstaff.store.account_rows import (
 from flagstaff.store.records import Conflict, NotFound
 from flagstaff.store.rows import now_iso
 from flagstaff.store.sql.activity import ActivityMethods, write_change
-from flagstaff.store.sql.db import Db, Tx, UniqueViolation
+from flagstaff.store.sql.db import Db, Tx, UniqueViolation, insert_id
 
+_REVOKE_KEY = (
+    "UPDATE personal_api_keys SET revoked_at_ms = $1 WHERE project_id = $2 AND id = $3 "
+    "AND revoked_at_ms IS NULL RETURNING label, prefix"
+)
 _MEMBERSHIP_COLUMNS = "user_id, project_id, role, created_at_ms"
 
 
@@ -172,15 +176,9 @@ class Accounts(ActivityMethods, Protocol):
                     now_ms,
                 )
             await write_change(
-                tx,
-                project_id,
-                Scope.MEMBERSHIP,
-                user_id,
-                source,
-                membership_detail(email, current),
-                membership_detail(email, role),
-                now_ms,
-            )
+                tx, project_id, Scope.MEMBERSHIP, user_id, source,
+                membership_detail(email, current), membership_detail(email, role), now_ms,
+            )  # fmt: skip
             return None if role is None else Membership(user_id, project_id, role, int(created))
 
         return await self.sql.write(write)
@@ -257,44 +255,33 @@ class Accounts(ActivityMethods, Protocol):
         )
 
         async def write(tx: Tx) -> int:
-            key_id = int(
-                await tx.fetchval(
-                    "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
-                    "created_at, user_id, prefix, created_at_ms) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-                    project_id,
-                    label,
-                    keys.hash_key(secret),
-                    info.mask,
-                    now_iso(),
-                    user_id,
-                    info.prefix,
-                    now_ms,
-                )
-            )
-            await write_change(
+            key_id = await insert_id(
                 tx,
+                "INSERT INTO personal_api_keys (project_id, label, secure_value, mask, "
+                "created_at, user_id, prefix, created_at_ms) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
                 project_id,
-                Scope.PERSONAL_API_KEY,
-                key_id,
-                source,
-                None,
-                {"name": label, "prefix": info.prefix, "user_id": user_id},
+                label,
+                keys.hash_key(secret),
+                info.mask,
+                now_iso(),
+                user_id,
+                info.prefix,
                 now_ms,
             )
+            await write_change(
+                tx, project_id, Scope.PERSONAL_API_KEY, key_id, source, None,
+                {"name": label, "prefix": info.prefix, "user_id": user_id}, now_ms,
+            )  # fmt: skip
             return key_id
 
         key_id = await self.sql.write(write)
         return msgspec.structs.replace(info, id=key_id), secret
 
     async def list_keys(self, project_id: int, user_id: int | None) -> list[ApiKeyInfo]:
-        rows = await self.sql.fetch(
-            f"SELECT {KEY_COLUMNS} FROM personal_api_keys WHERE project_id = $1 "
-            "AND ($2::bigint IS NULL OR user_id = $2) ORDER BY id",
-            project_id,
-            user_id,
-        )
-        return [key_record(r) for r in rows]
+        sql = f"SELECT {KEY_COLUMNS} FROM personal_api_keys WHERE project_id = $1 "
+        sql += "AND ($2::bigint IS NULL OR user_id = $2) ORDER BY id"
+        return [key_record(r) for r in await self.sql.fetch(sql, project_id, user_id)]
 
     async def find_key(self, secret: str) -> ApiKeyInfo | None:
         row = await self.sql.fetchrow(
@@ -307,13 +294,7 @@ class Accounts(ActivityMethods, Protocol):
         self, project_id: int, key_id: int, now_ms: int, source: ChangeSource | None = None
     ) -> ApiKeyInfo | None:
         async def write(tx: Tx) -> ApiKeyInfo | None:
-            row = await tx.fetchrow(
-                "UPDATE personal_api_keys SET revoked_at_ms = $1 WHERE project_id = $2 "
-                "AND id = $3 AND revoked_at_ms IS NULL RETURNING label, prefix",
-                now_ms,
-                project_id,
-                key_id,
-            )
+            row = await tx.fetchrow(_REVOKE_KEY, now_ms, project_id, key_id)
             if row is not None:
                 revoked = ChangeSource(
                     actor=(source or ChangeSource()).actor, activity=Activity.REVOKED

@@ -22,7 +22,7 @@ from flagstaff.store.account_rows import (
     activity_record,
     scheduled_record,
 )
-from flagstaff.store.sql.db import Db, Tx, json_arg
+from flagstaff.store.sql.db import Db, Tx, insert_id, json_arg
 from flagstaff.store.webhook_rows import deliveries_for
 
 _decode = msgspec.json.decode
@@ -62,21 +62,20 @@ async def enqueue_deliveries(
 async def write_activity(tx: Tx, record: ActivityRecord) -> int:
     """The activity row and, in the same transaction, its webhook deliveries."""
     activity_uuid = str(uuid.uuid4())
-    activity_id = int(
-        await tx.fetchval(
-            "INSERT INTO activity_log (uuid, project_id, scope, item_id, activity, user_id, "
-            "is_system, detail, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
-            "RETURNING id",
-            activity_uuid,
-            record.project_id,
-            record.scope.value,
-            record.item_id,
-            record.activity.value,
-            record.actor.user_id,
-            record.actor.is_system,
-            json_arg(record.detail),
-            record.created_at_ms,
-        )
+    activity_id = await insert_id(
+        tx,
+        "INSERT INTO activity_log (uuid, project_id, scope, item_id, activity, user_id, "
+        "is_system, detail, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+        "RETURNING id",
+        activity_uuid,
+        record.project_id,
+        record.scope.value,
+        record.item_id,
+        record.activity.value,
+        record.actor.user_id,
+        record.actor.is_system,
+        json_arg(record.detail),
+        record.created_at_ms,
     )
     await enqueue_deliveries(tx, record, activity_id, activity_uuid)
     return activity_id
@@ -135,18 +134,17 @@ async def write_flag_version(
 
 async def insert_scheduled_change(tx: Tx, change: ScheduledChange) -> int:
     """Store a new scheduled change (its ``id`` is ignored); the id it gets."""
-    return int(
-        await tx.fetchval(
-            "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, run_at_ms, "
-            "created_by, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-            change.project_id,
-            change.flag_id,
-            change.operation.value,
-            json_arg(change.payload),
-            change.run_at_ms,
-            change.created_by,
-            change.created_at_ms,
-        )
+    return await insert_id(
+        tx,
+        "INSERT INTO scheduled_changes (project_id, flag_id, operation, payload, run_at_ms, "
+        "created_by, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        change.project_id,
+        change.flag_id,
+        change.operation.value,
+        json_arg(change.payload),
+        change.run_at_ms,
+        change.created_by,
+        change.created_at_ms,
     )
 
 

@@ -24,7 +24,7 @@ from flagstaff.store.approval_rows import (
 from flagstaff.store.records import Conflict, Page
 from flagstaff.store.rows import now_iso
 from flagstaff.store.sql.activity import insert_scheduled_change, write_change
-from flagstaff.store.sql.db import Db, Tx, json_arg, page
+from flagstaff.store.sql.db import Db, Tx, by_id, json_arg, page
 from flagstaff.store.sql.flag_writes import write_flag
 
 
@@ -66,15 +66,10 @@ class ApprovalMethods(Protocol):
                 source.actor.user_id,
             )
             await write_change(
-                tx,
-                project_id,
-                Scope.PROJECT,
-                project_id,
-                source,
+                tx, project_id, Scope.PROJECT, project_id, source,
                 {"name": "approval policy", "approval_required": before.enabled},
-                {"name": "approval policy", "approval_required": enabled},
-                now_ms,
-            )
+                {"name": "approval policy", "approval_required": enabled}, now_ms,
+            )  # fmt: skip
 
         await self.sql.write(write)
         return ApprovalPolicy(enabled, now_ms, source.actor.user_id)
@@ -101,15 +96,9 @@ class ApprovalMethods(Protocol):
             )
             made = await _request_in(tx, int(request_id))
             await write_change(
-                tx,
-                made.project_id,
-                Scope.CHANGE_REQUEST,
-                made.id,
-                source,
-                None,
-                request_activity(made, flag_key),
-                made.created_at_ms,
-            )
+                tx, made.project_id, Scope.CHANGE_REQUEST, made.id, source, None,
+                request_activity(made, flag_key), made.created_at_ms,
+            )  # fmt: skip
             return made
 
         return await self.sql.write(write)
@@ -134,11 +123,7 @@ class ApprovalMethods(Protocol):
         )  # fmt: skip
 
     async def get_change_request(self, project_id: int, request_id: int) -> ChangeRequest | None:
-        row = await self.sql.fetchrow(
-            f"SELECT {REQUEST_COLUMNS} FROM change_requests WHERE project_id = $1 AND id = $2",
-            project_id,
-            request_id,
-        )
+        row = await by_id(self.sql, "change_requests", REQUEST_COLUMNS, project_id, request_id)
         return request_record(row) if row else None
 
     async def decide_change_request(
@@ -182,15 +167,9 @@ class ApprovalMethods(Protocol):
                     )
             before, after = decision_activity(decided, flag_key)
             await write_change(
-                tx,
-                decided.project_id,
-                Scope.CHANGE_REQUEST,
-                decided.id,
-                source,
-                before,
-                after,
+                tx, decided.project_id, Scope.CHANGE_REQUEST, decided.id, source, before, after,
                 decided.decided_at_ms or 0,
-            )
+            )  # fmt: skip
             return await _request_in(tx, decided.id)
 
         return await self.sql.write(write)

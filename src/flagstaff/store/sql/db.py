@@ -76,6 +76,21 @@ class Db(Reader, Protocol):
         ...
 
 
+async def insert_id(tx: Tx, sql: str, *args: Any) -> int:
+    """Run an ``INSERT ... RETURNING id``; the new row's id."""
+    return int(await tx.fetchval(sql, *args))
+
+
+async def by_id(
+    db: Reader, table: str, columns: str, project_id: int, row_id: Any, lock: bool = False
+) -> Row | None:
+    """Row ``row_id`` of a project's ``table`` (with ``lock``, locked until the transaction
+    ends on PostgreSQL)."""
+    lock_clause = " FOR UPDATE" if lock else ""
+    sql = f"SELECT {columns} FROM {table} WHERE project_id = $1 AND id = $2{lock_clause}"
+    return await db.fetchrow(sql, project_id, row_id)
+
+
 async def page(
     db: Reader,
     source: str,

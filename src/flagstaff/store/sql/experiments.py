@@ -28,8 +28,13 @@ from flagstaff.store.experiment_batch import (
 )
 from flagstaff.store.records import Conflict, NotFound, Page
 from flagstaff.store.rows import FLAG_COLUMNS, flag_record, now_iso
-from flagstaff.store.sql.db import Db, Reader, Row, Tx, page
+from flagstaff.store.sql.db import Db, Reader, Row, Tx, by_id, insert_id, page
 from flagstaff.store.sql.flag_writes import write_flag
+
+_INSERT_HOLDOUT = (
+    "INSERT INTO experiment_holdouts (project_id, name, description, filters, created_at, "
+    "updated_at) VALUES ($1, $2, $3, '[]', $4, $4) RETURNING id"
+)
 
 
 async def _write_flag(
@@ -43,12 +48,7 @@ async def _write_flag(
 async def _row(
     db: Reader, table: str, columns: str, what: str, project_id: int, row_id: int, lock: bool
 ) -> Row:
-    row = await db.fetchrow(
-        f"SELECT {columns} FROM {table} WHERE project_id = $1 AND id = $2"
-        + (" FOR UPDATE" if lock else ""),
-        project_id,
-        row_id,
-    )
+    row = await by_id(db, table, columns, project_id, row_id, lock)
     if row is None:
         raise NotFound(f"{what} {row_id}")
     return row
@@ -108,18 +108,17 @@ class ExperimentMethods(Protocol):
 
         async def write(tx: Tx) -> ExperimentRecord:
             flag_id = await _write_flag(tx, project_id, flag, source)
-            eid = int(
-                await tx.fetchval(
-                    "INSERT INTO experiments (project_id, feature_flag_id, holdout_id, "
-                    "definition, archived, deleted, created_at, updated_at) "
-                    "VALUES ($1, $2, $3, $4, $5, false, $6, $6) RETURNING id",
-                    project_id,
-                    flag_id,
-                    definition.holdout_id,
-                    definition_text(definition),
-                    definition.archived,
-                    now,
-                )
+            eid = await insert_id(
+                tx,
+                "INSERT INTO experiments (project_id, feature_flag_id, holdout_id, "
+                "definition, archived, deleted, created_at, updated_at) "
+                "VALUES ($1, $2, $3, $4, $5, false, $6, $6) RETURNING id",
+                project_id,
+                flag_id,
+                definition.holdout_id,
+                definition_text(definition),
+                definition.archived,
+                now,
             )
             if definition.start_date is not None:
                 await self.recompute_in(tx, project_id, ExperimentSpec(eid, definition))
@@ -199,15 +198,8 @@ class ExperimentMethods(Protocol):
         now = now_iso()
 
         async def write(tx: Tx) -> HoldoutRecord:
-            hid = int(
-                await tx.fetchval(
-                    "INSERT INTO experiment_holdouts (project_id, name, description, filters, "
-                    "created_at, updated_at) VALUES ($1, $2, $3, '[]', $4, $4) RETURNING id",
-                    project_id,
-                    holdout.name,
-                    holdout.description,
-                    now,
-                )
+            hid = await insert_id(
+                tx, _INSERT_HOLDOUT, project_id, holdout.name, holdout.description, now
             )
             await tx.execute(
                 "UPDATE experiment_holdouts SET filters = $1 WHERE id = $2",

@@ -17,25 +17,22 @@ from flagstaff.store.rows import (
     now_iso,
 )
 from flagstaff.store.sql.activity import write_change
-from flagstaff.store.sql.db import Db, Tx, json_arg, page
+from flagstaff.store.sql.db import Db, Tx, by_id, insert_id, json_arg, page
 from flagstaff.store.sql.flag_writes import write_flag
+
+_MEMBERS = (
+    "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
+    "WHERE c.project_id = $1 AND c.id = $2 ORDER BY m.distinct_id"
+)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 async def _cohort_in(tx: Tx, cohort_id: int) -> dict[str, Any]:
     return cohort_record(
         await tx.fetchrow(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id)
-    )
-
-
-async def _log_cohort(
-    tx: Tx,
-    project_id: int,
-    before: dict[str, Any] | None,
-    after: dict[str, Any],
-    source: ChangeSource | None,
-) -> None:
-    await write_change(
-        tx, project_id, Scope.COHORT, after["id"], source, before, after, int(time.time() * 1000)
     )
 
 
@@ -60,11 +57,7 @@ class FlagMethods(Protocol):
         )  # fmt: skip
 
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
-        row = await self.sql.fetchrow(
-            f"SELECT {FLAG_COLUMNS} FROM feature_flags WHERE project_id = $1 AND id = $2",
-            project_id,
-            flag_id,
-        )
+        row = await by_id(self.sql, "feature_flags", FLAG_COLUMNS, project_id, flag_id)
         return flag_record(row) if row else None
 
     async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
@@ -104,11 +97,7 @@ class FlagMethods(Protocol):
         )  # fmt: skip
 
     async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
-        row = await self.sql.fetchrow(
-            f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = $1 AND id = $2",
-            project_id,
-            cohort_id,
-        )
+        row = await by_id(self.sql, "cohorts", COHORT_COLUMNS, project_id, cohort_id)
         return cohort_record(row) if row else None
 
     async def create_cohort(
@@ -118,21 +107,22 @@ class FlagMethods(Protocol):
         now = now_iso()
 
         async def write(tx: Tx) -> dict[str, Any]:
-            cohort_id = int(
-                await tx.fetchval(
-                    "INSERT INTO cohorts (project_id, is_static, deleted, version, data, "
-                    "created_at, updated_at) VALUES ($1, $2, false, 1, $3, $4, $5) RETURNING id",
-                    project_id,
-                    cohort.is_static,
-                    json_arg(cohort.body),
-                    now,
-                    now,
-                )
+            cohort_id = await insert_id(
+                tx,
+                "INSERT INTO cohorts (project_id, is_static, deleted, version, data, "
+                "created_at, updated_at) VALUES ($1, $2, false, 1, $3, $4, $5) RETURNING id",
+                project_id,
+                cohort.is_static,
+                json_arg(cohort.body),
+                now,
+                now,
             )
             await self.add_members_in(tx, project_id, cohort_id, list(cohort.members))
             await tx.bump_definitions(project_id)
             after = await _cohort_in(tx, cohort_id)
-            await _log_cohort(tx, project_id, None, after, source)
+            await write_change(
+                tx, project_id, Scope.COHORT, after["id"], source, None, after, _now_ms()
+            )
             return after
 
         return await self.sql.write(write)
@@ -167,7 +157,9 @@ class FlagMethods(Protocol):
                 raise NotFound(f"cohort {cohort_id}")
             await tx.bump_definitions(project_id)
             after = await _cohort_in(tx, cohort_id)
-            await _log_cohort(tx, project_id, before, after, source)
+            await write_change(
+                tx, project_id, Scope.COHORT, after["id"], source, before, after, _now_ms()
+            )
             return after
 
         return await self.sql.write(write)
@@ -206,16 +198,17 @@ class FlagMethods(Protocol):
                 cohort_id,
             )
             after = await _cohort_in(tx, cohort_id)
-            await _log_cohort(tx, project_id, before, after, source)
+            await write_change(
+                tx, project_id, Scope.COHORT, after["id"], source, before, after, _now_ms()
+            )
             return after
 
         return await self.sql.write(write)
 
     async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]:
-        rows = await self.sql.fetch(
-            "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
-            "WHERE c.project_id = $1 AND c.id = $2 ORDER BY m.distinct_id",
-            project_id,
-            cohort_id,
-        )
+        return [r[0] for r in await self.sql.fetch(_MEMBERS, project_id, cohort_id)]
+
+    async def static_member_sample(self, project_id: int, cohort_id: int, limit: int) -> list[str]:
+        """The first ``limit`` distinct ids of a static cohort, in order."""
+        rows = await self.sql.fetch(_MEMBERS + " LIMIT $3", project_id, cohort_id, limit)
         return [r[0] for r in rows]

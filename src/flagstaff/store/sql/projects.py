@@ -18,7 +18,11 @@ from flagstaff.store.rows import (
     now_iso,
     warning_record,
 )
-from flagstaff.store.sql.db import Db, Tx, UniqueViolation, page
+from flagstaff.store.sql.db import Db, Tx, UniqueViolation, insert_id, page
+
+_INSERT_PROJECT = (
+    "INSERT INTO projects (uuid, name, api_token, created_at) VALUES ($1, $2, $3, $4) RETURNING id"
+)
 
 
 class ProjectMethods(Protocol):
@@ -30,16 +34,7 @@ class ProjectMethods(Protocol):
         created = now_iso()
 
         async def write(tx: Tx) -> int:
-            project_id = int(
-                await tx.fetchval(
-                    "INSERT INTO projects (uuid, name, api_token, created_at) "
-                    "VALUES ($1, $2, $3, $4) RETURNING id",
-                    project_uuid,
-                    name,
-                    token,
-                    created,
-                )
-            )
+            project_id = await insert_id(tx, _INSERT_PROJECT, project_uuid, name, token, created)
             await tx.bump_definitions(project_id)
             return project_id
 

@@ -15,7 +15,7 @@ import msgspec
 from flagstaff.activity.records import ChangeSource
 from flagstaff.store.records import Conflict, FlagWrite, Page, SurveysSnapshot
 from flagstaff.store.rows import now_iso
-from flagstaff.store.sql.db import Db, Reader, Tx, UniqueViolation, page
+from flagstaff.store.sql.db import Db, Reader, Tx, UniqueViolation, by_id, page
 from flagstaff.store.sql.flag_writes import write_flag
 from flagstaff.surveys import stats
 from flagstaff.surveys.early_access import EarlyAccessFeature
@@ -24,6 +24,11 @@ from flagstaff.surveys.model import Survey
 _encode = msgspec.json.encode
 T = TypeVar("T", Survey, EarlyAccessFeature)
 
+_DELETE_AGGREGATE = "DELETE FROM survey_aggregates WHERE project_id = $1 AND survey_id = $2"
+_FLAG_KEYS = (
+    "SELECT id, key FROM feature_flags WHERE project_id = $1 AND NOT deleted "
+    "AND id = ANY($2::bigint[])"
+)
 _INSERT_SURVEY = (
     "INSERT INTO surveys (project_id, id, name, archived, data, created_at, updated_at) "
     "VALUES ($1, $2, $3, $4, $5, $6, $6) RETURNING id"
@@ -92,12 +97,8 @@ class SurveyMethods(Protocol):
         )  # fmt: skip
 
     async def get_survey(self, project_id: int, survey_id: str) -> Survey | None:
-        data = await self.sql.fetchval(
-            "SELECT data::text FROM surveys WHERE project_id = $1 AND id = $2",
-            project_id,
-            survey_id,
-        )
-        return _survey(data) if data is not None else None
+        row = await by_id(self.sql, "surveys", "data::text", project_id, survey_id)
+        return _survey(row[0]) if row is not None else None
 
     async def survey_names(self, project_id: int) -> set[str]:
         rows = await self.sql.fetch("SELECT name FROM surveys WHERE project_id = $1", project_id)
@@ -125,24 +126,13 @@ class SurveyMethods(Protocol):
         )  # fmt: skip
 
     async def delete_survey(
-        self,
-        project_id: int,
-        survey_id: str,
-        flags: list[FlagWrite],
-        *,
+        self, project_id: int, survey_id: str, flags: list[FlagWrite], *,
         source: ChangeSource | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Delete the survey and its aggregate, and write ``flags``, in one transaction."""
-        await self._delete(
-            project_id,
-            flags,
-            source,
-            ("DELETE FROM surveys WHERE project_id = $1 AND id = $2", (project_id, survey_id)),
-            (
-                "DELETE FROM survey_aggregates WHERE project_id = $1 AND survey_id = $2",
-                (project_id, survey_id),
-            ),
-        )
+        survey = ("DELETE FROM surveys WHERE project_id = $1 AND id = $2", (project_id, survey_id))
+        counts = (_DELETE_AGGREGATE, (project_id, survey_id))
+        await self._delete(project_id, flags, source, survey, counts)
 
     async def survey_aggregates(
         self, project_id: int, survey_ids: list[str] | None
@@ -175,12 +165,8 @@ class SurveyMethods(Protocol):
     async def get_early_access_feature(
         self, project_id: int, feature_id: str
     ) -> EarlyAccessFeature | None:
-        data = await self.sql.fetchval(
-            "SELECT data::text FROM early_access_features WHERE project_id = $1 AND id = $2",
-            project_id,
-            feature_id,
-        )
-        return _feature(data) if data is not None else None
+        row = await by_id(self.sql, "early_access_features", "data::text", project_id, feature_id)
+        return _feature(row[0]) if row is not None else None
 
     async def early_access_feature_of_flag(self, project_id: int, flag_id: int) -> str | None:
         """The id of the feature linked to flag ``flag_id``, if any."""
@@ -209,22 +195,11 @@ class SurveyMethods(Protocol):
         return await self._save(project_id, feature, flags, source, statement, taken, None)
 
     async def delete_early_access_feature(
-        self,
-        project_id: int,
-        feature_id: str,
-        flags: list[FlagWrite],
-        *,
+        self, project_id: int, feature_id: str, flags: list[FlagWrite], *,
         source: ChangeSource | None = None,
-    ) -> None:
-        await self._delete(
-            project_id,
-            flags,
-            source,
-            (
-                "DELETE FROM early_access_features WHERE project_id = $1 AND id = $2",
-                (project_id, feature_id),
-            ),
-        )
+    ) -> None:  # fmt: skip
+        sql = "DELETE FROM early_access_features WHERE project_id = $1 AND id = $2"
+        await self._delete(project_id, flags, source, (sql, (project_id, feature_id)))
 
     async def _save(
         self,
@@ -300,17 +275,8 @@ class SurveyMethods(Protocol):
                 )
             }
             ids = _flag_ids(surveys, features)
-            keys: dict[int, str] = {}
-            if ids:
-                keys = {
-                    r[0]: r[1]
-                    for r in await db.fetch(
-                        "SELECT id, key FROM feature_flags WHERE project_id = $1 AND NOT deleted "
-                        "AND id = ANY($2::bigint[])",
-                        project_id,
-                        ids,
-                    )
-                }
+            rows = await db.fetch(_FLAG_KEYS, project_id, ids) if ids else []
+            keys: dict[int, str] = {r[0]: r[1] for r in rows}
             return SurveysSnapshot(surveys, features, keys, responses)
 
         return await self.sql.snapshot(read)

@@ -11,7 +11,7 @@ from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.activity.webhooks import Delivery, Webhook
 from flagstaff.store.records import Conflict, Page
 from flagstaff.store.sql.activity import write_change
-from flagstaff.store.sql.db import Db, Reader, Row, Tx, json_arg, page
+from flagstaff.store.sql.db import Db, Reader, Row, Tx, by_id, json_arg, page
 from flagstaff.store.webhook_rows import (
     DELIVERY_COLUMNS,
     WEBHOOK_COLUMNS,
@@ -30,13 +30,9 @@ _DUE = (
 
 
 async def _webhook_in(
-    conn: Reader, project_id: int, webhook_id: int, lock: str = ""
+    db: Reader, project_id: int, webhook_id: int, lock: bool = False
 ) -> Webhook | None:
-    row = await conn.fetchrow(
-        f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = $1 AND id = $2 {lock}",
-        project_id,
-        webhook_id,
-    )
+    row = await by_id(db, "webhooks", WEBHOOK_COLUMNS, project_id, webhook_id, lock)
     return webhook_record(row) if row else None
 
 
@@ -68,15 +64,9 @@ class WebhookMethods(Protocol):
             made = await _webhook_in(tx, webhook.project_id, int(webhook_id))
             assert made is not None
             await write_change(
-                tx,
-                made.project_id,
-                Scope.WEBHOOK,
-                made.id,
-                source,
-                None,
-                webhook_activity(made),
+                tx, made.project_id, Scope.WEBHOOK, made.id, source, None, webhook_activity(made),
                 made.created_at_ms,
-            )
+            )  # fmt: skip
             return made
 
         return await self.sql.write(write)
@@ -104,7 +94,7 @@ class WebhookMethods(Protocol):
         names = [n for n in _WRITABLE if n in changes]
 
         async def write(tx: Tx) -> Webhook | None:
-            before = await _webhook_in(tx, project_id, webhook_id, "FOR UPDATE")
+            before = await _webhook_in(tx, project_id, webhook_id, lock=True)
             if before is None:
                 return None
             if names:
@@ -117,15 +107,9 @@ class WebhookMethods(Protocol):
             after = await _webhook_in(tx, project_id, webhook_id)
             assert after is not None
             await write_change(
-                tx,
-                project_id,
-                Scope.WEBHOOK,
-                webhook_id,
-                source,
-                webhook_activity(before),
-                webhook_activity(after, "secret" in changes),
-                now_ms,
-            )
+                tx, project_id, Scope.WEBHOOK, webhook_id, source, webhook_activity(before),
+                webhook_activity(after, "secret" in changes), now_ms,
+            )  # fmt: skip
             return after
 
         return await self.sql.write(write)
@@ -136,21 +120,15 @@ class WebhookMethods(Protocol):
         """Delete the webhook and its deliveries."""
 
         async def write(tx: Tx) -> bool:
-            before = await _webhook_in(tx, project_id, webhook_id, "FOR UPDATE")
+            before = await _webhook_in(tx, project_id, webhook_id, lock=True)
             if before is None:
                 return False
             await tx.execute("DELETE FROM webhook_deliveries WHERE webhook_id = $1", webhook_id)
             await tx.execute("DELETE FROM webhooks WHERE id = $1", webhook_id)
             await write_change(
-                tx,
-                project_id,
-                Scope.WEBHOOK,
-                webhook_id,
-                source,
-                webhook_activity(before),
-                None,
+                tx, project_id, Scope.WEBHOOK, webhook_id, source, webhook_activity(before), None,
                 now_ms,
-            )
+            )  # fmt: skip
             return True
 
         return await self.sql.write(write)

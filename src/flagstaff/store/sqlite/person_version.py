@@ -1,7 +1,7 @@
 """The data dir's person version: one number that every commit changing persons, distinct ids,
 groups, hash-key overrides or static cohort members increments, shared by every process.
 
-It is a :class:`~flagstaff.server.changes.ChangeCounter` in ``<db>.person-version``: reading it
+It is a :class:`~flagstaff.store.changes.ChangeCounter` in ``<db>.person-version``: reading it
 is one 8-byte load, so a worker can check it on every /flags request and keep the stored flag
 contexts it read (:class:`FlagContextCache`) for as long as it has not moved. Writers
 increment it right after their ``COMMIT``, before any request is answered: an ``$identify``
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flagstaff.server.changes import ChangeCounter
+from flagstaff.store.changes import ChangeCounter
 from flagstaff.store.records import FlagContext
 
 MAX_CONTEXTS = 20_000

@@ -25,31 +25,11 @@ import msgspec
 
 from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.server.changes import ChangeCounter
-from flagstaff.store.records import (
-    Definitions,
-    FlagContext,
-    Group,
-    IngestResult,
-    Person,
-    StoredEvent,
-)
-from flagstaff.store.rows import (
-    COHORT_COLUMNS,
-    FLAG_COLUMNS,
-    GROUP_COLUMNS,
-    definitions_record,
-    event_record,
-    group_record,
-)
-from flagstaff.store.sql.accounts import Accounts
-from flagstaff.store.sql.approvals import ApprovalMethods
+from flagstaff.store.changes import ChangeCounter
+from flagstaff.store.records import EventQuery, FlagContext, IngestResult, Person, StoredEvent
+from flagstaff.store.rows import event_record
 from flagstaff.store.sql.db import Tx
-from flagstaff.store.sql.experiments import ExperimentMethods
-from flagstaff.store.sql.flags import FlagMethods
-from flagstaff.store.sql.projects import ProjectMethods
-from flagstaff.store.sql.surveys import SurveyMethods
-from flagstaff.store.sql.webhooks import WebhookMethods
+from flagstaff.store.sql.methods import ManagementMethods
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.dialect import SQLiteConnection, SQLiteDb
@@ -74,17 +54,7 @@ def _conn(tx: Tx) -> sqlite3.Connection:
     return tx.conn
 
 
-class SQLiteStore(
-    ProjectMethods,
-    FlagMethods,
-    Accounts,
-    SurveyMethods,
-    ExperimentMethods,
-    TeamStoreMixin,
-    ApprovalMethods,
-    WebhookMethods,
-    UsageMixin,
-):
+class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(
@@ -156,43 +126,10 @@ class SQLiteStore(
 
     # what /flags reads -----------------------------------------------------------------
 
-    async def definitions_version(self, project_id: int) -> int:
-        row = self.db.execute(
-            "SELECT version FROM definitions_version WHERE project_id = ?", (project_id,)
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    async def definitions(self, project_id: int) -> Definitions:
-        db = self.db
-        db.execute("BEGIN")
-        try:
-            version = await self.definitions_version(project_id)
-            flag_rows = db.execute(
-                f"SELECT {FLAG_COLUMNS} FROM feature_flags "
-                "WHERE project_id = ? AND deleted = 0 ORDER BY key",
-                (project_id,),
-            ).fetchall()
-            cohort_rows = db.execute(
-                f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE project_id = ? AND deleted = 0",
-                (project_id,),
-            ).fetchall()
-            type_rows = db.execute(
-                "SELECT group_type_index, group_type FROM group_types WHERE project_id = ?",
-                (project_id,),
-            ).fetchall()
-        finally:
-            db.execute("COMMIT")
-        return definitions_record(version, flag_rows, cohort_rows, type_rows)
-
     async def flag_context(
-        self,
-        project_id: int,
-        distinct_id: str,
-        groups: dict[int, str],
-        *,
-        overrides: bool = False,
-        static_cohorts: bool = False,
-    ) -> FlagContext:
+        self, project_id: int, distinct_id: str, groups: dict[int, str], *,
+        overrides: bool = False, static_cohorts: bool = False,
+    ) -> FlagContext:  # fmt: skip
         """The stored person, overrides, static cohorts and groups; served from this worker's
         cache while the person version has not moved (read-your-writes, see person_version)."""
         cache = self._contexts
@@ -323,28 +260,8 @@ class SQLiteStore(
         ]
         return Person(row[0], row[1], _decode(row[2]), bool(row[3]), row[4], ids)
 
-    async def get_group(
-        self, project_id: int, group_type_index: int, group_key: str
-    ) -> Group | None:
-        row = self.db.execute(
-            f"SELECT {GROUP_COLUMNS} "
-            "WHERE g.project_id = ? AND g.group_type_index = ? AND g.group_key = ?",
-            (project_id, group_type_index, group_key),
-        ).fetchone()
-        return group_record(row) if row is not None else None
-
-    async def list_events(
-        self,
-        project_id: int,
-        *,
-        distinct_id: str | None = None,
-        event: str | None = None,
-        after_ms: int | None = None,
-        before_ms: int | None = None,
-        cursor: tuple[int, int] | None = None,
-        limit: int = 100,
-    ) -> list[StoredEvent]:
-        """Newest first by timestamp; ``cursor`` is the (timestamp, seq) of the last row seen.
+    async def list_events(self, project_id: int, query: EventQuery) -> list[StoredEvent]:
+        """Newest first by timestamp (see :class:`~flagstaff.store.records.EventQuery`).
 
         By distinct id: the events past the index's watermark plus the indexed entries
         (``events_by_distinct_id``), one bucket at a time, newest bucket first, read in one
@@ -353,21 +270,23 @@ class SQLiteStore(
         """
         where: list[str] = []
         args: list[Any] = []
-        if event is not None:
+        if query.event is not None:
             where.append("e.event = ?")
-            args.append(event)
-        if after_ms is not None:
+            args.append(query.event)
+        if query.after_ms is not None:
             where.append("e.timestamp_ms > ?")
-            args.append(after_ms)
-        if before_ms is not None:
+            args.append(query.after_ms)
+        if query.before_ms is not None:
             where.append("e.timestamp_ms < ?")
-            args.append(before_ms)
-        if cursor is not None:
+            args.append(query.before_ms)
+        if query.cursor is not None:
             # the "<=" bounds the index range, the rest of the test then holds per row
             where.append("e.timestamp_ms <= ? AND (e.timestamp_ms < ? OR e.seq < ?)")
-            args.extend([cursor[0], cursor[0], cursor[1]])
-        if distinct_id is None:
-            rows = self._event_rows("", ["e.project_id = ?", *where], [project_id, *args], limit)
+            args.extend([query.cursor[0], query.cursor[0], query.cursor[1]])
+        if query.distinct_id is None:
+            rows = self._event_rows(
+                "", ["e.project_id = ?", *where], [project_id, *args], query.limit
+            )
         else:
             indexed = [
                 w.replace("e.timestamp_ms", "x.timestamp_ms").replace("e.seq", "x.seq")
@@ -381,28 +300,28 @@ class SQLiteStore(
                 rows = self._event_rows(
                     "",
                     ["+e.project_id = ?", "e.seq > ?", "e.distinct_id = ?", *where],
-                    [project_id, mark, distinct_id, *args],
-                    limit,
+                    [project_id, mark, query.distinct_id, *args],
+                    query.limit,
                 )
                 for bucket in event_index.buckets(db, project_id):
                     newer: list[str] = []
                     floor: list[Any] = []
-                    if len(rows) >= limit:
+                    if len(rows) >= query.limit:
                         rows.sort(key=lambda r: (r[5], r[0]), reverse=True)
-                        del rows[limit:]
+                        del rows[query.limit :]
                         # older buckets hold smaller seqs: on a tied timestamp they come after
                         newer, floor = ["x.timestamp_ms > ?"], [rows[-1][5]]
                     rows += self._event_rows(
                         "JOIN events_by_distinct_id x ON x.seq = e.seq ",
                         ["x.project_id = ?", "x.bucket = ?", "x.distinct_id = ?", *newer, *indexed],
-                        [project_id, bucket, distinct_id, *floor, *args],
-                        limit,
+                        [project_id, bucket, query.distinct_id, *floor, *args],
+                        query.limit,
                         order="x.timestamp_ms DESC, x.seq DESC",
                     )
             finally:
                 db.execute("COMMIT")
             rows.sort(key=lambda r: (r[5], r[0]), reverse=True)
-            del rows[limit:]
+            del rows[query.limit :]
         return [event_record(r) for r in rows]
 
     def _event_rows(

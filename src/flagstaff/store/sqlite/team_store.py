@@ -134,11 +134,3 @@ class TeamStoreMixin:
             (*args, limit, offset),
         ).fetchall()
         return [group_record(r) for r in rows]
-
-    async def static_member_sample(self, project_id: int, cohort_id: int, limit: int) -> list[str]:
-        rows = self.db.execute(
-            "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
-            "WHERE c.project_id = ? AND c.id = ? ORDER BY m.distinct_id LIMIT ?",
-            (project_id, cohort_id, limit),
-        ).fetchall()
-        return [r[0] for r in rows]
