@@ -7,7 +7,7 @@ import re
 from flagstaff.accounts.passwords import hash_password, password_problem
 from flagstaff.accounts.records import Role, User
 from flagstaff.accounts.store import AccountStore
-from flagstaff.store.base import Conflict
+from flagstaff.common.errors import Conflict
 
 MAX_EMAIL_LENGTH = 254
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")

@@ -1,1 +1,2 @@
-"""Pure definitions every product shares: units of time, a rejected definition's problems."""
+"""Pure definitions every part shares: units of time, the contract's shared limits, a rejected
+definition's problems, the stores' errors."""

@@ -21,13 +21,13 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from flagstaff.accounts import cookies, csrf, passwords, sessions, throttle
+from flagstaff.accounts import login as console_session
 from flagstaff.accounts.roles import Action, Principal, can
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.console import charts, paging, templates, usage, views
-from flagstaff.console import session as console_session
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
 from flagstaff.store.base import Person

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flagstaff.accounts import api_keys, cookies, csrf, sessions
+from flagstaff.accounts import login as console_session
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.roles import Action, AuthMethod, Principal, permission_problem
 from flagstaff.accounts.store import AccountStore
-from flagstaff.console import session as console_session
 from flagstaff.http.errors import ApiError
 
 
