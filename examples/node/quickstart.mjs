@@ -1,10 +1,10 @@
 // Send events and evaluate a flag with posthog-node against a local Flagstaff.
 // Run: cd examples/node && npm install
 //      FLAGSTAFF_TOKEN=phc_... FLAGSTAFF_PERSONAL_KEY=phx_... node quickstart.mjs
-// (FLAGSTAFF_HOST defaults to http://127.0.0.1:8000.)
+// (FLAGSTAFF_URL, the server's URL, defaults to http://127.0.0.1:8000.)
 import { PostHog } from 'posthog-node'
 
-const host = process.env.FLAGSTAFF_HOST ?? 'http://127.0.0.1:8000'
+const host = process.env.FLAGSTAFF_URL ?? 'http://127.0.0.1:8000'
 const api = (path, init = {}) =>
     fetch(`${host}/api/projects/@current${path}`, {
         ...init,
@@ -21,7 +21,8 @@ posthog.capture({ distinctId: 'quickstart-node', event: 'checkout opened', prope
 await posthog.flush() // events are stored once the server answers
 
 for (const user of ['quickstart-node', 'someone-else']) {
-    console.log(`new-checkout for ${user}:`, await posthog.getFeatureFlag('new-checkout', user))
+    const flags = await posthog.evaluateFlags(user) // one /flags call; reads send $feature_flag_called
+    console.log(`new-checkout for ${user}:`, flags.getFlag('new-checkout'))
 }
 await posthog.shutdown()
 

@@ -1,7 +1,9 @@
 """Send events and evaluate a flag with posthog-python against a local Flagstaff.
 
-Run: FLAGSTAFF_TOKEN=phc_... FLAGSTAFF_PERSONAL_KEY=phx_... python examples/python/quickstart.py
-(FLAGSTAFF_HOST defaults to http://127.0.0.1:8000; `pip install posthog` first.)
+Install what it needs, then run it:
+    pip install -r examples/python/requirements.txt
+    FLAGSTAFF_TOKEN=phc_... FLAGSTAFF_PERSONAL_KEY=phx_... python examples/python/quickstart.py
+(FLAGSTAFF_URL, the server's URL, defaults to http://127.0.0.1:8000.)
 """
 
 import os
@@ -9,7 +11,7 @@ import os
 import requests
 from posthog import Posthog
 
-host = os.environ.get("FLAGSTAFF_HOST", "http://127.0.0.1:8000")
+host = os.environ.get("FLAGSTAFF_URL", "http://127.0.0.1:8000")
 api = requests.Session()
 api.headers["Authorization"] = f"Bearer {os.environ['FLAGSTAFF_PERSONAL_KEY']}"
 flags_url = f"{host}/api/projects/@current/feature_flags/"
@@ -24,7 +26,8 @@ posthog.capture("checkout opened", distinct_id="quickstart-user", properties={"c
 posthog.flush()  # events are stored once the server answers
 
 for user in ("quickstart-user", "someone-else"):
-    print(f"new-checkout for {user}:", posthog.get_feature_flag("new-checkout", user))
+    flags = posthog.evaluate_flags(user)  # one /flags call; reads send $feature_flag_called
+    print(f"new-checkout for {user}:", flags.get_flag("new-checkout"))
 posthog.shutdown()
 
 events = api.get(

@@ -302,3 +302,21 @@ def test_flags_explain_reads_what_flags_reads(tmp_path: Path) -> None:
     assert r.returncode == 1 and "no flag with key 'nope'" in r.stderr
     r = cli(data, *args, "--groups", "{nope")
     assert r.returncode == 1 and "--groups is not JSON" in r.stderr
+
+
+def test_serve_refuses_a_url_for_its_listen_address_before_creating_anything(
+    tmp_path: Path,
+) -> None:
+    """``FLAGSTAFF_HOST`` exported for the examples (a URL) must not make ``serve`` create a
+    project and then fail: the address is checked first, and the message names it."""
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [sys.executable, "-m", "flagstaff", "serve", "--data-dir", str(data), "--port", "8123"],
+        env={**ENV, "FLAGSTAFF_HOST": "http://127.0.0.1:8000"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "not a URL" in done.stderr and "FLAGSTAFF_HOST" in done.stderr
+    assert not (data / "flagstaff.sqlite3").exists()

@@ -96,6 +96,9 @@ def test_experiment_lifecycle_creates_and_launches_its_flag(api: Api) -> None:
         ("test", 50),
     ]
     assert created["metrics"][0]["uuid"] == "m-funnel"
+    # The experiment shows the variants its flag serves (PostHog's defaults here), not [].
+    shown = created["parameters"]["feature_flag_variants"]
+    assert [(v["key"], v["rollout_percentage"]) for v in shown] == [("control", 50), ("test", 50)]
 
     got = api.get(f"{EXPERIMENTS}{eid}/").json()
     assert got["id"] == eid and got["name"] == "Checkout test"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -61,9 +62,23 @@ def test_first_start_creates_and_prints_project_and_key_once(tmp_path: Path) -> 
     token, key = created["project_token"], created["personal_api_key"]
     assert token.startswith("phc_") and key.startswith("phx_")
     assert any(line["msg"].startswith("flagstaff ") and "url" in line for line in lines)
+    # Nobody can log in to the console yet: the start says how to make its first admin.
+    hint = next(line for line in lines if "command" in line)
+    assert hint["console_url"] == f"http://127.0.0.1:{port}/"
+    command = shlex.split(hint["command"])
+    assert command[:2] == ["flagstaff", "user"] and command[-2:] == ["--data-dir", str(data)]
+    made = subprocess.run(
+        [sys.executable, "-m", "flagstaff", *command[1:]],
+        input=b"a long enough password\n",
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
     second = run_once()
     assert all(json.loads(line) for line in second.splitlines())
     assert "phx_" not in second and "phc_" not in second, second
+    assert "user create" not in second  # an admin exists now
 
     srv = Server(
         data_dir=data,

@@ -24,7 +24,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def _env(server: Server) -> dict[str, str]:
     return {
         **os.environ,
-        "FLAGSTAFF_HOST": server.url,
+        "FLAGSTAFF_URL": server.url,
         "FLAGSTAFF_TOKEN": PROJECT_TOKEN,
         "FLAGSTAFF_PERSONAL_KEY": PERSONAL_KEY,
     }

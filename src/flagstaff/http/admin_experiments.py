@@ -64,6 +64,10 @@ async def experiment_json(ctx: AdminContext, record: ExperimentRecord) -> dict[s
         if record.holdout_id is not None
         else None
     )
+    parameters = out.setdefault("parameters", {})
+    parameters["feature_flag_variants"] = _variants_now(flag) or msgspec.to_builtins(
+        record.definition.variants
+    )
     out.update(
         id=record.id,
         feature_flag=_flag_json(flag),
@@ -75,6 +79,19 @@ async def experiment_json(ctx: AdminContext, record: ExperimentRecord) -> dict[s
         updated_at=record.updated_at,
     )
     return out
+
+
+def _variants_now(flag: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The variants and split the experiment's flag serves now (its multivariate filters)."""
+    multivariate = ((flag or {}).get("filters") or {}).get("multivariate") or {}
+    variants = multivariate.get("variants") if isinstance(multivariate, dict) else None
+    if not isinstance(variants, list):
+        return []
+    return [
+        {k: v[k] for k in ("key", "name", "rollout_percentage") if k in v}
+        for v in variants
+        if isinstance(v, dict)
+    ]
 
 
 async def _holdout_of(ctx: AdminContext, definition: ExperimentDefinition) -> Holdout | None:

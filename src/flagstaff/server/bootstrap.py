@@ -71,7 +71,25 @@ async def bootstrap(store: Store, settings: Settings) -> list[Notice]:
         )
     if settings.init_admin_email:
         notices += await _init_admin(store, settings, project)
+    if await _accounts(store).count_users() == 0:
+        notices.append(_no_admin_yet(settings))
     return notices
+
+
+def _no_admin_yet(settings: Settings) -> Notice:
+    """How to open the console while nobody can log in: the exact command that makes the
+    first admin (said at every start until there is one)."""
+    where = (
+        f" --database-url {settings.database_url}"
+        if settings.database_url
+        else f" --data-dir {settings.data_dir}"
+    )
+    command = f"flagstaff user create --email you@example.com --password -{where}"
+    return Notice(
+        f"the console at http://{settings.host}:{settings.port}/ has no user yet: create its "
+        f"first admin with: {command} (the password is read from stdin)",
+        {"console_url": f"http://{settings.host}:{settings.port}/", "command": command},
+    )
 
 
 def _accounts(store: Store) -> AccountStore:

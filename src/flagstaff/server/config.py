@@ -120,6 +120,11 @@ class Settings:
         return settings
 
     def validate(self) -> None:
+        if "/" in self.host or not self.host.strip():
+            raise ConfigError(
+                f"host (FLAGSTAFF_HOST, --host) is the address to listen on, such as 127.0.0.1 "
+                f"or 0.0.0.0, not a URL: got {self.host!r}"
+            )
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be between 1 and 65535, got {self.port}")
         if self.workers < 1:
