@@ -459,3 +459,46 @@ def test_flag_quota_answers_429(limited_server: Server) -> None:
         # /flags shares the quota
         over = client.post("/flags?v=2", json={"api_key": PROJECT_TOKEN, "distinct_id": "q"})
         assert over.json()["quotaLimited"] == ["feature_flags"]
+
+
+# flag usage and experiment exposures ------------------------------------------------------
+
+
+def test_reads_of_one_flag_count_for_usage_and_exposures_once(project: Project) -> None:
+    """A single-flag evaluation is a read, recorded as $feature_flag_called once per person and
+    value (as the PostHog SDKs send it); a bulk evaluation is a prefetch and records nothing."""
+    r = project.api.post(
+        "/api/projects/@current/experiments/",
+        json={"name": "OFREP test", "feature_flag_key": "ofrep-exp",
+              "start_date": "2024-01-01T00:00:00Z"},
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    experiment = r.json()["id"]
+    project.visible("ofrep-exp")
+    flag_id = project.api.get(f"/flags/definitions?token={project.token}").json()["flags"][0]["id"]
+    persons = [f"exp-{i}" for i in range(12)]
+    expected: dict[str, int] = {}
+    for distinct_id in persons:
+        variant = project.flags(distinct_id)["ofrep-exp"]
+        expected[variant] = expected.get(variant, 0) + 1
+        assert project.value("ofrep-exp", {"targetingKey": distinct_id})["value"] == variant
+    assert len(expected) == 2, expected
+
+    def exposures() -> dict[str, int]:
+        r = project.api.get(f"/api/projects/@current/experiments/{experiment}/results/")
+        assert r.status_code == 200, r.text
+        return dict(r.json()["exposures"])
+
+    def usage() -> dict[str, Any]:
+        r = project.api.get(f"/api/projects/@current/feature_flags/{flag_id}/usage/")
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    assert exposures() == expected
+    assert usage()["total"] == len(persons) and usage()["values"] == expected
+    for distinct_id in persons:  # read again: already recorded
+        project.value("ofrep-exp", {"targetingKey": distinct_id})
+    for i in range(5):  # bulk evaluations of new persons: not reads
+        assert project.bulk({"targetingKey": f"bulk-{i}"}).status_code == 200
+    assert exposures() == expected
+    assert usage()["total"] == len(persons)

@@ -10,7 +10,9 @@
 Authorised by the project token as ``Authorization: Bearer <token>`` or ``X-API-Key``. The
 evaluation is ``/flags``'s own (:func:`flagstaff.http.flags.compute_flags`: stored persons and
 groups, overrides, cohorts, dependencies, GeoIP) and counts as a ``/flags`` request for the
-metrics and the flag quota (429 with ``Retry-After`` when over it). The PostHog-to-OFREP
+metrics and the flag quota (429 with ``Retry-After`` when over it). A read of one flag is
+recorded as ``$feature_flag_called`` for flag usage and experiment exposures, as the PostHog
+SDKs send it (:mod:`flagstaff.server.flag_reads`). The PostHog-to-OFREP
 mapping is :mod:`flagstaff.flags.ofrep`. Every failure answers ``errorCode`` and
 ``errorDetails`` (with ``key`` on the single endpoint).
 """
@@ -122,6 +124,7 @@ async def _evaluate_one(svc: Services, request: Request, key: str) -> Response:
         detail = f"no flag has the key {key!r}"
         return Response(_encode(ofrep.failure(key, ofrep.FLAG_NOT_FOUND, detail)), 404)
     if not flag.active:
+        await _record_read(svc, project, ctx, key, False)
         return Response(_encode(ofrep.disabled(key)))
     results, errors = await compute_flags(svc, request, ofrep.flags_payload(ctx, key), project, pf)
     if errors:
@@ -137,7 +140,15 @@ async def _evaluate_one(svc: Services, request: Request, key: str) -> Response:
         return Response(_encode(ofrep.failure(key, ofrep.FLAG_NOT_FOUND, detail)), 404)
     if result.failed:
         return Response(_encode(ofrep.failure(key, ofrep.GENERAL, ofrep.FAILED_DETAIL)), 500)
+    await _record_read(svc, project, ctx, key, ofrep.value_of(result))
     return Response(_encode(ofrep.success(result, flag)))
+
+
+async def _record_read(
+    svc: Services, project: Project, ctx: ofrep.OfrepContext, key: str, value: bool | str
+) -> None:
+    """A read of one flag counts for flag usage and exposures (``server/flag_reads.py``)."""
+    svc.metrics.events_ingested += await svc.flag_reads.record(project, ctx.distinct_id, key, value)
 
 
 def _matches(if_none_match: str | None, etag: str) -> bool:
