@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the end-to-end tests need: Debian's Chromium and the npm tooling
-# (posthog-node, posthog-js, playwright-core) in tests/e2e/tooling. Safe to run repeatedly.
+# (posthog-node, posthog-js, playwright-core, the OpenFeature SDKs and OFREP providers) in
+# tests/e2e/tooling. Safe to run repeatedly.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

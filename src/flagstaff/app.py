@@ -22,7 +22,7 @@ from typing import Any
 from flagstaff.accounts.csrf import SAFE_METHODS
 from flagstaff.accounts.store import AccountStore
 from flagstaff.console.wiring import console_for
-from flagstaff.http import capture, flags, ops, products, rsgi, static, surveys
+from flagstaff.http import capture, flags, ofrep, ops, products, rsgi, static, surveys
 from flagstaff.http.admin import ROUTES, build_admin
 from flagstaff.http.asgi import (
     Receive,
@@ -77,6 +77,12 @@ def public_routes() -> dict[str, PublicRoute]:
         "/api/feature_flag/local_evaluation": PublicRoute(
             "/api/feature_flag/local_evaluation", flags.definitions_endpoint, _GET, True
         ),
+        "/ofrep/v1/evaluate/flags": PublicRoute(
+            "/ofrep/v1/evaluate/flags", ofrep.evaluate_flags_endpoint, _POST, True
+        ),
+        "/ofrep/v1/configuration": PublicRoute(
+            "/ofrep/v1/configuration", ofrep.configuration_endpoint, _GET, True
+        ),
     }
     for path, handler in (
         ("/api/web_experiments", products.web_experiments_endpoint),
@@ -98,7 +104,10 @@ _STATIC = PublicRoute("/static/{name}", static.static_endpoint, _GET, True)
 _REMOTE_CONFIG = PublicRoute(
     "/api/projects/{id}/feature_flags/{key}/remote_config", flags.remote_config_endpoint, _GET, True
 )
-PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG)
+_OFREP_FLAG = PublicRoute(
+    "/ofrep/v1/evaluate/flags/{key}", ofrep.evaluate_flag_endpoint, _POST, True
+)
+PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG, _OFREP_FLAG)
 """Public routes found by a path prefix rather than the dict look-up."""
 
 
@@ -142,6 +151,8 @@ class FlagstaffApp:
             return _STATIC
         if key.startswith("/api/projects/") and key.endswith("/remote_config"):
             return _REMOTE_CONFIG
+        if key.startswith(ofrep.SINGLE_PREFIX):
+            return _OFREP_FLAG
         return None
 
     # The request handling both interfaces share ---------------------------------------------

@@ -17,7 +17,16 @@ NODE_MODULES = TOOLING / "node_modules"
 ARRAY_JS = NODE_MODULES / "posthog-js" / "dist" / "array.full.js"
 CHROMIUM = Path(os.environ.get("FLAGSTAFF_CHROMIUM", "/usr/bin/chromium"))
 INSTALL = "bash scripts/install-e2e-deps.sh"
-NPM_PACKAGES = ("posthog-node", "posthog-js", "playwright-core")
+NPM_PACKAGES = (
+    "posthog-node",
+    "posthog-js",
+    "playwright-core",
+    "@openfeature/core",
+    "@openfeature/server-sdk",
+    "@openfeature/ofrep-provider",
+    "@openfeature/web-sdk",
+    "@openfeature/ofrep-web-provider",
+)
 
 
 def _pinned_versions() -> dict[str, str]:

@@ -31,6 +31,7 @@ class CompiledFlags:
         "_plans",
         "continuity_flag_keys",
         "has_dependency_cycle",
+        "inactive_keys",
         "keys",
         "uses_static_cohorts",
     )
@@ -49,6 +50,8 @@ class CompiledFlags:
         self._plans: dict[PlanKey, tuple[Runner, ...]] = {}
         self._lock = threading.Lock()
         self.keys = frozenset(self._by_key)
+        self.inactive_keys = tuple(flag.key for flag in flags if not flag.active)
+        """The flags that are switched off (left out of every answer of /flags)."""
         self.continuity_flag_keys = continuity_flag_keys
         self.uses_static_cohorts = uses_static_cohorts
         self.has_dependency_cycle = has_dependency_cycle

@@ -71,6 +71,13 @@ async def project_for_token(svc: Services, token: Any) -> Project:
     return project
 
 
+def count_flag_request(svc: Services, project: Project) -> bool:
+    """Count one flag request (metrics, the project's flag quota); True when it is over
+    the quota. Every flag-evaluating endpoint (/flags, /decide, OFREP) counts this way."""
+    svc.metrics.flag_requests += 1
+    return svc.quotas.flags_exceeded(project.id)
+
+
 def _distinct_id(payload: Mapping[str, Any]) -> str:
     """The request's distinct id, cut to 200 characters. An empty one is answered (as
     PostHog does: it hashes to 0.0); only a missing one is refused."""
@@ -370,20 +377,18 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     payload = _decode_request(svc, request)
     token = payload.get("api_key") or payload.get("token") or payload.get("$token")
     project = await project_for_token(svc, token)
-    svc.metrics.flag_requests += 1
+    limited = count_flag_request(svc, project)
     request_id = str(uuid_utils.uuid4())
     want_config = request.query.get("config") in ("true", "1", "True")
     pf = await svc.definitions.get(project.id)
 
-    if svc.quotas.flags_exceeded(project.id):
+    if limited:
         results: list[FlagResult] = []
         errors = False
-        limited = True
     elif payload.get("disable_flags") is True:
-        results, errors, limited = [], False, False
+        results, errors = [], False
     else:
         results, errors = await compute_flags(svc, request, payload, project, pf)
-        limited = False
     if errors:
         svc.metrics.flag_errors += 1
 

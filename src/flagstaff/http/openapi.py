@@ -21,6 +21,7 @@ from starlette.routing import Route
 from flagstaff import __version__
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
+from flagstaff.http import ofrep_schemas as of
 from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
 from flagstaff.http import team_schemas as t
@@ -291,6 +292,13 @@ _CAPTURE = Doc(
     ),
     extra=((204, "stored (beacon=1)"),),
 )
+_OFREP_AUTH = "the project token as Authorization: Bearer <token> or X-API-Key"
+_OFREP_ERRORS = (
+    (400, of.OfrepFailure, "PARSE_ERROR, TARGETING_KEY_MISSING or INVALID_CONTEXT"),
+    (401, of.OfrepFailure, "no project has this token (or none was sent)"),
+    (429, of.OfrepFailure, "over the project's flag quota this minute (Retry-After)"),
+    (500, of.OfrepFailure, "the flag could not be evaluated"),
+)
 _PUBLIC: dict[str, Doc] = {
     "/_health": Doc("Liveness", s.Status, errors=()),
     "/_ready": Doc(
@@ -303,6 +311,29 @@ _PUBLIC: dict[str, Doc] = {
         _FLAGS_OR_LEGACY,
         s.FlagsRequest,
         query=_FLAGS_QUERY,
+    ),
+    "/ofrep/v1/evaluate/flags/{key}": Doc(
+        f"OpenFeature (OFREP): evaluate one flag for a context; {_OFREP_AUTH}",
+        of.OfrepEvaluation,
+        of.OfrepEvaluationRequest,
+        errors=(),
+        alternates=(*_OFREP_ERRORS, (404, of.OfrepFailure, "FLAG_NOT_FOUND")),
+    ),
+    "/ofrep/v1/evaluate/flags": Doc(
+        f"OpenFeature (OFREP): evaluate every flag for a context, with an ETag (304 to a "
+        f"matching If-None-Match); {_OFREP_AUTH}",
+        of.OfrepBulkEvaluation,
+        of.OfrepEvaluationRequest,
+        extra=((304, "no answer changed since the ETag given"),),
+        errors=(),
+        alternates=_OFREP_ERRORS,
+    ),
+    "/ofrep/v1/configuration": Doc(
+        f"OpenFeature (OFREP): the server's name, value types and polling hint; {_OFREP_AUTH}",
+        of.OfrepConfiguration,
+        extra=((304, "unchanged since the ETag given"),),
+        errors=(),
+        alternates=((401, of.OfrepFailure, "no project has this token (or none was sent)"),),
     ),
     "/flags/definitions": _DEFINITIONS,
     "/api/feature_flag/local_evaluation": _DEFINITIONS,
@@ -440,7 +471,7 @@ def _operation(
 def _tag(path: str) -> str:
     if path in SELF_PATHS or path in ("/_health", "/_ready", "/metrics"):
         return "Operations"
-    flag_paths = ("/flags", "/decide", "/array", "/api/feature_flag/")
+    flag_paths = ("/flags", "/decide", "/array", "/api/feature_flag/", "/ofrep/")
     if path.endswith("/remote_config") or path.startswith(flag_paths):
         return "Flags (SDKs)"
     if path.startswith("/api/"):

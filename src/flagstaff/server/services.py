@@ -14,6 +14,7 @@ from flagstaff.ops import logs
 from flagstaff.ops.metrics import Metrics, MetricsFiles
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.server.config import Settings
+from flagstaff.server.flag_reads import FlagReads
 from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
@@ -54,6 +55,8 @@ class Services:
         self.quotas = Quotas(
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
         )
+        self.flag_reads = FlagReads(self.store)
+        """OFREP's reads of one flag, recorded as $feature_flag_called."""
         self.geoip: GeoIP | None = None
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
