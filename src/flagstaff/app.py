@@ -31,17 +31,20 @@ from flagstaff.http.asgi import (
     Scope,
     Send,
     cors_headers,
+    discard_body,
     read_body,
     send_response,
 )
 from flagstaff.http.auth import principal_auth
 from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
-from flagstaff.http.limits import RETRY_AFTER_SECONDS, BodyReaders, MemoryBudget
+from flagstaff.http.limits import RETRY_AFTER_SECONDS, BodyReaders, MemoryBudget, linger_bytes
 from flagstaff.http.openapi import openapi_document, schema_route
+from flagstaff.http.unavailable import store_unavailable
 from flagstaff.ops import logs
 from flagstaff.ops.allocator import tune_allocator
 from flagstaff.server.config import Settings
+from flagstaff.server.outage import OUTAGE
 from flagstaff.server.services import Services
 
 Handler = Callable[[Services, Request], Awaitable[Response]]
@@ -109,6 +112,11 @@ still on the connection, so the client must not send its next request there (HTT
 RFC 9112 section 9.6); without it a client reusing the connection may see it dropped."""
 
 
+_NO_LINGER = frozenset({400, 408})
+"""Early answers after which the rest of the body is not read: the client went away (400) or
+stopped sending (408)."""
+
+
 def _content_length(value: str | None) -> int:
     return int(value) if value is not None and value.isdigit() else 0
 
@@ -164,6 +172,7 @@ class FlagstaffApp:
             )
         cost = 0
         unread = method == "POST"
+        declared = 0
         try:
             if unread:
                 limit = self._body_limit
@@ -180,10 +189,16 @@ class FlagstaffApp:
             return await route.handler(self.services, request)  # type: ignore[arg-type]
         except ApiError as exc:
             headers = [_RETRY_AFTER] if exc.status == 503 else []
+            linger = 0
             if unread:
                 headers.append(_CLOSE)
-            return Response(exc.body(), exc.status, headers=headers or None)
-        except Exception:
+                if exc.status not in _NO_LINGER:
+                    linger = linger_bytes(declared, self._body_limit)
+            return Response(exc.body(), exc.status, headers=headers or None, linger=linger)
+        except Exception as exc:
+            refusal = store_unavailable(exc, request.path)
+            if refusal is not None:
+                return Response(refusal.body(), 503, headers=[_RETRY_AFTER])
             logs.logger.exception("unhandled error on %s", request.path)
             return Response(error_body(500, "server_error", "the server failed to answer"), 500)
         finally:
@@ -218,11 +233,20 @@ class FlagstaffApp:
         route = self._route_for(scope["path"])
         request = Request(scope, b"")
         if route is None:
-            status = await self._admin(scope, receive, send)
+            if not _has_body(request):
+                status = await self._admin(scope, receive, send)
+            else:
+                tracked = _TrackedReceive(receive)
+                status = await self._admin(scope, tracked, send)
+                if not tracked.complete:  # answered before its body was read (a 413)
+                    declared = _content_length(request.headers.get("content-length"))
+                    await discard_body(receive, linger_bytes(declared, self._body_limit))
             self._done("/api", request, status, started)
             return
         response = await self._answer(route, request, read_body, receive)
         await send_response(send, response, cors_headers(scope) if route.cors else None)
+        if response.linger:
+            await discard_body(receive, response.linger)
         self._done(route.name, request, response.status, started)
 
     # RSGI (granian's native interface): what `flagstaff serve` runs ---------------------------
@@ -241,7 +265,12 @@ class FlagstaffApp:
             try:
                 body = await rsgi.read_body(request, self._body_limit, self.readers)
             except ApiError as exc:
-                protocol.response_bytes(exc.status, rsgi.JSON_HEADERS, exc.body())
+                if exc.status in _NO_LINGER:
+                    protocol.response_bytes(exc.status, rsgi.JSON_HEADERS, exc.body())
+                else:
+                    protocol.response_bytes(exc.status, rsgi.CLOSE_HEADERS, exc.body())
+                    declared = _content_length(request.headers.get("content-length"))
+                    await rsgi.discard_body(request, linger_bytes(declared, self._body_limit))
                 self._done("/api", request, exc.status, started)
                 return
             status = await rsgi.call_asgi(self._admin, scope, protocol, body)
@@ -249,6 +278,8 @@ class FlagstaffApp:
             return
         response = await self._answer(route, request, rsgi.read_body, request)
         rsgi.send_response(protocol, response, rsgi.cors_headers(scope) if route.cors else None)
+        if response.linger:
+            await rsgi.discard_body(request, response.linger)
         self._done(route.name, request, response.status, started)
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
@@ -260,6 +291,8 @@ class FlagstaffApp:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if writes and status < 400 and OUTAGE.down:
+                    OUTAGE.recovered()  # a write went through: storage is back
                 if writes and not 400 <= status < 500:
                     # Before the answer leaves: whoever sees it, then asks any worker, is
                     # answered from the changed data. A refused request (401, 404, invalid
@@ -267,7 +300,13 @@ class FlagstaffApp:
                     changes.bump()
             await send(message)
 
-        await self.admin(scope, receive, tracking_send)
+        try:
+            await self.admin(scope, receive, tracking_send)
+        except Exception:
+            # Starlette re-raises what its error handler has answered (and logged, or counted
+            # as a storage outage): do not let the server log it again, once per request.
+            if status == 500:
+                raise
         return status
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -285,6 +324,27 @@ class FlagstaffApp:
                 await self.services.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _has_body(request: Request) -> bool:
+    headers = request.headers
+    return _content_length(headers.get("content-length")) > 0 or "transfer-encoding" in headers
+
+
+class _TrackedReceive:
+    """An ASGI ``receive`` that notes whether the request's body was read to its end."""
+
+    __slots__ = ("complete", "receive")
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.complete = False
+
+    async def __call__(self) -> dict[str, Any]:
+        message = await self.receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.complete = True
+        return message
 
 
 def _request_id(given: str | None) -> str:

@@ -27,8 +27,10 @@ from flagstaff.http.payload import PayloadError, decode_body
 from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH, client_ip
 from flagstaff.ops import logs
 from flagstaff.server.caches import Fragments, ProjectFlags
+from flagstaff.server.outage import OUTAGE
 from flagstaff.server.services import Services
 from flagstaff.store.base import FlagContext, Project
+from flagstaff.store.faults import is_unavailable
 
 _encode = msgspec.json.encode
 _CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-site"))
@@ -143,8 +145,11 @@ async def _context(
             overrides=bool(compiled.continuity_flag_keys),
             static_cohorts=compiled.uses_static_cohorts,
         )
-    except Exception:
-        logs.logger.exception("reading stored flag context failed")
+    except Exception as exc:
+        if is_unavailable(exc):
+            OUTAGE.failed(exc, "/flags")  # logged once per outage, not once per request
+        else:
+            logs.logger.exception("reading stored flag context failed")
         return None
 
 

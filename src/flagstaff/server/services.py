@@ -18,6 +18,7 @@ from flagstaff.server.config import Settings
 from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
+from flagstaff.server.readiness import Readiness
 from flagstaff.server.webhook_delivery import deliveries_loop
 from flagstaff.store.base import Store
 
@@ -54,12 +55,23 @@ class Services:
         self.quotas = Quotas(
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
         )
+        self.readiness = Readiness()
+        """What ``/_ready`` checks; see :mod:`flagstaff.server.readiness`."""
+        self.readiness.add("database", self._database_ready)
+        ingest_client = getattr(self.store, "ingest_client", None)
+        if ingest_client is not None:
+            self.readiness.add("ingest_writer", ingest_client.unreachable)
         self.geoip: GeoIP | None = None
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
         self._jobs: asyncio.Task[Any] | None = None
         self._webhooks: asyncio.Task[Any] | None = None
         self._warm: asyncio.Task[Any] | None = None
+
+    async def _database_ready(self) -> str | None:
+        if await self.store.ping():
+            return None
+        return "the database is not reachable"
 
     def geoip_lookup(self, ip: str) -> dict[str, Any]:
         if self.geoip is None:

@@ -131,6 +131,11 @@ class SQLiteStore(
         self._person_version: ChangeCounter | None = None
         self._contexts: FlagContextCache | None = None
 
+    @property
+    def ingest_client(self) -> IngestClient | None:
+        """The connection to the ingest writer process, when events go through one."""
+        return self._ingest_client
+
     # lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
