@@ -107,13 +107,18 @@ def _string_list(payload: Mapping[str, Any], *names: str) -> list[str] | None:
 
 
 def group_keys(groups: Mapping[str, Any]) -> dict[str, str]:
-    """The request's group keys as text: strings as they are, other JSON values as their
-    JSON text (``true``, ``42``), as PostHog reads them; null keys are left out."""
+    """The request's group keys as text: strings as they are, numbers as their JSON text
+    (``42``, ``"1.5"``). Any other value (``true``, null, a list, an object) names no group,
+    as in PostHog's flags service, which takes a key only from a string or a number."""
     return {
-        name: key if isinstance(key, str) else json_text(key)
+        name: key if type(key) is str else json_text(key)
         for name, key in groups.items()
-        if key is not None
+        if type(key) in _KEY_TYPES
     }
+
+
+_KEY_TYPES = (str, int, float)
+"""JSON values that are group keys (``type(True)`` is bool, not int: booleans are left out)."""
 
 
 def _geoip_properties(
