@@ -38,7 +38,13 @@ from flagstaff.http.asgi import (
 from flagstaff.http.auth import principal_auth
 from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
-from flagstaff.http.limits import RETRY_AFTER_SECONDS, BodyReaders, MemoryBudget, linger_bytes
+from flagstaff.http.limits import (
+    MAX_URL_BYTES,
+    RETRY_AFTER_SECONDS,
+    BodyReaders,
+    MemoryBudget,
+    linger_bytes,
+)
 from flagstaff.http.openapi import openapi_document, schema_route
 from flagstaff.http.unavailable import store_unavailable
 from flagstaff.ops import logs
@@ -208,7 +214,8 @@ class FlagstaffApp:
         """Metrics and logs after a request has been answered."""
         elapsed = time.perf_counter() - started
         self.services.metrics.observe_request(name, status, elapsed)
-        if status >= 500 and name != "/api":
+        # A 503 is a refusal with its own log (a storage outage logs once, not per request).
+        if status >= 500 and status != 503 and name != "/api":
             logs.log(logging.ERROR, "request failed", path=request.path, status=status)
         if self._access_log:
             logs.access(
@@ -230,8 +237,15 @@ class FlagstaffApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        route = self._route_for(scope["path"])
         request = Request(scope, b"")
+        if len(scope["path"]) + len(scope.get("query_string", b"")) > MAX_URL_BYTES:
+            response = _url_too_long(request, self._body_limit)
+            await send_response(send, response, None)
+            if response.linger:
+                await discard_body(receive, response.linger)
+            self._done("/url_too_long", request, 414, started)
+            return
+        route = self._route_for(scope["path"])
         if route is None:
             if not _has_body(request):
                 status = await self._admin(scope, receive, send)
@@ -259,8 +273,16 @@ class FlagstaffApp:
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         started = time.perf_counter()
-        route = self._route_for(scope.path)
+        path = scope.path
         request = rsgi.RsgiRequest(scope, protocol)
+        if len(path) + len(scope.query_string) > MAX_URL_BYTES:
+            response = _url_too_long(request, self._body_limit)
+            rsgi.send_response(protocol, response, None)
+            if response.linger:
+                await rsgi.discard_body(request, response.linger)
+            self._done("/url_too_long", request, 414, started)
+            return
+        route = self._route_for(path)
         if route is None:
             try:
                 body = await rsgi.read_body(request, self._body_limit, self.readers)
@@ -324,6 +346,16 @@ class FlagstaffApp:
                 await self.services.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _url_too_long(request: AnyRequest, body_limit: int) -> Response:
+    """414 with a JSON body; a body sent with it is read and dropped before the close."""
+    error = ApiError(414, "uri_too_long", f"the URL is longer than {MAX_URL_BYTES} bytes")
+    declared = _content_length(request.headers.get("content-length"))
+    linger = 0
+    if declared or "transfer-encoding" in request.headers:
+        linger = linger_bytes(declared, body_limit)
+    return Response(error.body(), 414, headers=[_CLOSE], linger=linger)
 
 
 def _has_body(request: Request) -> bool:

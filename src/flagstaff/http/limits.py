@@ -31,6 +31,10 @@ TRIM_AFTER_BYTES = 8 * 1024 * 1024
 """Large bodies decoded since the last trim before memory is handed back to the system."""
 
 
+MAX_URL_BYTES = 8192
+"""Longer URLs (path and query) are answered 414 with a JSON body by the app, as nginx does
+past its 8 KB request line. granian (hyper) answers URLs over 64 KB itself, 414 with an empty
+body; keeping the limit here, well below, gives every client the JSON answer."""
 LINGER_SECONDS = 5.0
 """After an answer given before the request's body was read (413, 503), the server reads and
 discards the rest of the body for at most this long before it closes the connection: closed
