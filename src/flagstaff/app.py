@@ -10,6 +10,7 @@ runs, see :mod:`flagstaff.http.rsgi`) and ASGI (any ASGI server). Both call the 
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import secrets
@@ -50,6 +51,7 @@ from flagstaff.http.unavailable import store_unavailable
 from flagstaff.ops import logs
 from flagstaff.ops.allocator import tune_allocator
 from flagstaff.server.config import Settings
+from flagstaff.server.draining import DRAINING
 from flagstaff.server.outage import OUTAGE
 from flagstaff.server.services import Services
 
@@ -258,6 +260,8 @@ class FlagstaffApp:
             self._done("/api", request, status, started)
             return
         response = await self._answer(route, request, read_body, receive)
+        if DRAINING.active:
+            _close_after(response)
         await send_response(send, response, cors_headers(scope) if route.cors else None)
         if response.linger:
             await discard_body(receive, response.linger)
@@ -267,6 +271,7 @@ class FlagstaffApp:
 
     def __rsgi_init__(self, loop: Any) -> None:
         loop.run_until_complete(self.services.start())
+        DRAINING.install(loop, self.settings.shutdown_grace_seconds, self.settings.port)
 
     def __rsgi_del__(self, loop: Any) -> None:
         loop.run_until_complete(self.services.stop())
@@ -299,6 +304,8 @@ class FlagstaffApp:
             self._done("/api", request, status, started)
             return
         response = await self._answer(route, request, rsgi.read_body, request)
+        if DRAINING.active:
+            _close_after(response)
         rsgi.send_response(protocol, response, rsgi.cors_headers(scope) if route.cors else None)
         if response.linger:
             await rsgi.discard_body(request, response.linger)
@@ -313,6 +320,8 @@ class FlagstaffApp:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if DRAINING.active:
+                    message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
                 if writes and status < 400 and OUTAGE.down:
                     OUTAGE.recovered()  # a write went through: storage is back
                 if writes and not 400 <= status < 500:
@@ -341,11 +350,25 @@ class FlagstaffApp:
                     logs.logger.exception("start-up failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
+                DRAINING.install(
+                    asyncio.get_running_loop(),
+                    self.settings.shutdown_grace_seconds,
+                    self.settings.port,
+                )
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.services.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _close_after(response: Response) -> None:
+    """A stopping worker closes each connection after its answer (see server.draining)."""
+    headers = response.headers
+    if headers is None:
+        response.headers = [_CLOSE]
+    elif _CLOSE not in headers:
+        headers.append(_CLOSE)
 
 
 def _url_too_long(request: AnyRequest, body_limit: int) -> Response:

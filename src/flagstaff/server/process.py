@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -72,6 +73,10 @@ def serve(settings: Settings) -> int:
         http=HTTPModes.http1,
         backpressure=connections,
         http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
+        # SIGTERM: each worker drains (server.draining), then finishes what is in flight;
+        # one still busy after this long is killed.
+        workers_kill_timeout=settings.shutdown_timeout_seconds
+        + math.ceil(settings.shutdown_grace_seconds),
     )
     try:
         server.serve()

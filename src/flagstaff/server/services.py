@@ -15,6 +15,7 @@ from flagstaff.ops.metrics import Metrics, MetricsFiles
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.server.changes import ChangeCounter
 from flagstaff.server.config import Settings
+from flagstaff.server.draining import DRAINING
 from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
@@ -58,6 +59,7 @@ class Services:
         self.readiness = Readiness()
         """What ``/_ready`` checks; see :mod:`flagstaff.server.readiness`."""
         self.readiness.add("database", self._database_ready)
+        self.readiness.add("shutdown", DRAINING.check)
         ingest_client = getattr(self.store, "ingest_client", None)
         if ingest_client is not None:
             self.readiness.add("ingest_writer", ingest_client.unreachable)
