@@ -72,6 +72,9 @@ class Server:
             "FLAGSTAFF_INIT_PROJECT_TOKEN": PROJECT_TOKEN,
             "FLAGSTAFF_INIT_PERSONAL_API_KEY": PERSONAL_KEY,
             "FLAGSTAFF_DEFINITIONS_REFRESH_SECONDS": "0.2",
+            # A stop drains for this long (server.draining); tests that stop under load set
+            # their own.
+            "FLAGSTAFF_SHUTDOWN_GRACE_SECONDS": "0.1",
             **self._backend_env(),
             **self.env,
         }

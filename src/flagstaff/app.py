@@ -10,6 +10,7 @@ runs, see :mod:`flagstaff.http.rsgi`) and ASGI (any ASGI server). Both call the 
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import secrets
@@ -31,17 +32,27 @@ from flagstaff.http.asgi import (
     Scope,
     Send,
     cors_headers,
+    discard_body,
     read_body,
     send_response,
 )
 from flagstaff.http.auth import principal_auth
 from flagstaff.http.docs import docs_routes
 from flagstaff.http.errors import ApiError, error_body
-from flagstaff.http.limits import RETRY_AFTER_SECONDS, BodyReaders, MemoryBudget
+from flagstaff.http.limits import (
+    MAX_URL_BYTES,
+    RETRY_AFTER_SECONDS,
+    BodyReaders,
+    MemoryBudget,
+    linger_bytes,
+)
 from flagstaff.http.openapi import openapi_document, schema_route
+from flagstaff.http.unavailable import store_unavailable
 from flagstaff.ops import logs
 from flagstaff.ops.allocator import tune_allocator
 from flagstaff.server.config import Settings
+from flagstaff.server.draining import DRAINING
+from flagstaff.server.outage import OUTAGE
 from flagstaff.server.services import Services
 
 Handler = Callable[[Services, Request], Awaitable[Response]]
@@ -118,6 +129,11 @@ still on the connection, so the client must not send its next request there (HTT
 RFC 9112 section 9.6); without it a client reusing the connection may see it dropped."""
 
 
+_NO_LINGER = frozenset({400, 408})
+"""Early answers after which the rest of the body is not read: the client went away (400) or
+stopped sending (408)."""
+
+
 def _content_length(value: str | None) -> int:
     return int(value) if value is not None and value.isdigit() else 0
 
@@ -175,6 +191,7 @@ class FlagstaffApp:
             )
         cost = 0
         unread = method == "POST"
+        declared = 0
         try:
             if unread:
                 limit = self._body_limit
@@ -191,10 +208,16 @@ class FlagstaffApp:
             return await route.handler(self.services, request)  # type: ignore[arg-type]
         except ApiError as exc:
             headers = [_RETRY_AFTER] if exc.status == 503 else []
+            linger = 0
             if unread:
                 headers.append(_CLOSE)
-            return Response(exc.body(), exc.status, headers=headers or None)
-        except Exception:
+                if exc.status not in _NO_LINGER:
+                    linger = linger_bytes(declared, self._body_limit)
+            return Response(exc.body(), exc.status, headers=headers or None, linger=linger)
+        except Exception as exc:
+            refusal = store_unavailable(exc, request.path)
+            if refusal is not None:
+                return Response(refusal.body(), 503, headers=[_RETRY_AFTER])
             logs.logger.exception("unhandled error on %s", request.path)
             return Response(error_body(500, "server_error", "the server failed to answer"), 500)
         finally:
@@ -204,7 +227,8 @@ class FlagstaffApp:
         """Metrics and logs after a request has been answered."""
         elapsed = time.perf_counter() - started
         self.services.metrics.observe_request(name, status, elapsed)
-        if status >= 500 and name != "/api":
+        # A 503 is a refusal with its own log (a storage outage logs once, not per request).
+        if status >= 500 and status != 503 and name != "/api":
             logs.log(logging.ERROR, "request failed", path=request.path, status=status)
         if self._access_log:
             logs.access(
@@ -226,40 +250,76 @@ class FlagstaffApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        route = self._route_for(scope["path"])
         request = Request(scope, b"")
+        if len(scope["path"]) + len(scope.get("query_string", b"")) > MAX_URL_BYTES:
+            response = _url_too_long(request, self._body_limit)
+            await send_response(send, response, None)
+            if response.linger:
+                await discard_body(receive, response.linger)
+            self._done("/url_too_long", request, 414, started)
+            return
+        route = self._route_for(scope["path"])
         if route is None:
-            status = await self._admin(scope, receive, send)
+            if not _has_body(request):
+                status = await self._admin(scope, receive, send)
+            else:
+                tracked = _TrackedReceive(receive)
+                status = await self._admin(scope, tracked, send)
+                if not tracked.complete:  # answered before its body was read (a 413)
+                    declared = _content_length(request.headers.get("content-length"))
+                    await discard_body(receive, linger_bytes(declared, self._body_limit))
             self._done("/api", request, status, started)
             return
         response = await self._answer(route, request, read_body, receive)
+        if DRAINING.active:
+            _close_after(response)
         await send_response(send, response, cors_headers(scope) if route.cors else None)
+        if response.linger:
+            await discard_body(receive, response.linger)
         self._done(route.name, request, response.status, started)
 
     # RSGI (granian's native interface): what `flagstaff serve` runs ---------------------------
 
     def __rsgi_init__(self, loop: Any) -> None:
         loop.run_until_complete(self.services.start())
+        DRAINING.install(loop, self.settings.shutdown_grace_seconds, self.settings.port)
 
     def __rsgi_del__(self, loop: Any) -> None:
         loop.run_until_complete(self.services.stop())
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         started = time.perf_counter()
-        route = self._route_for(scope.path)
+        path = scope.path
         request = rsgi.RsgiRequest(scope, protocol)
+        if len(path) + len(scope.query_string) > MAX_URL_BYTES:
+            response = _url_too_long(request, self._body_limit)
+            rsgi.send_response(protocol, response, None)
+            if response.linger:
+                await rsgi.discard_body(request, response.linger)
+            self._done("/url_too_long", request, 414, started)
+            return
+        route = self._route_for(path)
         if route is None:
             try:
                 body = await rsgi.read_body(request, self._body_limit, self.readers)
             except ApiError as exc:
-                protocol.response_bytes(exc.status, rsgi.JSON_HEADERS, exc.body())
+                if exc.status in _NO_LINGER:
+                    protocol.response_bytes(exc.status, rsgi.JSON_HEADERS, exc.body())
+                else:
+                    protocol.response_bytes(exc.status, rsgi.CLOSE_HEADERS, exc.body())
+                    declared = _content_length(request.headers.get("content-length"))
+                    await rsgi.discard_body(request, linger_bytes(declared, self._body_limit))
                 self._done("/api", request, exc.status, started)
                 return
             status = await rsgi.call_asgi(self._admin, scope, protocol, body)
             self._done("/api", request, status, started)
             return
         response = await self._answer(route, request, rsgi.read_body, request)
+        if DRAINING.active:
+            _close_after(response)
         rsgi.send_response(protocol, response, rsgi.cors_headers(scope) if route.cors else None)
+        if response.linger:
+            await rsgi.discard_body(request, response.linger)
         self._done(route.name, request, response.status, started)
 
     async def _admin(self, scope: Scope, receive: Receive, send: Send) -> int:
@@ -271,6 +331,10 @@ class FlagstaffApp:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if DRAINING.active:
+                    message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
+                if writes and status < 400 and OUTAGE.down:
+                    OUTAGE.recovered()  # a write went through: storage is back
                 if writes and not 400 <= status < 500:
                     # Before the answer leaves: whoever sees it, then asks any worker, is
                     # answered from the changed data. A refused request (401, 404, invalid
@@ -278,7 +342,13 @@ class FlagstaffApp:
                     changes.bump()
             await send(message)
 
-        await self.admin(scope, receive, tracking_send)
+        try:
+            await self.admin(scope, receive, tracking_send)
+        except Exception:
+            # Starlette re-raises what its error handler has answered (and logged, or counted
+            # as a storage outage): do not let the server log it again, once per request.
+            if status == 500:
+                raise
         return status
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -291,11 +361,56 @@ class FlagstaffApp:
                     logs.logger.exception("start-up failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
+                DRAINING.install(
+                    asyncio.get_running_loop(),
+                    self.settings.shutdown_grace_seconds,
+                    self.settings.port,
+                )
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.services.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _close_after(response: Response) -> None:
+    """A stopping worker closes each connection after its answer (see server.draining)."""
+    headers = response.headers
+    if headers is None:
+        response.headers = [_CLOSE]
+    elif _CLOSE not in headers:
+        headers.append(_CLOSE)
+
+
+def _url_too_long(request: AnyRequest, body_limit: int) -> Response:
+    """414 with a JSON body; a body sent with it is read and dropped before the close."""
+    error = ApiError(414, "uri_too_long", f"the URL is longer than {MAX_URL_BYTES} bytes")
+    declared = _content_length(request.headers.get("content-length"))
+    linger = 0
+    if declared or "transfer-encoding" in request.headers:
+        linger = linger_bytes(declared, body_limit)
+    return Response(error.body(), 414, headers=[_CLOSE], linger=linger)
+
+
+def _has_body(request: Request) -> bool:
+    headers = request.headers
+    return _content_length(headers.get("content-length")) > 0 or "transfer-encoding" in headers
+
+
+class _TrackedReceive:
+    """An ASGI ``receive`` that notes whether the request's body was read to its end."""
+
+    __slots__ = ("complete", "receive")
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.complete = False
+
+    async def __call__(self) -> dict[str, Any]:
+        message = await self.receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.complete = True
+        return message
 
 
 def _request_id(given: str | None) -> str:

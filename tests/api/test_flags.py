@@ -764,7 +764,11 @@ def test_flags_in_a_dependency_cycle_are_left_out(project: Project) -> None:
     assert flags["independent"]["enabled"] is True
 
 
-def test_group_keys_that_are_not_strings_become_json_text(project: Project) -> None:
+def test_group_keys_are_strings_and_numbers_and_a_boolean_names_no_group(
+    project: Project,
+) -> None:
+    """PostHog's flags service takes a group key only from a non-empty string or a number
+    (its JSON text); ``true`` names no group, so a group-aggregated flag is not enabled."""
     project.capture(
         {
             "event": "$groupidentify",
@@ -807,24 +811,40 @@ def test_group_keys_that_are_not_strings_become_json_text(project: Project) -> N
         },
     )
     group_flag("gold", {"key": "tier", "value": "gold", "type": "group", "group_type_index": 0})
-    project.wait_visible("key-is-true", "key-is-42", "gold")
-    # The stored group "true" is the one named by the JSON value true.
-    assert project.values("member", groups={"company": True}) == {
+    project.flag("any-company", filters={"aggregation_group_type_index": 0, **on(100)})
+    project.wait_visible("key-is-true", "key-is-42", "gold", "any-company")
+    # The JSON value true is no group at all, even though a group keyed "true" exists.
+    for no_group in (True, False, None, [], {}, ""):
+        assert project.values("member", groups={"company": no_group}) == {
+            "key-is-true": False,
+            "key-is-42": False,
+            "gold": False,
+            "any-company": False,
+        }, no_group
+    # The string "true" names that group.
+    assert project.values("member", groups={"company": "true"}) == {
         "key-is-true": True,
         "key-is-42": False,
         "gold": True,
+        "any-company": True,
     }
+    # A number is a key, spelled as its JSON text.
     assert project.values("member", groups={"company": 42}) == {
         "key-is-true": False,
         "key-is-42": True,
         "gold": False,
+        "any-company": True,
     }
-    # The group key is the hashed identifier too: "true", as in a string-keyed request.
+    assert (
+        project.flags("member", groups={"company": True})["flags"]["any-company"]["reason"]["code"]
+        == "no_group_type"
+    )
+    # The number is the hashed identifier too: 42 buckets as the string "42".
     project.flag("company-half", filters={"aggregation_group_type_index": 0, **on(50)})
     project.wait_visible("company-half")
-    as_bool = project.values("a", groups={"company": True})["company-half"]
-    assert as_bool == project.values("b", groups={"company": "true"})["company-half"]
-    assert as_bool == (_bucket("company-half.true") <= 0.5)
+    as_number = project.values("a", groups={"company": 42})["company-half"]
+    assert as_number == project.values("b", groups={"company": "42"})["company-half"]
+    assert as_number == (_bucket("company-half.42") <= 0.5)
 
 
 # quota and freshness -----------------------------------------------------------------------

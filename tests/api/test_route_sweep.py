@@ -161,3 +161,15 @@ def test_long_query_data_is_a_json_414_or_decoded(client: httpx.Client) -> None:
     """Within the server's URL limit, oversized `?data=` is a JSON error, never a bare status."""
     r = client.get("/e/", params={"data": "A" * 60_000})
     _check(r, "GET /e/?data=<60 KB>")
+
+
+@pytest.mark.parametrize("path", ["/e/", "/flags/", "/api/projects/@current/feature_flags/"])
+def test_a_url_over_8_kb_is_a_json_414_on_every_route(client: httpx.Client, path: str) -> None:
+    """The app answers URLs over its limit itself (granian's own 414, past 64 KB, has no body)."""
+    r = client.get(path, params={"data": "A" * 8192})
+    assert r.status_code == 414, r.text
+    _check(r, f"GET {path}?data=<8 KB>")
+    assert r.json()["code"] == "uri_too_long"
+    # Just under the limit the request is read as usual.
+    r = client.get(path, params={"data": "A" * 7000})
+    assert r.status_code != 414

@@ -59,6 +59,7 @@ from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
 from flagstaff.http.rest import path_int as _path_int
+from flagstaff.http.unavailable import RETRY_AFTER, store_unavailable
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ops import logs
 from flagstaff.store.base import Conflict, NotFound, Store, StoredEvent
@@ -736,7 +737,8 @@ def build_admin(
 ) -> Starlette:
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return Response(exc.body(), exc.status, media_type="application/json")
+        headers = {"retry-after": RETRY_AFTER} if exc.status == 503 else None
+        return Response(exc.body(), exc.status, headers=headers, media_type="application/json")
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)
@@ -747,6 +749,9 @@ def build_admin(
         )
 
     async def on_unhandled(request: Request, exc: Exception) -> Response:
+        refusal = store_unavailable(exc, request.url.path)
+        if refusal is not None:
+            return await on_api_error(request, refusal)
         logs.logger.exception("unhandled error on %s", request.url.path, exc_info=exc)
         body = ApiError(500, "server_error", "the server failed to answer").body()
         return Response(body, 500, media_type="application/json")

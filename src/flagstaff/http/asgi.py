@@ -7,6 +7,8 @@ take this path; see docs/architecture.md.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -15,7 +17,7 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from flagstaff.http.errors import ApiError
-from flagstaff.http.limits import BodyReaders, BodyTimeout
+from flagstaff.http.limits import LINGER_SECONDS, BodyReaders, BodyTimeout
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -109,7 +111,7 @@ def _parse_query(raw: bytes) -> dict[str, str]:
 
 
 class Response:
-    __slots__ = ("body", "content_type", "headers", "status")
+    __slots__ = ("body", "content_type", "headers", "linger", "status")
 
     def __init__(
         self,
@@ -117,11 +119,15 @@ class Response:
         status: int = 200,
         content_type: bytes = _JSON,
         headers: list[tuple[bytes, bytes]] | None = None,
+        linger: int = 0,
     ) -> None:
         self.body = body
         self.status = status
         self.content_type = content_type
         self.headers = headers
+        self.linger = linger
+        """Body bytes still to read and discard once this answer is sent (an early answer:
+        see :data:`flagstaff.http.limits.LINGER_SECONDS`)."""
 
 
 def json_response(data: Any, status: int = 200) -> Response:
@@ -163,6 +169,26 @@ async def _read_chunks(receive: Receive, limit: int, guard: BodyTimeout | None) 
     if len(chunks) == 1:
         return chunks[0]
     return b"".join(chunks)
+
+
+async def discard_body(receive: Receive, max_bytes: int) -> int:
+    """Read and drop what is left of a request's body after an early answer, for at most
+    :data:`~flagstaff.http.limits.LINGER_SECONDS` and ``max_bytes``; returns the bytes read."""
+    read = 0
+
+    async def drain() -> None:
+        nonlocal read
+        while read < max_bytes:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            read += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+    with contextlib.suppress(TimeoutError, OSError):
+        await asyncio.wait_for(drain(), LINGER_SECONDS)
+    return read
 
 
 def cors_headers(scope: Scope) -> list[tuple[bytes, bytes]]:

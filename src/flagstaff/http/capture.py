@@ -16,9 +16,8 @@ from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope
-from flagstaff.ops import logs
+from flagstaff.server.outage import OUTAGE
 from flagstaff.server.services import Services
-from flagstaff.store.base import StoreError
 
 _OK = b'{"status":1}'
 
@@ -82,11 +81,10 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
             drops.extend(excess)
 
     if events or drops:
-        try:
-            outcome = await svc.store.ingest(project.id, events, drops)
-        except StoreError:
-            logs.logger.exception("ingest failed")
-            raise ApiError(503, "store_unavailable", "the events were not stored, retry") from None
+        # A storage failure propagates: app._answer maps it to 503 (flagstaff.http.unavailable).
+        outcome = await svc.store.ingest(project.id, events, drops)
+        if OUTAGE.down:
+            OUTAGE.recovered()
         metrics = svc.metrics
         metrics.events_ingested += outcome.ingested
         metrics.events_duplicate += outcome.duplicates

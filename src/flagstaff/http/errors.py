@@ -15,6 +15,7 @@ _TYPES = {
     405: "invalid_request",
     409: "validation_error",
     413: "validation_error",
+    414: "invalid_request",
     429: "throttled_error",
 }
 

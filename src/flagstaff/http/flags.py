@@ -27,8 +27,10 @@ from flagstaff.http.payload import PayloadError, decode_body
 from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH, client_ip
 from flagstaff.ops import logs
 from flagstaff.server.caches import Fragments, ProjectFlags
+from flagstaff.server.outage import OUTAGE
 from flagstaff.server.services import Services
 from flagstaff.store.base import FlagContext, Project
+from flagstaff.store.faults import is_unavailable
 
 _encode = msgspec.json.encode
 _CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-site"))
@@ -112,13 +114,18 @@ def _string_list(payload: Mapping[str, Any], *names: str) -> list[str] | None:
 
 
 def group_keys(groups: Mapping[str, Any]) -> dict[str, str]:
-    """The request's group keys as text: strings as they are, other JSON values as their
-    JSON text (``true``, ``42``), as PostHog reads them; null keys are left out."""
+    """The request's group keys as text: strings as they are, numbers as their JSON text
+    (``42``, ``"1.5"``). Any other value (``true``, null, a list, an object) names no group,
+    as in PostHog's flags service, which takes a key only from a string or a number."""
     return {
-        name: key if isinstance(key, str) else json_text(key)
+        name: key if type(key) is str else json_text(key)
         for name, key in groups.items()
-        if key is not None
+        if type(key) in _KEY_TYPES
     }
+
+
+_KEY_TYPES = (str, int, float)
+"""JSON values that are group keys (``type(True)`` is bool, not int: booleans are left out)."""
 
 
 def _geoip_properties(
@@ -150,8 +157,11 @@ async def _context(
             overrides=bool(compiled.continuity_flag_keys),
             static_cohorts=compiled.uses_static_cohorts,
         )
-    except Exception:
-        logs.logger.exception("reading stored flag context failed")
+    except Exception as exc:
+        if is_unavailable(exc):
+            OUTAGE.failed(exc, "/flags")  # logged once per outage, not once per request
+        else:
+            logs.logger.exception("reading stored flag context failed")
         return None
 
 

@@ -20,7 +20,7 @@ from types import TracebackType
 from flagstaff.http.errors import ApiError
 from flagstaff.ops.allocator import release_memory
 
-__all__ = ["BodyReaders", "MemoryBudget", "connection_bound"]
+__all__ = ["BodyReaders", "MemoryBudget", "connection_bound", "linger_bytes"]
 
 DECODE_FACTOR = 6
 """Peak memory of decoding a body, per body byte (raw + inflated text + parsed objects)."""
@@ -29,6 +29,25 @@ LARGE_BODY = 1024 * 1024
 RETRY_AFTER_SECONDS = 2
 TRIM_AFTER_BYTES = 8 * 1024 * 1024
 """Large bodies decoded since the last trim before memory is handed back to the system."""
+
+
+MAX_URL_BYTES = 8192
+"""Longer URLs (path and query) are answered 414 with a JSON body by the app, as nginx does
+past its 8 KB request line. granian (hyper) answers URLs over 64 KB itself, 414 with an empty
+body; keeping the limit here, well below, gives every client the JSON answer."""
+LINGER_SECONDS = 5.0
+"""After an answer given before the request's body was read (413, 503), the server reads and
+discards the rest of the body for at most this long before it closes the connection: closed
+with unread bytes, the kernel resets the connection and the client, still sending, never
+sees the answer (nginx's lingering close)."""
+LINGER_LIMITS = 4
+"""A lingering read discards at most this many body limits (or the declared length, if
+smaller): a client that sends more still sees its connection reset."""
+
+
+def linger_bytes(declared: int, limit: int) -> int:
+    """How much of an unread body to discard after an early answer."""
+    return min(max(declared, limit), LINGER_LIMITS * limit)
 
 
 REAP_INTERVAL_SECONDS = 0.5

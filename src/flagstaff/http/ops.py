@@ -14,9 +14,14 @@ async def health(svc: Services, request: Request) -> Response:
 
 
 async def ready(svc: Services, request: Request) -> Response:
-    if await svc.store.ping():
+    """200 while this node can serve ingestion; else 503 with every reason (the ``checks`` of
+    :class:`~flagstaff.server.readiness.Readiness`) and the first one as ``detail``."""
+    reasons = await svc.readiness.reasons()
+    if not reasons:
         return Response(_OK)
-    return json_response({"status": "unavailable", "detail": "the store is not reachable"}, 503)
+    return json_response(
+        {"status": "unavailable", "detail": reasons[0].detail, "reasons": reasons}, 503
+    )
 
 
 async def metrics(svc: Services, request: Request) -> Response:

@@ -11,6 +11,7 @@ first (within the limit), so nothing in it had to change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,10 +19,12 @@ from granian.rsgi import ProtocolClosed, ProtocolError
 
 from flagstaff.http.asgi import RequestBase, Response, parse_query
 from flagstaff.http.errors import ApiError
-from flagstaff.http.limits import BodyReaders, BodyTimeout
+from flagstaff.http.limits import LINGER_SECONDS, BodyReaders, BodyTimeout
 from flagstaff.ops import logs
 
 JSON_HEADERS = [("content-type", "application/json")]
+CLOSE_HEADERS = [*JSON_HEADERS, ("connection", "close")]
+"""An answer given before the body was read: the connection is closed after it."""
 _TYPES = {b"application/json": "application/json", b"text/plain": "text/plain"}
 """The usual content types, already as text (RSGI takes ``str`` headers)."""
 
@@ -113,6 +116,38 @@ async def _read(request: RsgiRequest, limit: int, guard: BodyTimeout | None) -> 
     except (ProtocolClosed, ProtocolError):
         raise ApiError(400, "client_disconnected", "the client went away mid-request") from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def discard_body(request: RsgiRequest, max_bytes: int) -> int:
+    """Read and drop what is left of a request's body after an early answer (the answer is
+    on its way meanwhile), for at most :data:`~flagstaff.http.limits.LINGER_SECONDS` and
+    ``max_bytes``; returns the bytes read.
+
+    granian keeps reading the request body after the answer was handed over for as long as
+    the handler holds the body stream: when the handler returns, the body is dropped and
+    hyper closes the connection after one more read, resetting a client still sending.
+    """
+    protocol = request.protocol
+    read = 0
+
+    async def drain() -> None:
+        nonlocal read
+        with contextlib.suppress(ProtocolError):
+            protocol.__aiter__()  # the body was not read at all; else it is streaming already
+        while read < max_bytes:
+            try:
+                chunk = await protocol.__anext__()
+            except (StopAsyncIteration, ProtocolClosed, ProtocolError):
+                return
+            if not chunk:
+                return
+            read += len(chunk)
+
+    # As for reads (see read_body): a task of its own, which the deadline can cancel.
+    task = asyncio.get_running_loop().create_task(drain())
+    with contextlib.suppress(TimeoutError, OSError):
+        await asyncio.wait_for(task, LINGER_SECONDS)
+    return read
 
 
 def _too_large(limit: int) -> ApiError:

@@ -86,6 +86,11 @@ class Settings:
     answer (so also how long an idle keep-alive connection stays open)."""
     body_timeout_seconds: float = 10.0
     """Longest wait for the next piece of a request body before answering 408."""
+    shutdown_grace_seconds: float = 1.0
+    """After SIGTERM, how long a worker keeps answering (each answer closing its connection)
+    before it stops accepting; see :mod:`flagstaff.server.draining`."""
+    shutdown_timeout_seconds: int = 30
+    """After SIGTERM, the longest wait for a worker's requests in flight before it is killed."""
     memory_budget_mb: int = 256
     """Memory one worker may spend decoding large bodies at once; beyond it 503 + Retry-After."""
     sqlite_mmap_mb: int = DEFAULT_MMAP_MB
@@ -143,6 +148,8 @@ class Settings:
             raise ConfigError(f"max uploads must be at least 16, got {self.max_uploads}")
         if not 100 <= self.header_timeout_ms <= 60_000:
             raise ConfigError("header timeout must be between 100 and 60000 ms")
+        if self.shutdown_timeout_seconds < 1:
+            raise ConfigError("shutdown timeout must be at least 1 second")
         if self.memory_budget_mb < 16:
             raise ConfigError("memory budget must be at least 16 MB")
         if not 0 <= self.sqlite_mmap_mb <= MAX_MMAP_MB:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -16,6 +17,7 @@ import tempfile
 from flagstaff import __version__
 from flagstaff.ops import logs
 from flagstaff.server.config import Settings
+from flagstaff.server.supervisor import ChildFailed, ChildSpec, Supervisor
 
 INTERFACE_ENV = "FLAGSTAFF_INTERFACE"
 """``asgi`` serves through granian's ASGI interface instead of RSGI (for A/B measurements)."""
@@ -31,9 +33,9 @@ def serve(settings: Settings) -> int:
     from flagstaff.http.limits import connection_bound
 
     shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
-    ingestd = None
+    children = Supervisor()
     if settings.database_url is None:
-        ingestd, socket_path = _start_ingest_writer(settings)
+        socket_path = _start_ingest_writer(settings, children)
         settings = dataclasses.replace(settings, ingest_socket=socket_path)
     os.environ.update(settings.to_env())
     connections = connection_bound(settings.max_connections, _open_files_limit())
@@ -71,12 +73,15 @@ def serve(settings: Settings) -> int:
         http=HTTPModes.http1,
         backpressure=connections,
         http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
+        # SIGTERM: each worker drains (server.draining), then finishes what is in flight;
+        # one still busy after this long is killed.
+        workers_kill_timeout=settings.shutdown_timeout_seconds
+        + math.ceil(settings.shutdown_grace_seconds),
     )
     try:
         server.serve()
     finally:
-        if ingestd is not None:
-            _stop_ingest_writer(ingestd)
+        children.stop()
     return 0
 
 
@@ -116,10 +121,12 @@ def _geoip_status(settings: Settings) -> str:
     return path
 
 
-def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the data dir's single ingest writer and wait until its socket answers."""
+def _start_ingest_writer(settings: Settings, children: Supervisor) -> str:
+    """Start the data dir's single ingest writer (restarted by ``children`` whenever it dies:
+    the workers reconnect to the same socket) and wait until its socket answers."""
     socket_path = _ingest_socket_path(settings)
-    proc = subprocess.Popen(
+    spec = ChildSpec(
+        "ingest writer",
         [
             sys.executable,
             "-m",
@@ -128,15 +135,15 @@ def _start_ingest_writer(settings: Settings) -> tuple[subprocess.Popen[bytes], s
             socket_path,
             str(settings.sqlite_mmap_mb),
         ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+        stop=_stop_ingest_writer,
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if line != b"ready\n":
-        proc.wait(10)
-        raise SystemExit("flagstaff: the ingest writer did not start (see the messages above)")
-    return proc, socket_path
+    try:
+        children.start(spec)
+    except ChildFailed:
+        raise SystemExit(
+            "flagstaff: the ingest writer did not start (see the messages above)"
+        ) from None
+    return socket_path
 
 
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs

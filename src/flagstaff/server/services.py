@@ -14,10 +14,12 @@ from flagstaff.ops import logs
 from flagstaff.ops.metrics import Metrics, MetricsFiles
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.server.config import Settings
+from flagstaff.server.draining import DRAINING
 from flagstaff.server.flag_reads import FlagReads
 from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
+from flagstaff.server.readiness import Readiness
 from flagstaff.server.webhook_delivery import deliveries_loop
 from flagstaff.store.base import Store
 from flagstaff.store.changes import ChangeCounter
@@ -57,12 +59,24 @@ class Services:
         )
         self.flag_reads = FlagReads(self.store)
         """OFREP's reads of one flag, recorded as $feature_flag_called."""
+        self.readiness = Readiness()
+        """What ``/_ready`` checks; see :mod:`flagstaff.server.readiness`."""
+        self.readiness.add("database", self._database_ready)
+        self.readiness.add("shutdown", DRAINING.check)
+        ingest_client = getattr(self.store, "ingest_client", None)
+        if ingest_client is not None:
+            self.readiness.add("ingest_writer", ingest_client.unreachable)
         self.geoip: GeoIP | None = None
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
         self._jobs: asyncio.Task[Any] | None = None
         self._webhooks: asyncio.Task[Any] | None = None
         self._warm: asyncio.Task[Any] | None = None
+
+    async def _database_ready(self) -> str | None:
+        if await self.store.ping():
+            return None
+        return "the database is not reachable"
 
     def geoip_lookup(self, ip: str) -> dict[str, Any]:
         if self.geoip is None:

@@ -132,6 +132,18 @@ class IngestClient:
         await connection.writable()
         return await future
 
+    async def unreachable(self) -> str | None:
+        """Why the writer cannot take events now (None when it can): an open connection, or
+        a new one made now (kept for the next request)."""
+        connection = self._connection
+        if connection is not None and not connection.closed:
+            return None
+        try:
+            await self._connect()
+        except IngestUnavailable as exc:
+            return str(exc)
+        return None
+
     async def close(self) -> None:
         connection = self._connection
         self._connection = None

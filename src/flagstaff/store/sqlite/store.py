@@ -69,6 +69,11 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin):
         self._contexts: FlagContextCache | None = None
         self.sql = SQLiteDb(lambda: self.db, lambda: self._writer)
 
+    @property
+    def ingest_client(self) -> IngestClient | None:
+        """The connection to the ingest writer process, when events go through one."""
+        return self._ingest_client
+
     # lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
