@@ -18,6 +18,7 @@ from flagstaff.server.config import Settings
 from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
+from flagstaff.server.retention import retention_loop
 from flagstaff.server.webhook_delivery import deliveries_loop
 from flagstaff.store.base import Store
 
@@ -60,6 +61,7 @@ class Services:
         self._jobs: asyncio.Task[Any] | None = None
         self._webhooks: asyncio.Task[Any] | None = None
         self._warm: asyncio.Task[Any] | None = None
+        self._retention: asyncio.Task[Any] | None = None
 
     def geoip_lookup(self, ip: str) -> dict[str, Any]:
         if self.geoip is None:
@@ -77,6 +79,7 @@ class Services:
             deliveries_loop(self.store, self.settings.retry_delays_s)
         )
         self._warm = asyncio.create_task(self._warm_experiments())
+        self._retention = asyncio.create_task(retention_loop(self.store))
 
     async def _warm_experiments(self) -> None:
         """If the server has experiments, import the results module in a thread now, so that
@@ -93,7 +96,7 @@ class Services:
         self.changes.bump()
 
     async def stop(self) -> None:
-        for job in (self._jobs, self._webhooks, self._warm):
+        for job in (self._jobs, self._webhooks, self._warm, self._retention):
             if job is not None:
                 job.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -22,6 +22,7 @@ from flagstaff.activity.records import ChangeSource, Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import Operation, ScheduledChange
 from flagstaff.ingest.model import Drop, Event
+from flagstaff.store.retention import RetentionProgress
 from flagstaff.surveys.early_access import EarlyAccessFeature
 from flagstaff.surveys.model import Survey
 from flagstaff.surveys.stats import SurveyStats
@@ -356,6 +357,17 @@ class Store(Protocol):
     async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page:
         """The project's ingestion warnings, newest first (ingestion keeps the newest
         :data:`~flagstaff.store.rows.WARNINGS_KEPT`)."""
+        ...
+
+    # event retention (store/<engine>/retention.py)
+    async def get_event_retention(self, project_id: int) -> int | None: ...
+    async def set_event_retention(self, project_id: int, days: int | None) -> bool:
+        """Keep the project's events ``days`` days (None: forever); False: no such project."""
+        ...
+
+    async def retention_pass(self, now_ms: int) -> RetentionProgress | None:
+        """Delete expired events (PostgreSQL: one node at a time; None when another runs it,
+        and always on SQLite, whose ingest writer process deletes)."""
         ...
 
     # what the console's team pages read (store/<engine>/team_store.py)

@@ -59,6 +59,7 @@ from flagstaff.store.postgres.ingest import (
     without_nul,
 )
 from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
+from flagstaff.store.postgres.retention import RetentionMixin
 from flagstaff.store.postgres.schema import migrate
 from flagstaff.store.postgres.surveys import SurveyMethods
 from flagstaff.store.postgres.team_store import TeamStoreMixin
@@ -173,6 +174,7 @@ class PostgresStore(
     ApprovalMethods,
     WebhookMethods,
     UsageMixin,
+    RetentionMixin,
 ):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 

@@ -68,6 +68,7 @@ from flagstaff.store.sqlite.experiment_store import ExperimentsMixin
 from flagstaff.store.sqlite.flag_writes import bump_definitions, write_flag
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
+from flagstaff.store.sqlite.retention import RetentionMixin
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.surveys import SurveyMethods
 from flagstaff.store.sqlite.team_store import TeamStoreMixin
@@ -117,6 +118,7 @@ class SQLiteStore(
     ApprovalMethods,
     WebhookMethods,
     UsageMixin,
+    RetentionMixin,
 ):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
