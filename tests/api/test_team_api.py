@@ -1,7 +1,7 @@
 """The team routes against the real server (SQLite or PostgreSQL by FLAGSTAFF_TEST_BACKEND):
 members and roles (the last admin kept), static cohorts from a CSV answered by /flags, groups
-searched by key, renaming the project and its event retention; viewers refused, bad input answered 400 naming the
-field, every answer in its documented shape."""
+searched by key, renaming the project and its event retention; viewers refused, bad input
+answered 400 naming the field, every answer in its documented shape."""
 
 from __future__ import annotations
 

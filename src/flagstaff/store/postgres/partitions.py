@@ -18,6 +18,9 @@ MONTHS_AHEAD = 2
 LOCK_TIMEOUT = "2s"
 """How long creating or dropping a partition waits for ingestion's locks before giving up
 (and trying again on the next pass), so that ingestion never queues behind it for longer."""
+HISTORY_MS = 10 * 366 * 86_400_000
+"""Past months get a partition of their own up to about ten years back; older events stay in
+the default partition (and are deleted row by row when they expire)."""
 _BOUNDS = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
 
 
@@ -62,15 +65,30 @@ async def partitions(conn: asyncpg.Connection) -> list[Partition]:
     return sorted(out, key=lambda p: p.start_ms)
 
 
-async def ensure_ahead(conn: asyncpg.Connection, now_ms: int) -> int:
-    """Create this month's partition and the next :data:`MONTHS_AHEAD` when missing; how many
-    were created. Rows of such a month already in the default partition move into it."""
+async def ensure(conn: asyncpg.Connection, now_ms: int) -> int:
+    """Create this month's partition and the next :data:`MONTHS_AHEAD` when missing, and one
+    for each past month that has events in the default partition (a historical import, late
+    events); how many were created. Rows of such a month in the default partition move into
+    it, so that they are dropped with their month."""
     existing = {p.name for p in await partitions(conn)}
-    created = 0
+    months = []
     month = month_of(now_ms)
     for _ in range(MONTHS_AHEAD + 1):
-        part = partition_for(*month)
+        months.append(month)
         month = next_month(*month)
+    last = partition_for(*months[-1]).end_ms
+    if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM events_default)"):
+        rows = await conn.fetch(
+            "SELECT DISTINCT date_trunc('month', to_timestamp(timestamp_ms / 1000.0) "
+            "AT TIME ZONE 'UTC') FROM events_default WHERE timestamp_ms >= $1 "
+            "AND timestamp_ms < $2",
+            now_ms - HISTORY_MS,
+            last,
+        )
+        months += [(r[0].year, r[0].month) for r in rows]
+    created = 0
+    for month in sorted(set(months)):
+        part = partition_for(*month)
         if part.name in existing:
             continue
         try:

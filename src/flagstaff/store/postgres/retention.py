@@ -2,11 +2,12 @@
 
 Every node's workers call :meth:`RetentionMixin.retention_pass` now and then
 (``server/retention.py``); the first to take the advisory lock does the work, the others
-return at once. A pass makes the coming months' partitions, drops every partition whose
-events have all expired (``store/postgres/partitions.py``: the space goes back to the file
-system at once), then deletes the remaining expired events, their uuids and the expired
-ingestion warnings of each project with a retention, :data:`STEP_ROWS` per transaction with a
-pause between, up to :data:`MAX_STEPS` steps (the next pass goes on).
+return at once. A pass makes the coming months' partitions (and past months' for events that
+landed in the default partition), drops every partition whose events have all expired
+(``store/postgres/partitions.py``: the space goes back to the file system at once), then
+deletes the remaining expired events, their uuids and the expired ingestion warnings of each
+project with a retention, :data:`STEP_ROWS` per transaction with a pause between, up to
+:data:`MAX_STEPS` steps (the next pass goes on).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class RetentionMixin:
 
 
 async def _pass(conn: asyncpg.Connection, now_ms: int) -> RetentionProgress:
-    await partitions.ensure_ahead(conn, now_ms)
+    await partitions.ensure(conn, now_ms)
     rows = await conn.fetch("SELECT id, event_retention_days FROM projects")
     cutoffs: dict[int, int | None] = {}
     policies = []
