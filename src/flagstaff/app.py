@@ -193,7 +193,9 @@ class FlagstaffApp:
         """Metrics and logs after a request has been answered."""
         elapsed = time.perf_counter() - started
         self.services.metrics.observe_request(name, status, elapsed)
-        if status >= 500 and name != "/api":
+        # A 503 is a deliberate refusal, logged where it is decided (once per episode for
+        # the disk reserve), not once per request.
+        if status >= 500 and status != 503 and name != "/api":
             logs.log(logging.ERROR, "request failed", path=request.path, status=status)
         if self._access_log:
             logs.access(

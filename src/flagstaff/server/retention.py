@@ -15,13 +15,11 @@ import time
 
 from flagstaff.ops import logs
 from flagstaff.store.base import Store
-from flagstaff.store.sqlite.retention import check_seconds
 
 CONTINUE_AFTER_SECONDS = 0.5
 
 
-async def retention_loop(store: Store) -> None:
-    interval = check_seconds()
+async def retention_loop(store: Store, interval: float) -> None:
     while True:
         pause = interval
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -15,6 +16,7 @@ from flagstaff.ops.metrics import Metrics, MetricsFiles
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.server.changes import ChangeCounter
 from flagstaff.server.config import Settings
+from flagstaff.server.disk import data_volume
 from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
@@ -23,19 +25,24 @@ from flagstaff.server.webhook_delivery import deliveries_loop
 from flagstaff.store.base import Store
 
 
-def make_store(settings: Settings) -> Store:
+def sqlite_path(settings: Settings) -> Path | None:
+    """The SQLite store's file, or None on PostgreSQL."""
     url = settings.database_url
     if url is not None and url.startswith(("postgres://", "postgresql://")):
+        return None
+    if url is not None and url.startswith("sqlite://"):
+        return Path(url.removeprefix("sqlite://"))
+    return settings.sqlite_path
+
+
+def make_store(settings: Settings) -> Store:
+    path = sqlite_path(settings)
+    if path is None:
         from flagstaff.store.postgres.store import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(settings.database_url or "")
     from flagstaff.store.sqlite.store import SQLiteStore
 
-    path = settings.sqlite_path
-    if url is not None and url.startswith("sqlite://"):
-        from pathlib import Path
-
-        path = Path(url.removeprefix("sqlite://"))
     return SQLiteStore(path, ingest_socket=settings.ingest_socket, mmap_mb=settings.sqlite_mmap_mb)
 
 
@@ -55,6 +62,8 @@ class Services:
         self.quotas = Quotas(
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
         )
+        self.disk = data_volume(sqlite_path(settings), settings.disk_reserve_mb)
+        """The free-space reserve of the store's volume (none on PostgreSQL)."""
         self.geoip: GeoIP | None = None
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
@@ -79,7 +88,9 @@ class Services:
             deliveries_loop(self.store, self.settings.retry_delays_s)
         )
         self._warm = asyncio.create_task(self._warm_experiments())
-        self._retention = asyncio.create_task(retention_loop(self.store))
+        self._retention = asyncio.create_task(
+            retention_loop(self.store, self.settings.retention_check_seconds)
+        )
 
     async def _warm_experiments(self) -> None:
         """If the server has experiments, import the results module in a thread now, so that
