@@ -1,5 +1,5 @@
-"""The ``flagstaff`` command: serve, migrate, project create/list, key create,
-flags import/export/explain, events export."""
+"""The ``flagstaff`` command: serve, migrate, project create/list/update, key create,
+flags import/export/explain, events export, backup and restore."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from flagstaff.ops import logs
 from flagstaff.server.bootstrap import bootstrap
 from flagstaff.server.changes import ChangeCounter
 from flagstaff.server.config import Settings, secure_data_dir
-from flagstaff.server.services import make_store
+from flagstaff.server.services import make_store, sqlite_path
 from flagstaff.store.base import Store
 from flagstaff.store.retention import retention_problem
 
@@ -359,6 +359,40 @@ def cmd_flags_recompute_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    from flagstaff.cli.backup import POSTGRES_RECIPE, BackupError, backup
+
+    db = sqlite_path(_settings(args))
+    if db is None:
+        print(f"flagstaff: {POSTGRES_RECIPE}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        size = backup(db, Path(args.path))
+    except BackupError as exc:
+        raise SystemExit(f"flagstaff: {exc}") from None
+    took = time.monotonic() - started
+    print(f"backed up {db} to {args.path} ({size / 1e6:.1f} MB, {took:.1f} s)")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from flagstaff.cli.backup import POSTGRES_RECIPE, BackupError, restore
+
+    db = sqlite_path(_settings(args))
+    if db is None:
+        print(f"flagstaff: {POSTGRES_RECIPE}", file=sys.stderr)
+        return 2
+    try:
+        kept = restore(Path(args.path), db)
+    except BackupError as exc:
+        raise SystemExit(f"flagstaff: {exc}") from None
+    print(f"restored {args.path} to {db}")
+    if kept is not None:
+        print(f"  the store it replaced is kept at {kept} (delete it when satisfied)")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _with_store(settings, lambda store: store.ping())
@@ -505,6 +539,19 @@ def build_parser() -> argparse.ArgumentParser:
     xrecompute.add_argument("--project", type=int)
     _store_options(xrecompute)
     xrecompute.set_defaults(fn=cmd_experiments_recompute)
+
+    bkp = sub.add_parser(
+        "backup", help="write a consistent copy of the SQLite store to PATH, while it serves"
+    )
+    bkp.add_argument("path", help="the backup file to create (must not exist)")
+    _store_options(bkp)
+    bkp.set_defaults(fn=cmd_backup)
+    rst = sub.add_parser(
+        "restore", help="replace the SQLite store by a backup (the server must be stopped)"
+    )
+    rst.add_argument("path", help="a file written by 'flagstaff backup'")
+    _store_options(rst)
+    rst.set_defaults(fn=cmd_restore)
 
     migrate = sub.add_parser("migrate", help="apply schema migrations and exit")
     _store_options(migrate)
