@@ -5,12 +5,14 @@ already the single writer of events, so deletion never races ingestion for the w
 another process. Every ``FLAGSTAFF_RETENTION_CHECK_SECONDS`` (15 s by default) it reads the
 projects' settings; while any project has expired events it deletes :data:`STEP_ROWS` of
 them per transaction (with their events-by-distinct-id entries and that project's expired
-ingestion warnings), between ingestion batches, then gives the freed pages back to the file
+ingestion warnings), between ingestion batches and, under load, in at most
+:data:`BUSY_SHARE` of the writer's time; then it gives the freed pages back to the file
 system with ``PRAGMA incremental_vacuum`` in steps of :data:`VACUUM_PAGES`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -22,14 +24,17 @@ from flagstaff.store.retention import RetentionPolicy, RetentionProgress
 from flagstaff.store.sqlite.event_index import BUCKET_BITS
 from flagstaff.store.sqlite.writer import Writer, write_transaction
 
-STEP_ROWS = 1000
+STEP_ROWS = 500
 """Events deleted per transaction. A step runs after an ingestion commit, before that batch
 is answered, so it is kept well below the event index's step (8,192 entries)."""
 VACUUM_PAGES = 128
 """Free pages handed back per incremental vacuum transaction (2 MB of 16 KB pages; each page
 moved from the end of the file takes about 0.25 ms here)."""
-BUSY_GAP_SECONDS = 0.1
-"""Under load, at most one step per this long (between batches); idle, steps follow at once."""
+BUSY_SHARE = 0.2
+"""Under load, retention takes at most this share of the writer's time: after a step that took
+d seconds, the next waits d * (1 / BUSY_SHARE - 1). Idle, steps follow at once."""
+BUSY_GAP_SECONDS = 0.05
+"""And under load, at least this long between steps."""
 CHECK_SECONDS_ENV = "FLAGSTAFF_RETENTION_CHECK_SECONDS"
 DEFAULT_CHECK_SECONDS = 15.0
 
@@ -134,7 +139,7 @@ class RetentionRunner:
         self.interval = check_seconds() if interval is None else interval
         self._clock = clock
         self._next_check = 0.0
-        self._last_step = 0.0
+        self._next_busy_step = 0.0
         self._policies: list[RetentionPolicy] = []
         self.pending = False
         """Expired rows (or free pages) may remain: keep stepping."""
@@ -147,12 +152,20 @@ class RetentionRunner:
         now = self._clock()
         if now >= self._next_check:
             return True
-        return self.pending and (not busy or now - self._last_step >= BUSY_GAP_SECONDS)
+        return self.pending and (not busy or now >= self._next_busy_step)
 
     def step(self, conn: sqlite3.Connection, lock_fd: int) -> int:
         """One bounded transaction of deletion or vacuum; rows or pages it handled."""
-        now = self._clock()
-        self._last_step = now
+        started = self._clock()
+        try:
+            return self._step(conn, lock_fd, started)
+        finally:
+            took = self._clock() - started
+            self._next_busy_step = (
+                started + took + max(BUSY_GAP_SECONDS, took * (1 / BUSY_SHARE - 1))
+            )
+
+    def _step(self, conn: sqlite3.Connection, lock_fd: int, now: float) -> int:
         if now >= self._next_check:
             self._next_check = now + self.interval
             self._policies = policies(conn)
@@ -162,7 +175,7 @@ class RetentionRunner:
         now_ms = int(time.time() * 1000)
         handled = 0
         done = True
-        with write_transaction(conn, lock_fd):
+        with write_transaction(conn, lock_fd) if self._policies else contextlib.nullcontext():
             for policy in self._policies:
                 progress = delete_step(conn, policy, now_ms)
                 self.total.events += progress.events
@@ -174,6 +187,10 @@ class RetentionRunner:
                     break
         if handled or not done:
             return handled
+        if not int(conn.execute("PRAGMA freelist_count").fetchone()[0]):
+            self.pending = False
+            self._report()
+            return 0
         with write_transaction(conn, lock_fd):
             free = vacuum_step(conn)
         if free <= VACUUM_PAGES:
