@@ -42,28 +42,28 @@ CREATE TABLE event_uuids (
 );
 CREATE INDEX event_uuids_timestamp ON event_uuids (project_id, timestamp_ms);
 
--- One partition per UTC month, from the oldest stored event's (at most ten years back) to two
--- months ahead.
+-- One partition per UTC month that has events (at most ten years back; older ones stay in the
+-- default partition), and this month and the next two.
 DO $$
 DECLARE
-    oldest bigint := (SELECT min(timestamp_ms) FROM events_unpartitioned);
-    floor_month timestamp := date_trunc('month', (now() AT TIME ZONE 'UTC') - interval '10 years');
-    last_month timestamp := date_trunc('month', now() AT TIME ZONE 'UTC') + interval '2 months';
+    floor_ms bigint := (extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC')
+                        - interval '10 years') * 1000)::bigint;
+    this_month timestamp := date_trunc('month', now() AT TIME ZONE 'UTC');
     m timestamp;
 BEGIN
-    m := date_trunc('month', COALESCE(to_timestamp(oldest / 1000.0) AT TIME ZONE 'UTC',
-                                      now() AT TIME ZONE 'UTC'));
-    IF m < floor_month THEN
-        m := floor_month;
-    END IF;
-    WHILE m <= last_month LOOP
+    FOR m IN
+        SELECT DISTINCT date_trunc('month', to_timestamp(timestamp_ms / 1000.0) AT TIME ZONE 'UTC')
+        FROM events_unpartitioned WHERE timestamp_ms >= floor_ms
+          AND timestamp_ms < (extract(epoch FROM this_month + interval '3 months') * 1000)::bigint
+        UNION
+        SELECT this_month + n * interval '1 month' FROM generate_series(0, 2) AS n
+    LOOP
         EXECUTE format(
             'CREATE TABLE %I PARTITION OF events FOR VALUES FROM (%s) TO (%s)',
             'events_p' || to_char(m, 'YYYYMM'),
             (extract(epoch FROM m AT TIME ZONE 'UTC') * 1000)::bigint,
             (extract(epoch FROM (m + interval '1 month') AT TIME ZONE 'UTC') * 1000)::bigint
         );
-        m := m + interval '1 month';
     END LOOP;
 END
 $$;
