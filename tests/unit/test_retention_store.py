@@ -1,6 +1,7 @@
 """Retention's storage steps on SQLite (the ingest writer's bounded deletes and incremental
-vacuum, an older database converted in place) and the month arithmetic of PostgreSQL's
-partitions. The whole flow, on both engines, is in tests/api/test_retention.py."""
+vacuum, an older database converted in place), the month arithmetic of PostgreSQL's
+partitions and its pass (whole months dropped only when every project expires them). The
+whole flow, on both engines, is in tests/api/test_retention.py."""
 
 from __future__ import annotations
 
@@ -11,11 +12,17 @@ from pathlib import Path
 import pytest
 
 from flagstaff.store.postgres.partitions import month_of, next_month, partition_for
-from flagstaff.store.retention import DAY_MS, RetentionPolicy, retention_problem
+from flagstaff.store.retention import (
+    DAY_MS,
+    RetentionPolicy,
+    RetentionProgress,
+    retention_problem,
+)
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.retention import RetentionRunner, delete_step, vacuum_step
 from flagstaff.store.sqlite.schema import INCREMENTAL, migrate
 from flagstaff.store.sqlite.writer import connect
+from tests.events import event
 
 NOW = int(time.time() * 1000)  # the runner reads the clock
 
@@ -140,3 +147,72 @@ def test_months() -> None:
 )
 def test_retention_values(value: object, ok: bool) -> None:
     assert (retention_problem(value) is None) is ok
+
+
+async def _postgres_pass(url: str) -> None:
+    from flagstaff.store.postgres.store import PostgresStore
+
+    now = int(time.time() * 1000)
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        a = (await store.create_project("A")).id
+        b = (await store.create_project("B")).id
+        assert await store.set_event_retention(a, 30)
+        assert await store.get_event_retention(b) is None
+        only_a = partition_for(*month_of(now - 150 * DAY_MS))
+        shared = partition_for(*month_of(now - 100 * DAY_MS))
+        await store.ingest(a, [event("e", "x", ts=only_a.start_ms + i) for i in range(30)], [])
+        await store.ingest(a, [event("e", "x", ts=shared.start_ms + i) for i in range(20)], [])
+        await store.ingest(b, [event("e", "y", ts=shared.start_ms + i) for i in range(10)], [])
+        recent = [event("e", "x", ts=now - 5 * DAY_MS + i) for i in range(5)]
+        await store.ingest(a, recent, [])
+        async with store.pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) "
+                "SELECT p, 't', '{}', c FROM unnest($1::bigint[], $2::bigint[]) AS x(p, c)",
+                [a, a, b],
+                [now - 40 * DAY_MS, now - DAY_MS, now - 40 * DAY_MS],
+            )
+        total = RetentionProgress(done=False)
+        for _ in range(5):
+            progress = await store.retention_pass(now)
+            assert progress is not None
+            total.events += progress.events
+            total.warnings += progress.warnings
+            total.partitions_dropped += progress.partitions_dropped
+            if progress.done:
+                break
+        async with store.pool.acquire() as conn:
+            names = {
+                r[0]
+                for r in await conn.fetch(
+                    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                    "WHERE i.inhparent = 'events'::regclass"
+                )
+            }
+            counts = dict(await conn.fetch("SELECT project_id, count(*) FROM events GROUP BY 1"))
+            uuids = dict(
+                await conn.fetch("SELECT project_id, count(*) FROM event_uuids GROUP BY 1")
+            )
+            warnings = dict(
+                await conn.fetch("SELECT project_id, count(*) FROM ingestion_warnings GROUP BY 1")
+            )
+        # A's only month is dropped whole; the month B keeps is kept, A's rows in it deleted.
+        assert only_a.name not in names and shared.name in names
+        assert total.partitions_dropped == 1 and total.events == 20
+        assert counts == {a: 5, b: 10} and uuids == {a: 5, b: 10}
+        assert warnings == {a: 1, b: 1}
+        # Another node's pass waits for nobody: the lock is free again, and there is no work.
+        again = await store.retention_pass(now)
+        assert again is not None and again.events == 0 and again.partitions_dropped == 0
+    finally:
+        await store.close()
+
+
+def test_postgres_pass_drops_whole_months_and_deletes_the_rest() -> None:
+    import asyncio
+
+    from tests import pg
+
+    asyncio.run(_postgres_pass(pg.new_database()))
