@@ -92,6 +92,20 @@ def test_project_and_key_commands(tmp_path: Path) -> None:
     assert cli(data, "key", "create", "--project", "2").returncode == 0
 
 
+def test_project_update_sets_the_event_retention(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    assert cli(data, "project", "create", "Shop").returncode == 0
+    r = cli(data, "project", "update", "--event-retention-days", "90")
+    assert r.returncode == 0 and "events kept 90 days" in r.stdout, r.stderr
+    r = cli(data, "project", "update", "--name", "Store", "--event-retention-days", "forever")
+    assert r.returncode == 0 and "'Store': events kept forever" in r.stdout, r.stderr
+    for bad in ("0", "36501", "soon"):
+        r = cli(data, "project", "update", "--event-retention-days", bad)
+        assert r.returncode == 2 and "--event-retention-days" in r.stderr, r.stderr
+    r = cli(data, "project", "update")
+    assert r.returncode != 0 and "nothing to change" in r.stderr
+
+
 def _write(tmp_path: Path, name: str, data: object) -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(data))

@@ -1,7 +1,7 @@
 """The team routes against the real server (SQLite or PostgreSQL by FLAGSTAFF_TEST_BACKEND):
 members and roles (the last admin kept), static cohorts from a CSV answered by /flags, groups
-searched by key, renaming the project; viewers refused, bad input answered 400 naming the
-field, every answer in its documented shape."""
+searched by key, renaming the project and its event retention; viewers refused, bad input
+answered 400 naming the field, every answer in its documented shape."""
 
 from __future__ import annotations
 
@@ -235,6 +235,21 @@ def test_rename_the_project(api: httpx.Client) -> None:
     assert api.get(f"{P}/").json()["name"] == "Shop"
     _error(api.patch(f"{P}/", json={"name": " "}), 400, "name")
     _error(api.patch(f"{P}/", json={"name": "x" * 201}), 400, "name")
+
+
+def test_event_retention_is_set_and_cleared(api: httpx.Client) -> None:
+    assert api.get(f"{P}/").json()["event_retention_days"] is None  # forever by default
+    kept = api.patch(f"{P}/", json={"event_retention_days": 30})
+    assert kept.status_code == 200, kept.text
+    body = msgspec.convert(kept.json(), schemas.ProjectSettings)
+    assert body.event_retention_days == 30 and body.name  # the name is left as it was
+    assert api.get(f"{P}/").json()["event_retention_days"] == 30
+    for bad in (0, -1, 36501, 1.5, "30", True):
+        _error(api.patch(f"{P}/", json={"event_retention_days": bad}), 400, "event_retention_days")
+    both = api.patch(f"{P}/", json={"name": "Kept", "event_retention_days": None}).json()
+    assert both["name"] == "Kept" and both["event_retention_days"] is None
+    assert api.get(f"{P}/").json()["event_retention_days"] is None
+    _error(api.patch(f"{P}/", json={}), 400, "name")
 
 
 def test_ingestion_warnings_are_kept_bounded(api: httpx.Client, server: Server) -> None:

@@ -259,9 +259,13 @@ class MemoryTeamData:
         self.warning_list: list[Warning] = []
         self.counts = DynamicCounts({}, frozenset(), 0, True)
         self.members: dict[int, list[str]] = {}
+        self.retention: dict[int, int] = {}
 
     async def project(self, project_id: int) -> Project | None:
         return self.projects.get(project_id)
+
+    async def event_retention(self, project_id: int) -> int | None:
+        return self.retention.get(project_id)
 
     async def usage(self, project_id: int) -> Usage:
         return Usage(events=1_000_000, persons=12, flags=3, cohorts=len(self.cohort_list),

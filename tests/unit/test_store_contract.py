@@ -29,6 +29,7 @@ TOKEN = "phc_contract_token"
 _TABLES = (
     "projects, personal_api_keys, definitions_version, feature_flags, cohorts, persons, "
     "person_distinct_ids, cohort_members, hash_key_overrides, group_types, groups, events, "
+    "event_uuids, "
     "ingestion_warnings, surveys, early_access_features, survey_aggregates, "
     "experiment_holdouts, experiments, experiment_person_state, experiment_totals"
 )

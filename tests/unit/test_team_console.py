@@ -284,6 +284,7 @@ def test_viewers_see_team_pages_without_changes() -> None:
     assert "Change role" not in members and "bob+&lt;b&gt;@example.com" in members
     settings = client.get("/settings/project").text
     assert "Rename project" not in settings and "Copy project token" in settings
+    assert "Save retention" not in settings
 
 
 def test_admins_manage_members_but_not_the_only_admin() -> None:
@@ -296,12 +297,16 @@ def test_admins_manage_members_but_not_the_only_admin() -> None:
 
 
 def test_page_contents() -> None:
-    client, _, data = _client()
+    client, team, data = _client()
     static = client.get("/cohorts/1").text
     assert "First distinct ids" in static and "&lt;script&gt;" in static
     settings = client.get("/settings/project").text
     assert "phc_public_token" in settings and "1,000,000 or more" in settings
     assert "600 requests per minute" in settings
+    assert "Events are kept forever." in settings and "Save retention" in settings
+    team.retention[1] = 30
+    settings = client.get("/settings/project").text
+    assert "older than 30 days are deleted" in settings and 'value="30"' in settings
     group = client.get("/groups/0/acme/eu").text
     assert "b2b-beta" in group and "Matched condition set 1" in group
     assert client.get("/groups/0/nope").status_code == 404

@@ -1,5 +1,5 @@
-"""The ``flagstaff`` command: serve, migrate, project create/list, key create,
-flags import/export/explain, events export."""
+"""The ``flagstaff`` command: serve, migrate, project create/list/update, key create,
+flags import/export/explain, events export, backup and restore."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ from flagstaff import __version__
 from flagstaff.ops import logs
 from flagstaff.server.bootstrap import bootstrap
 from flagstaff.server.config import Settings, secure_data_dir
-from flagstaff.server.services import make_store
+from flagstaff.server.services import make_store, sqlite_path
 from flagstaff.store.base import Store
 from flagstaff.store.changes import ChangeCounter
+from flagstaff.store.retention import retention_problem
 
 T = TypeVar("T")
+_UNSET: Any = object()
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -105,6 +107,43 @@ def cmd_project_list(args: argparse.Namespace) -> int:
     projects = _with_store(settings, lambda store: store.list_projects())
     for p in projects:
         print(f"{p.id}\t{p.name}\t{p.api_token}\t{p.created_at}")
+    return 0
+
+
+def _retention_days(raw: str) -> int | None:
+    """``--event-retention-days``: a number of days, or ``forever``."""
+    if raw.strip().lower() in {"forever", "none", "null"}:
+        return None
+    try:
+        days = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError("a number of days, or 'forever'") from None
+    problem = retention_problem(days)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem.replace("event_retention_days must be", "is"))
+    return days
+
+
+def cmd_project_update(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if args.name is None and args.event_retention_days is _UNSET:
+        raise SystemExit("flagstaff: nothing to change: give --name or --event-retention-days")
+    if args.name is not None and not args.name.strip():
+        raise SystemExit("flagstaff: the name cannot be empty")
+
+    async def run(store: Store) -> None:
+        project_id = await _project_id(store, args.project)
+        if args.event_retention_days is not _UNSET:
+            await store.set_event_retention(project_id, args.event_retention_days)
+        if args.name is not None:
+            await store.rename_project(project_id, args.name.strip())
+        project = await store.get_project(project_id)
+        days = await store.get_event_retention(project_id)
+        assert project is not None
+        kept = "forever" if days is None else f"{days} days"
+        print(f"project {project.id} {project.name!r}: events kept {kept}")
+
+    _with_store(settings, run)
     return 0
 
 
@@ -320,6 +359,40 @@ def cmd_flags_recompute_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    from flagstaff.cli.backup import POSTGRES_RECIPE, BackupError, backup
+
+    db = sqlite_path(_settings(args))
+    if db is None:
+        print(f"flagstaff: {POSTGRES_RECIPE}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        size = backup(db, Path(args.path))
+    except BackupError as exc:
+        raise SystemExit(f"flagstaff: {exc}") from None
+    took = time.monotonic() - started
+    print(f"backed up {db} to {args.path} ({size / 1e6:.1f} MB, {took:.1f} s)")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from flagstaff.cli.backup import POSTGRES_RECIPE, BackupError, restore
+
+    db = sqlite_path(_settings(args))
+    if db is None:
+        print(f"flagstaff: {POSTGRES_RECIPE}", file=sys.stderr)
+        return 2
+    try:
+        kept = restore(Path(args.path), db)
+    except BackupError as exc:
+        raise SystemExit(f"flagstaff: {exc}") from None
+    print(f"restored {args.path} to {db}")
+    if kept is not None:
+        print(f"  the store it replaced is kept at {kept} (delete it when satisfied)")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _with_store(settings, lambda store: store.ping())
@@ -363,6 +436,20 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     _store_options(create)
     create.set_defaults(fn=cmd_project_create)
+    pupdate = project.add_parser(
+        "update", help="rename a project or set how long its events are kept"
+    )
+    pupdate.add_argument("--project", type=int, help="project id (needed with several)")
+    pupdate.add_argument("--name", help="a new name")
+    pupdate.add_argument(
+        "--event-retention-days",
+        type=_retention_days,
+        default=_UNSET,
+        metavar="N|forever",
+        help="delete events (and ingestion warnings) older than N days; 'forever' keeps them",
+    )
+    _store_options(pupdate)
+    pupdate.set_defaults(fn=cmd_project_update)
     plist = project.add_parser("list", help="list projects")
     _store_options(plist)
     plist.set_defaults(fn=cmd_project_list)
@@ -452,6 +539,19 @@ def build_parser() -> argparse.ArgumentParser:
     xrecompute.add_argument("--project", type=int)
     _store_options(xrecompute)
     xrecompute.set_defaults(fn=cmd_experiments_recompute)
+
+    bkp = sub.add_parser(
+        "backup", help="write a consistent copy of the SQLite store to PATH, while it serves"
+    )
+    bkp.add_argument("path", help="the backup file to create (must not exist)")
+    _store_options(bkp)
+    bkp.set_defaults(fn=cmd_backup)
+    rst = sub.add_parser(
+        "restore", help="replace the SQLite store by a backup (the server must be stopped)"
+    )
+    rst.add_argument("path", help="a file written by 'flagstaff backup'")
+    _store_options(rst)
+    rst.set_defaults(fn=cmd_restore)
 
     migrate = sub.add_parser("migrate", help="apply schema migrations and exit")
     _store_options(migrate)

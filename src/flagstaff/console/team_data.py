@@ -27,6 +27,10 @@ class TeamData(Protocol):
 
     async def usage(self, project_id: int) -> Usage: ...
 
+    async def event_retention(self, project_id: int) -> int | None:
+        """Days the project keeps events; None: forever."""
+        ...
+
     def quotas(self) -> tuple[int, int]:
         """The node's (flag requests, events) per minute and project; 0 is no quota."""
         ...
@@ -71,6 +75,9 @@ class StoreTeamData:
 
     async def usage(self, project_id: int) -> Usage:
         return await self.store.project_usage(project_id, USAGE_COUNT_CAP)
+
+    async def event_retention(self, project_id: int) -> int | None:
+        return await self.store.get_event_retention(project_id)
 
     def quotas(self) -> tuple[int, int]:
         return self._quotas

@@ -246,6 +246,7 @@ class TeamPages:
             "project_settings.html",
             "settings",
             settings_project=project,
+            retention_days=await self.data.event_retention(project.id),
             figures=team_views.usage_figures(usage, flag_quota, event_quota),
         )
 

@@ -126,7 +126,9 @@ async def get_project(ctx: AdminContext, request: Request) -> Any:
     project = await ctx.store.get_project(ctx.project_id)
     if project is None:
         raise ApiError(404, "not_found", "no such project")
-    return _project_json(project)
+    out = _project_json(project)
+    out["event_retention_days"] = await ctx.store.get_event_retention(ctx.project_id)
+    return out
 
 
 # feature flags ----------------------------------------------------------------------------

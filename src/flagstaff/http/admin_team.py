@@ -26,6 +26,7 @@ from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import MAX_ID, int_param, json_body
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, Group
+from flagstaff.store.retention import retention_problem
 
 MAX_PROJECT_NAME = 200
 ROLES = ", ".join(r.value for r in Role)
@@ -141,18 +142,34 @@ async def remove_member(ctx: AdminContext, request: Request) -> Any:
 
 
 async def update_project(ctx: AdminContext, request: Request) -> Any:
+    """Rename the project and/or set its ``event_retention_days`` (null: keep forever)."""
     body = _object(await json_body(request))
-    name = body.get("name")
-    if not isinstance(name, str) or not name.strip():
+    if "name" not in body and "event_retention_days" not in body:
         raise ApiError(400, "required", "name is required", "name")
-    if len(name.strip()) > MAX_PROJECT_NAME:
-        raise ApiError(
-            400, "invalid_input", f"name has at most {MAX_PROJECT_NAME} characters", "name"
-        )
-    project = await ctx.store.rename_project(ctx.project_id, name.strip())
+    name = body.get("name")
+    if "name" in body:
+        if not isinstance(name, str) or not name.strip():
+            raise ApiError(400, "required", "name is required", "name")
+        if len(name.strip()) > MAX_PROJECT_NAME:
+            raise ApiError(
+                400, "invalid_input", f"name has at most {MAX_PROJECT_NAME} characters", "name"
+            )
+    if "event_retention_days" in body:
+        days = body["event_retention_days"]
+        problem = retention_problem(days)
+        if problem is not None:
+            raise ApiError(400, "invalid_input", problem, "event_retention_days")
+        if not await ctx.store.set_event_retention(ctx.project_id, days):
+            raise ApiError(404, "not_found", "no such project")
+    if isinstance(name, str):
+        project = await ctx.store.rename_project(ctx.project_id, name.strip())
+    else:
+        project = await ctx.store.get_project(ctx.project_id)
     if project is None:
         raise ApiError(404, "not_found", "no such project")
-    return project_json(project)
+    out = project_json(project)
+    out["event_retention_days"] = await ctx.store.get_event_retention(ctx.project_id)
+    return out
 
 
 # groups ------------------------------------------------------------------------------------
@@ -203,7 +220,7 @@ async def list_groups(ctx: AdminContext, request: Request) -> Any:
 
 
 ROUTES: list[tuple[str, str, Handler, str]] = [
-    ("PATCH", "/", update_project, "Rename the project"),
+    ("PATCH", "/", update_project, "Rename the project, set its event retention"),
     ("GET", "/members/", list_members, "List the project's members and their roles"),
     (
         "POST",

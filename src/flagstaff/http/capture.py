@@ -17,6 +17,8 @@ from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope
 from flagstaff.server.outage import OUTAGE
+from flagstaff.ops import logs
+from flagstaff.server.disk import MB
 from flagstaff.server.services import Services
 
 _OK = b'{"status":1}'
@@ -50,7 +52,24 @@ def _over_quota(events: list[Event], allowed: int) -> tuple[list[Event], list[Dr
     return kept, drops
 
 
+def _refuse_when_disk_low(svc: Services) -> None:
+    """503 while the data volume's free space is below its reserve (``server/disk.py``)."""
+    if svc.disk.low():
+        svc.metrics.count_refusal("disk_reserve")
+        status = svc.disk.status()
+        detail = (
+            "free disk space on the server is below its reserve: the events were not stored, "
+            "retry later"
+        )
+        if status is not None:
+            detail += (
+                f" ({status.free_bytes // MB} MB free, {status.reserve_bytes // MB} MB reserved)"
+            )
+        raise ApiError(503, "insufficient_storage", detail)
+
+
 async def capture_endpoint(svc: Services, request: Request) -> Response:
+    _refuse_when_disk_low(svc)
     payload = _payload(svc, request)
     try:
         envelope = parse_envelope(payload, request.query)

@@ -85,7 +85,7 @@ _HELD = (
 _ADMIN: dict[str, Doc] = {
     "list_projects": Doc("", s.ProjectPage),
     "create_project": Doc("", s.CreatedProject, s.ProjectInput, 201),
-    "get_project": Doc("", s.Project),
+    "get_project": Doc("", s.ProjectSettings),
     "list_flags": Doc("", s.FeatureFlagPage, query=_PAGING),
     "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
     "get_flag": Doc("", s.FeatureFlag),
@@ -128,7 +128,7 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_warnings": Doc("", s.WarningPage, query=_PAGING),
-    "update_project": Doc("", s.Project, s.ProjectInput),
+    "update_project": Doc("", s.ProjectSettings, s.ProjectUpdate),
     "list_members": Doc("", t.MemberPage),
     "add_member": Doc("", t.CreatedMember, t.MemberInput, 201),
     "update_member": Doc("", t.Member, t.MemberRoleInput),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flagstaff.http.asgi import Request, Response, json_response
 from flagstaff.ops.metrics import render
+from flagstaff.server.disk import disk_gauges
 from flagstaff.server.services import Services
 
 _OK = b'{"status":"ok"}'
@@ -26,4 +27,5 @@ async def ready(svc: Services, request: Request) -> Response:
 
 async def metrics(svc: Services, request: Request) -> Response:
     text = render([svc.metrics.snapshot(), *svc.metrics_files.others()])
+    text += disk_gauges(svc.disk)
     return Response(text.encode(), content_type=b"text/plain; version=0.0.4; charset=utf-8")

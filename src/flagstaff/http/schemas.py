@@ -223,6 +223,18 @@ class Project(msgspec.Struct):
     created_at: str
 
 
+class ProjectSettings(Project):
+    event_retention_days: int | None
+    """Days events (and ingestion warnings) are kept; null keeps them forever."""
+
+
+class ProjectUpdate(msgspec.Struct):
+    """Either or both: a new name, and how many days events are kept (1-36500, null: forever)."""
+
+    name: str | None = None
+    event_retention_days: int | None = None
+
+
 class CreatedProject(Project):
     """Shown once: a personal API key for the new project."""
 

@@ -28,6 +28,7 @@ class Metrics:
         self.events_ingested = 0
         self.events_duplicate = 0
         self.events_dropped: dict[str, int] = {}
+        self.ingest_refused: dict[str, int] = {}
         self.flag_requests = 0
         self.flag_evaluations = 0
         self.flag_errors = 0
@@ -50,6 +51,10 @@ class Metrics:
         for reason, n in dropped.items():
             self.events_dropped[reason] = self.events_dropped.get(reason, 0) + n
 
+    def count_refusal(self, reason: str) -> None:
+        """An ingestion request answered 503 before anything was stored (``disk_reserve``)."""
+        self.ingest_refused[reason] = self.ingest_refused.get(reason, 0) + 1
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
@@ -58,6 +63,7 @@ class Metrics:
             "events_ingested": self.events_ingested,
             "events_duplicate": self.events_duplicate,
             "events_dropped": self.events_dropped,
+            "ingest_refused": self.ingest_refused,
             "flag_requests": self.flag_requests,
             "flag_evaluations": self.flag_evaluations,
             "flag_errors": self.flag_errors,
@@ -167,6 +173,12 @@ def render(snapshots: Iterable[dict[str, Any]]) -> str:
     ]
     for reason, n in sorted(m.get("events_dropped", {}).items()):
         lines.append(f'flagstaff_events_dropped_total{{reason="{_label(reason)}"}} {n}')
+    lines += [
+        "# HELP flagstaff_ingest_refused_total Ingestion requests refused with 503, by reason.",
+        "# TYPE flagstaff_ingest_refused_total counter",
+    ]
+    for reason, n in sorted(m.get("ingest_refused", {}).items()):
+        lines.append(f'flagstaff_ingest_refused_total{{reason="{_label(reason)}"}} {n}')
     lines += [
         "# HELP flagstaff_flag_requests_total Flag evaluation requests answered.",
         "# TYPE flagstaff_flag_requests_total counter",

@@ -99,6 +99,11 @@ class Settings:
     ``WRITE_CACHE_KB``)."""
     ingest_socket: str | None = None
     """Set by ``flagstaff serve``: the Unix socket of the SQLite ingest writer process."""
+    disk_reserve_mb: int | None = None
+    """Free space (MB) kept on the SQLite store's volume: below it ingestion is refused with
+    503. None: min(1 GB, 5% of the volume); 0: no reserve. See ``server/disk.py``."""
+    retention_check_seconds: float = 15.0
+    """How often event retention looks for expired events (and for changed settings)."""
     webhook_retry_delays: str | None = None
     """Seconds before each retry of a failed webhook delivery, comma separated (default
     10,60,300,1800,7200,21600); fewer numbers, fewer retries."""
@@ -199,7 +204,7 @@ def _convert(name: str, annotation: Any, raw: str) -> Any:
     kind = str(annotation)
     if kind == "bool":
         return _parse_bool(name, raw)
-    if kind == "int":
+    if kind in ("int", "int | None"):
         return _parse_int(name, raw)
     if kind == "float":
         return _parse_float(name, raw)

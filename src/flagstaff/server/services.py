@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,24 +21,31 @@ from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
 from flagstaff.server.readiness import Readiness
+from flagstaff.server.disk import data_volume, reserve_reason
+from flagstaff.server.retention import retention_loop
 from flagstaff.server.webhook_delivery import deliveries_loop
 from flagstaff.store.base import Store
 from flagstaff.store.changes import ChangeCounter
 
 
-def make_store(settings: Settings) -> Store:
+def sqlite_path(settings: Settings) -> Path | None:
+    """The SQLite store's file, or None on PostgreSQL."""
     url = settings.database_url
     if url is not None and url.startswith(("postgres://", "postgresql://")):
+        return None
+    if url is not None and url.startswith("sqlite://"):
+        return Path(url.removeprefix("sqlite://"))
+    return settings.sqlite_path
+
+
+def make_store(settings: Settings) -> Store:
+    path = sqlite_path(settings)
+    if path is None:
         from flagstaff.store.postgres.store import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(settings.database_url or "")
     from flagstaff.store.sqlite.store import SQLiteStore
 
-    path = settings.sqlite_path
-    if url is not None and url.startswith("sqlite://"):
-        from pathlib import Path
-
-        path = Path(url.removeprefix("sqlite://"))
     return SQLiteStore(path, ingest_socket=settings.ingest_socket, mmap_mb=settings.sqlite_mmap_mb)
 
 
@@ -66,12 +74,19 @@ class Services:
         ingest_client = getattr(self.store, "ingest_client", None)
         if ingest_client is not None:
             self.readiness.add("ingest_writer", ingest_client.unreachable)
+        self.disk = data_volume(sqlite_path(settings), settings.disk_reserve_mb)
+        """The free-space reserve of the store's volume (none on PostgreSQL)."""
+        self.readiness.add("disk_reserve", self._disk_ready)
         self.geoip: GeoIP | None = None
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
         self._jobs: asyncio.Task[Any] | None = None
         self._webhooks: asyncio.Task[Any] | None = None
         self._warm: asyncio.Task[Any] | None = None
+        self._retention: asyncio.Task[Any] | None = None
+
+    async def _disk_ready(self) -> str | None:
+        return reserve_reason(self.disk)
 
     async def _database_ready(self) -> str | None:
         if await self.store.ping():
@@ -94,6 +109,9 @@ class Services:
             deliveries_loop(self.store, self.settings.retry_delays_s)
         )
         self._warm = asyncio.create_task(self._warm_experiments())
+        self._retention = asyncio.create_task(
+            retention_loop(self.store, self.settings.retention_check_seconds)
+        )
 
     async def _warm_experiments(self) -> None:
         """If the server has experiments, import the results module in a thread now, so that
@@ -110,7 +128,7 @@ class Services:
         self.changes.bump()
 
     async def stop(self) -> None:
-        for job in (self._jobs, self._webhooks, self._warm):
+        for job in (self._jobs, self._webhooks, self._warm, self._retention):
             if job is not None:
                 job.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

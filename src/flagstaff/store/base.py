@@ -40,6 +40,7 @@ from flagstaff.store.records import (
     Warning,
 )
 from flagstaff.store.sql.methods import ManagementMethods
+from flagstaff.store.retention import RetentionProgress
 
 if TYPE_CHECKING:
     from flagstaff.store.flag_usage import DailyChecks, ValueChecks
@@ -104,6 +105,17 @@ class Store(ManagementMethods, Protocol):
     def iter_events(
         self, project_id: int, since_ms: int | None, batch: int = 1000
     ) -> AsyncIterator[list[StoredEvent]]: ...
+
+    # event retention (store/<engine>/retention.py)
+    async def get_event_retention(self, project_id: int) -> int | None: ...
+    async def set_event_retention(self, project_id: int, days: int | None) -> bool:
+        """Keep the project's events ``days`` days (None: forever); False: no such project."""
+        ...
+
+    async def retention_pass(self, now_ms: int) -> RetentionProgress | None:
+        """Delete expired events (PostgreSQL: one node at a time; None when another runs it,
+        and always on SQLite, whose ingest writer process deletes)."""
+        ...
 
     # what the console's team pages read (store/<engine>/team_store.py)
     async def rename_project(self, project_id: int, name: str) -> Project | None: ...

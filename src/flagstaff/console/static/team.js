@@ -203,6 +203,25 @@
     });
   }
 
+  function setUpRetention(form) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const raw = named(form, "event_retention_days").value.trim();
+      const days = raw === "" ? null : Number(raw);
+      if (days !== null && (!Number.isInteger(days) || days < 1)) {
+        showErrors(["Event retention: a whole number of days (at least 1), or empty to keep events forever."]);
+        return;
+      }
+      if (days !== null && !window.confirm(`Delete events older than ${days} days? This cannot be undone.`)) return;
+      try {
+        await api("PATCH", `${apiBase}/`, { event_retention_days: days });
+        window.location.reload();
+      } catch (error) {
+        showErrors([said(error)]);
+      }
+    });
+  }
+
   document.addEventListener("click", async (event) => {
     const remove = event.target.closest('button[data-action="remove-member"]');
     if (remove) {
@@ -235,5 +254,6 @@
     document.querySelectorAll("form[data-cohort-editor]").forEach(setUpCohortEditor);
     document.querySelectorAll("form[data-cohort-upload]").forEach(setUpCohortUpload);
     document.querySelectorAll("form[data-rename-project]").forEach(setUpRename);
+    document.querySelectorAll("form[data-event-retention]").forEach(setUpRetention);
   });
 })();

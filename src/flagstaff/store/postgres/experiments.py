@@ -64,7 +64,7 @@ _READ = (
 and this lane's totals rows (locked), as rows ``(kind, number, text, bytes)``. The persons
 wanted come as two comma-separated texts (:func:`_as_text`)."""
 _STORED_BEFORE = (
-    "SELECT e.uuid::text FROM events e JOIN unnest($2::uuid[]) AS x(u) "
+    "SELECT e.uuid::text FROM event_uuids e JOIN unnest($2::uuid[]) AS x(u) "
     "ON e.project_id = $1 AND e.uuid = x.u WHERE e.xmin <> pg_current_xact_id()::xid"
 )
 """Which of these events were stored before this transaction (a retried request's)."""

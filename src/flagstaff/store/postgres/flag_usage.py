@@ -32,9 +32,11 @@ LANE = secrets.randbits(62)
 """This process's rows of the rollup (reads add the rows of every lane)."""
 
 _INSERTED_NOW = (
-    "SELECT uuid::text FROM events WHERE project_id = $1 AND uuid = ANY($2::uuid[]) "
-    "AND event = $3 AND xmin = pg_current_xact_id()::xid"
+    "SELECT uuid::text FROM event_uuids WHERE project_id = $1 AND uuid = ANY($2::uuid[]) "
+    "AND xmin = pg_current_xact_id()::xid"
 )
+"""Which of the batch's ``$feature_flag_called`` uuids this transaction stored (looked up in
+``event_uuids``: the events table has no uuid index since it is partitioned by time)."""
 _UPSERT = (
     "INSERT INTO flag_usage_daily (project_id, flag_key, day, value, lane, checks, "
     "last_seen_ms) SELECT $1, k, d, v, $2, c, l FROM unnest($3::text[], $4::int[], $5::text[], "
@@ -55,7 +57,7 @@ async def update(
     if all_stored:
         tally = checks.tally
     else:
-        rows = await conn.fetch(_INSERTED_NOW, project_id, checks.uuids, FEATURE_FLAG_CALLED)
+        rows = await conn.fetch(_INSERTED_NOW, project_id, checks.uuids)
         tally = checks.fresh_tally({r[0] for r in rows})
     await _add(conn, project_id, tally, LANE)
 

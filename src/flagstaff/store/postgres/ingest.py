@@ -122,10 +122,17 @@ _UPDATE_GROUPS = (
     "WHERE g.project_id = $1 AND g.group_type_index = x.i AND g.group_key = x.k"
 )
 _INSERT_EVENTS = (
+    "WITH x AS (SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], "
+    "$6::bigint[], $7::bool[], $8::json[]) WITH ORDINALITY AS x(u, e, d, t, r, h, p, n)), "
+    "fresh AS (INSERT INTO event_uuids (project_id, uuid, timestamp_ms) "
+    "SELECT DISTINCT ON (u) $1, u, t FROM x ORDER BY u, n ON CONFLICT DO NOTHING RETURNING uuid) "
     "INSERT INTO events (project_id, uuid, event, distinct_id, timestamp_ms, received_ms, "
-    "historical, properties) SELECT $1, * FROM unnest($2::uuid[], $3::text[], $4::text[], "
-    "$5::bigint[], $6::bigint[], $7::bool[], $8::json[]) ON CONFLICT (project_id, uuid) DO NOTHING"
+    "historical, properties) SELECT $1, u, e, d, t, r, h, p FROM (SELECT DISTINCT ON (x.u) x.* "
+    "FROM x JOIN fresh ON fresh.uuid = x.u ORDER BY x.u, x.n) s ORDER BY n"
 )
+"""Events whose uuid is new: the events table is partitioned by time (migration 0121), so
+uuids are kept unique in ``event_uuids``; the first of a batch's repeats is kept, and the
+events are inserted in arrival order."""
 INSERT_WARNINGS = (
     "INSERT INTO ingestion_warnings (project_id, type, details, created_at_ms) "
     "SELECT $1, t, d, $4 FROM unnest($2::text[], $3::json[]) AS x(t, d)"
@@ -422,7 +429,7 @@ async def count_survey_events(
     known = {
         r[0]
         for r in await conn.fetch(
-            "SELECT uuid::text FROM events WHERE project_id = $1 AND uuid = ANY($2::uuid[])",
+            "SELECT uuid::text FROM event_uuids WHERE project_id = $1 AND uuid = ANY($2::uuid[])",
             project_id,
             [e.uuid for e in found],
         )

@@ -40,6 +40,7 @@ from flagstaff.store.postgres.ingest import (
     without_nul,
 )
 from flagstaff.store.postgres.pool import POOL_SETTINGS, keep_session, split_url
+from flagstaff.store.postgres.retention import RetentionMixin
 from flagstaff.store.postgres.schema import migrate
 from flagstaff.store.postgres.team_store import TeamStoreMixin
 from flagstaff.store.postgres.usage_store import UsageMixin
@@ -101,7 +102,7 @@ def _conn(tx: Tx) -> asyncpg.Connection:
     return tx.conn  # type: ignore[return-value]
 
 
-class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin):
+class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:

@@ -12,7 +12,8 @@ second thread executes the previous batch's plan in one transaction and commits 
 SQLite releases the GIL while it works, so the two overlap. Each batch is answered after its
 commit. Requests that arrive meanwhile wait in the socket buffers and form the next batch:
 group commit with no timer. When no request is waiting, it indexes stored events by distinct
-id (:mod:`~flagstaff.store.sqlite.event_index`).
+id (:mod:`~flagstaff.store.sqlite.event_index`). It also deletes expired events in bounded
+steps, between batches (:mod:`~flagstaff.store.sqlite.retention`).
 
 It ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group, and the workers must
 finish their in-flight requests first) and exits once its standard input is closed and every
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import selectors
 import signal
@@ -39,6 +41,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from flagstaff.ops import logs
 from flagstaff.store.records import IngestResult
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.ingest import (
@@ -54,6 +57,7 @@ from flagstaff.store.sqlite.ingest import (
 from flagstaff.store.sqlite.person_cache import PersonCache
 from flagstaff.store.sqlite.person_version import person_version
 from flagstaff.store.sqlite.protocol import HEADER, request_decoder, request_encoder, take_frames
+from flagstaff.store.sqlite.retention import RetentionRunner
 from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, connect, write_transaction
 
 READY = b"ready\n"
@@ -149,6 +153,7 @@ class IngestServer:
         self._in_flight: InFlight | None = None
         self._replan = False
         self.commits = 0
+        self.retention = RetentionRunner()
 
     def serve(self) -> None:
         self.conn = connect(self.db_path, mmap_mb=self.mmap_mb)
@@ -185,8 +190,10 @@ class IngestServer:
         while not self._stopping or self._peers or self._in_flight is not None:
             if self._in_flight is not None:
                 ready = self._selector.select(0)
+            elif self._unindexed or self.retention.pending:
+                ready = self._selector.select(IDLE_SECONDS)
             else:
-                ready = self._selector.select(IDLE_SECONDS if self._unindexed else None)
+                ready = self._selector.select(self.retention.seconds_to_check())
             frames: list[tuple[Peer, bytes]] = []
             self._handle(ready, listener, frames)
             if self._in_flight is not None and _size(frames) < PLAN_ALONGSIDE:
@@ -197,6 +204,7 @@ class IngestServer:
             elif not frames:
                 if not ready:
                     self._index_some()
+                    self._expire_some(busy=False)
                 continue
             if frames:
                 self._apply(frames)
@@ -332,6 +340,7 @@ class IngestServer:
         with write_transaction(conn, self._lock_fd, changed):
             results = [execute_plan(conn, plan) for plan in plans]
         moved = self._index_transaction() if index else 0
+        self._expire_some(busy=True)
         return results, moved
 
     def _finish(self) -> None:
@@ -395,6 +404,17 @@ class IngestServer:
         # Nothing moved (or it failed): wait for new events before trying again.
         self._unindexed = event_index.unindexed(self.conn) if moved else 0
 
+    def _expire_some(self, busy: bool) -> None:
+        """One bounded retention step when one is due: on the SQL thread after a commit
+        (``busy``: at most every ``BUSY_GAP_SECONDS``), or on this one when idle."""
+        if not self.retention.due(busy):
+            return
+        assert self.conn is not None
+        try:
+            self.retention.step(self.conn, self._lock_fd)
+        except sqlite3.Error as exc:
+            logs.log(logging.WARNING, "retention step failed", error=str(exc))
+
     def _index_transaction(self) -> int:
         conn = self.conn
         assert conn is not None
@@ -434,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logs.configure(os.environ.get("FLAGSTAFF_LOG_LEVEL", "info"))
     db_path, socket_path = Path(args[0]), Path(args[1])
     mmap_mb = int(args[2]) if len(args) == 3 else DEFAULT_MMAP_MB
     lock = lock_data_dir(db_path)

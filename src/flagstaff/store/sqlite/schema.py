@@ -2,6 +2,8 @@
 
 :func:`migrate` creates the database file (with its page size) when missing and applies, in
 one ``BEGIN IMMEDIATE`` transaction, every migration not yet recorded in ``schema_migrations``.
+Then, once, it turns an older database to ``auto_vacuum=INCREMENTAL`` in place (a ``VACUUM``),
+so that the space of deleted events can be handed back (``store/sqlite/retention.py``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from flagstaff.ops import logs
 from flagstaff.store import schema_files
 from flagstaff.store.rows import now_iso
 from flagstaff.store.sqlite.writer import connect
@@ -37,6 +40,7 @@ def migrate(path: Path) -> int:
             )
             version = max(version, migration.number)
         conn.execute("COMMIT")
+        _incremental_vacuum(conn)
         return version
     finally:
         conn.close()
@@ -52,9 +56,25 @@ def _create(path: Path) -> None:
     conn = sqlite3.connect(str(path), isolation_level=None)
     try:
         conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+        conn.execute(f"PRAGMA auto_vacuum={INCREMENTAL}")
         conn.execute("PRAGMA journal_mode=WAL")
     finally:
         conn.close()
+
+
+INCREMENTAL = 2
+"""``PRAGMA auto_vacuum`` value: free pages are kept until ``PRAGMA incremental_vacuum``."""
+
+
+def _incremental_vacuum(conn: sqlite3.Connection) -> None:
+    """Make a database created before auto_vacuum=INCREMENTAL able to shrink: the mode only
+    takes effect through a ``VACUUM``, which rewrites the file (it needs about the database's
+    size in free space, and time: about a minute per few GB). Done once; a no-op after."""
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] == INCREMENTAL:
+        return
+    logs.logger.warning("converting the SQLite store to incremental vacuum (once): VACUUM")
+    conn.execute(f"PRAGMA auto_vacuum={INCREMENTAL}")
+    conn.execute("VACUUM")
 
 
 def _split_sql(script: str) -> list[str]:

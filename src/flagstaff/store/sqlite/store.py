@@ -36,6 +36,7 @@ from flagstaff.store.sqlite.dialect import SQLiteConnection, SQLiteDb
 from flagstaff.store.sqlite.experiments import recompute_experiment
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
+from flagstaff.store.sqlite.retention import RetentionMixin
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.team_store import TeamStoreMixin
 from flagstaff.store.sqlite.usage_store import UsageMixin
@@ -54,7 +55,7 @@ def _conn(tx: Tx) -> sqlite3.Connection:
     return tx.conn
 
 
-class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin):
+class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(
