@@ -16,9 +16,8 @@ from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope
-from flagstaff.server.outage import OUTAGE
-from flagstaff.ops import logs
 from flagstaff.server.disk import MB
+from flagstaff.server.outage import OUTAGE
 from flagstaff.server.services import Services
 
 _OK = b'{"status":1}'

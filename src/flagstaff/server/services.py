@@ -15,13 +15,13 @@ from flagstaff.ops import logs
 from flagstaff.ops.metrics import Metrics, MetricsFiles
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.server.config import Settings
+from flagstaff.server.disk import data_volume, reserve_reason
 from flagstaff.server.draining import DRAINING
 from flagstaff.server.flag_reads import FlagReads
 from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
 from flagstaff.server.readiness import Readiness
-from flagstaff.server.disk import data_volume, reserve_reason
 from flagstaff.server.retention import retention_loop
 from flagstaff.server.webhook_delivery import deliveries_loop
 from flagstaff.store.base import Store

@@ -39,8 +39,8 @@ from flagstaff.store.records import (
     Usage,
     Warning,
 )
-from flagstaff.store.sql.methods import ManagementMethods
 from flagstaff.store.retention import RetentionProgress
+from flagstaff.store.sql.methods import ManagementMethods
 
 if TYPE_CHECKING:
     from flagstaff.store.flag_usage import DailyChecks, ValueChecks
