@@ -2,8 +2,10 @@
 
 The data flow of one request: decode the body (any SDK encoding, size-limited), find the
 project token and the events, normalise and validate each event (pure rules), then hand the
-batch to the store, which commits events, person and group changes and warnings in one
-group-committed transaction. The 200 is sent only after that commit.
+batch to ``svc.ingest``: the store, which commits events, person and group changes and
+warnings in one group-committed transaction, or, with a stream configured, the publisher,
+which queues them in a replicated JetStream stream (:mod:`flagstaff.stream`). The 200 is sent
+only after that commit or that acknowledgement.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, p
 from flagstaff.ops import logs
 from flagstaff.server.services import Services
 from flagstaff.store.base import StoreError
+from flagstaff.stream.errors import StreamUnavailable
 
 _OK = b'{"status":1}'
 
@@ -83,7 +86,10 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
 
     if events or drops:
         try:
-            outcome = await svc.store.ingest(project.id, events, drops)
+            outcome = await svc.ingest(project.id, events, drops)
+        except StreamUnavailable as exc:
+            logs.logger.warning("stream publish failed: %s", exc)
+            raise ApiError(503, "stream_unavailable", "the events were not queued, retry") from None
         except StoreError:
             logs.logger.exception("ingest failed")
             raise ApiError(503, "store_unavailable", "the events were not stored, retry") from None

@@ -14,6 +14,14 @@ async def health(svc: Services, request: Request) -> Response:
 
 
 async def ready(svc: Services, request: Request) -> Response:
+    if svc.stream is not None:
+        # Capture through the stream works while the database is down: the node stays ready
+        # for events as long as the stream is reachable.
+        store = "ok" if await svc.store.ping() else "unavailable"
+        if svc.stream.connected:
+            return json_response({"status": "ok", "store": store, "stream": "ok"})
+        detail = "the event stream is not reachable"
+        return json_response({"status": "unavailable", "store": store, "detail": detail}, 503)
     if await svc.store.ping():
         return Response(_OK)
     return json_response({"status": "unavailable", "detail": "the store is not reachable"}, 503)

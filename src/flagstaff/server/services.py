@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from flagstaff.experiments.warm import warm_results
+from flagstaff.ingest.model import Drop, Event
 from flagstaff.ops import logs
 from flagstaff.ops.metrics import Metrics, MetricsFiles
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
@@ -19,7 +21,12 @@ from flagstaff.server.geoip import GeoIP, open_geoip
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
 from flagstaff.server.webhook_delivery import deliveries_loop
-from flagstaff.store.base import Store
+from flagstaff.store.base import IngestResult, Store
+
+if TYPE_CHECKING:
+    from flagstaff.stream.publisher import StreamPublisher
+
+Ingest = Callable[[int, list[Event], list[Drop]], Awaitable[IngestResult]]
 
 
 def make_store(settings: Settings) -> Store:
@@ -55,6 +62,15 @@ class Services:
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers
         )
         self.geoip: GeoIP | None = None
+        self.stream: StreamPublisher | None = None
+        self.ingest: Ingest = self.store.ingest
+        """Where capture hands accepted events: the store, or the stream's publisher."""
+        if settings.stream_url is not None:
+            from flagstaff.stream.client import StreamSpec
+            from flagstaff.stream.publisher import StreamPublisher
+
+            self.stream = StreamPublisher(StreamSpec.of(settings))
+            self.ingest = self.stream.ingest
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
         self._jobs: asyncio.Task[Any] | None = None
@@ -69,6 +85,8 @@ class Services:
     async def start(self) -> None:
         await self.store.open()
         await self.store.listen_definitions(self._changed_elsewhere)
+        if self.stream is not None:
+            await self.stream.start()
         if not self.settings.geoip_disable:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())
@@ -105,6 +123,8 @@ class Services:
         if self._metrics_write is not None:
             # A snapshot still being written must not replace the final one written below.
             await asyncio.wait([self._metrics_write])
+        if self.stream is not None:
+            await self.stream.stop()
         await self.store.close()
         with contextlib.suppress(OSError):
             self.metrics_files.write(self.metrics, force=True)

@@ -1,0 +1,275 @@
+"""``flagstaff consume``: read the stream's shards in order and apply them to PostgreSQL.
+
+One :class:`ShardReader` task per shard this process holds a lease on (:mod:`.leases`). On
+claiming a shard it recreates the shard's durable pull consumer to start right after the
+last acknowledged message (its ack floor), so messages a dead owner read but never
+acknowledged come again first, in order, instead of after newer ones. It then loops: fetch up
+to ``batch`` messages, apply them in transactions of at most :data:`TXN_EVENTS` events
+(:func:`~flagstaff.stream.apply.apply_batches`), acknowledge the last message of each
+committed transaction (the consumer acknowledges everything up to it). While PostgreSQL is
+down the transaction is retried with backoff; the messages wait in the stream meanwhile
+(capture keeps acknowledging).
+
+A reader whose lease could not be renewed for most of its duration stops before another
+process may take the shard; should it still commit meanwhile, the events are stored once
+(uuid check in :mod:`.apply`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+
+import asyncpg
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api as js_api
+from nats.js import errors as js_errors
+
+from flagstaff.ops import logs
+from flagstaff.store.postgres.store import PostgresStore
+from flagstaff.stream import codec
+from flagstaff.stream.apply import apply_batches
+from flagstaff.stream.client import STREAM_NAME, StreamSpec
+from flagstaff.stream.leases import Lease, Leases, target_share
+from flagstaff.stream.shards import subject
+
+TXN_EVENTS = 10_000
+"""Events one consumer transaction takes at most (a larger message goes alone)."""
+FETCH_WAIT_SECONDS = 0.5
+ACK_WAIT_SECONDS = 3600
+"""Never reached by a live reader: a reader retries its batch in memory until it commits,
+and a shard's next owner recreates the consumer instead of waiting for redelivery."""
+
+
+def durable_name(shard: int) -> str:
+    return f"shard-{shard}"
+
+
+class ConsumerStats(msgspec.Struct):
+    """What one consume process did; rendered by :func:`flagstaff.ops.metrics.render_consumer`."""
+
+    events_ingested: int = 0
+    events_duplicate: int = 0
+    events_dropped: int = 0
+    messages: int = 0
+    transactions: int = 0
+    transaction_retries: int = 0
+    failed_commits: int = 0
+    lag: int = -1
+    """Messages of every shard not yet acknowledged; -1 until first measured."""
+    shards: list[int] = msgspec.field(default_factory=list)
+    queue_delay_seconds: float = 0.0
+    """From capture's publish to this process's commit, for the last committed message."""
+
+
+class ShardReader:
+    def __init__(
+        self, nc: Client, store: PostgresStore, spec: StreamSpec, lease: Lease, stats: ConsumerStats
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=5)
+        self.store = store
+        self.spec = spec
+        self.lease = lease
+        self.stats = stats
+        self.renewed = time.monotonic()
+        self.stopping = False
+        self.task: asyncio.Task[None] | None = None
+
+    async def _subscribe(self) -> nats.js.JetStreamContext.PullSubscription:
+        shard = self.lease.shard
+        name = durable_name(shard)
+        start = 0
+        try:
+            info = await self.js.consumer_info(STREAM_NAME, name)
+            start = info.ack_floor.stream_seq + 1 if info.ack_floor else 0
+            await self.js.delete_consumer(STREAM_NAME, name)
+        except js_errors.NotFoundError:
+            pass
+        config = js_api.ConsumerConfig(
+            durable_name=name,
+            filter_subject=subject(shard),
+            ack_policy=js_api.AckPolicy.ALL,
+            ack_wait=ACK_WAIT_SECONDS,
+            max_ack_pending=max(self.spec.batch, 1000),
+            deliver_policy=(
+                js_api.DeliverPolicy.BY_START_SEQUENCE if start > 1 else js_api.DeliverPolicy.ALL
+            ),
+            opt_start_seq=start if start > 1 else None,
+        )
+        await self.js.add_consumer(STREAM_NAME, config)
+        return await self.js.pull_subscribe_bind(durable=name, stream=STREAM_NAME)
+
+    async def run(self) -> None:
+        sub = None
+        while not self.stopping:
+            try:
+                if sub is None:
+                    sub = await self._subscribe()
+                    logs.log(logging.INFO, "reading shard", shard=self.lease.shard)
+                try:
+                    msgs = await sub.fetch(self.spec.batch, timeout=FETCH_WAIT_SECONDS)
+                except nats.errors.TimeoutError:
+                    continue
+                await self._apply(msgs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS unreachable for a while: start again
+                logs.log(
+                    logging.WARNING, "shard reader failed", shard=self.lease.shard, error=repr(exc)
+                )
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(Exception):
+                    if sub is not None:
+                        await sub.unsubscribe()
+                sub = None
+
+    async def _apply(self, msgs: list[Msg]) -> None:
+        chunk: list[tuple[Msg, codec.StreamBatch]] = []
+        size = 0
+        for msg in msgs:
+            batch = codec.decode(msg.data)
+            if chunk and size + len(batch.events) > TXN_EVENTS:
+                await self._commit(chunk)
+                chunk, size = [], 0
+            chunk.append((msg, batch))
+            size += len(batch.events)
+        if chunk:
+            await self._commit(chunk)
+
+    async def _commit(self, chunk: list[tuple[Msg, codec.StreamBatch]]) -> None:
+        """Apply ``chunk`` until it commits (PostgreSQL may be down), then acknowledge it."""
+        pause = 0.1
+        while True:
+            if self.stopping and not self.owns():
+                raise asyncio.CancelledError  # the lease is gone: the next owner re-reads
+            try:
+                applied = await apply_batches(self.store, [b for _, b in chunk])
+                break
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                self.stats.failed_commits += 1
+                logs.log(logging.WARNING, "shard commit failed, retrying", error=repr(exc))
+                await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+                pause = min(pause * 2, 2.0)
+        await chunk[-1][0].ack_sync(timeout=5)
+        stats = self.stats
+        stats.events_ingested += applied.ingested
+        stats.events_duplicate += applied.duplicates
+        stats.events_dropped += applied.dropped
+        stats.transaction_retries += applied.retries
+        stats.transactions += 1
+        stats.messages += len(chunk)
+        stats.queue_delay_seconds = time.time() - chunk[-1][1].queued_ms / 1000
+
+    def owns(self) -> bool:
+        return time.monotonic() - self.renewed < self.spec.lease_seconds * 0.75
+
+
+class Consumers:
+    """The shard readers of one process and the loop that keeps their leases."""
+
+    def __init__(self, nc: Client, kv: object, store: PostgresStore, spec: StreamSpec) -> None:
+        self.nc = nc
+        self.store = store
+        self.spec = spec
+        self.member = uuid.uuid4().hex[:12]
+        self.leases = Leases(kv, self.member, spec.shards)  # type: ignore[arg-type]
+        self.readers: dict[int, ShardReader] = {}
+        self.stats = ConsumerStats()
+        self.js = nc.jetstream(timeout=5)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        interval = self.spec.lease_seconds / 3
+        while not stop.is_set():
+            try:
+                await self._tick()
+            except Exception as exc:
+                logs.log(logging.WARNING, "lease round failed", error=repr(exc))
+            self._fence()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+        for shard in list(self.readers):
+            await self._release(shard)
+        with contextlib.suppress(Exception):
+            await self.leases.leave()
+
+    async def _tick(self) -> None:
+        for shard, reader in list(self.readers.items()):
+            if await self.leases.renew(reader.lease):
+                reader.renewed = time.monotonic()
+            else:
+                logs.log(logging.WARNING, "lost the lease of a shard", shard=shard)
+                await self._drop(shard)
+        members, held = await self.leases.heartbeat()
+        share = target_share(self.spec.shards, members)
+        while len(self.readers) > share:
+            await self._release(max(self.readers))
+        if len(self.readers) < share:
+            free = [n for n in range(self.spec.shards) if n not in held]
+            random.shuffle(free)
+            for shard in free:
+                if len(self.readers) >= share:
+                    break
+                lease = await self.leases.claim(shard)
+                if lease is not None:
+                    self._start(lease)
+        self.stats.shards = sorted(self.readers)
+        await self._measure_lag()
+
+    def _start(self, lease: Lease) -> None:
+        reader = ShardReader(self.nc, self.store, self.spec, lease, self.stats)
+        reader.task = asyncio.create_task(reader.run())
+        self.readers[lease.shard] = reader
+
+    def _fence(self) -> None:
+        """Stop readers whose lease may have expired (renewals failing): another process
+        may hold the shard by now."""
+        for shard, reader in list(self.readers.items()):
+            if not reader.owns() and reader.task is not None:
+                logs.log(logging.WARNING, "shard lease not renewed in time", shard=shard)
+                reader.task.cancel()
+                del self.readers[shard]
+
+    async def _drop(self, shard: int) -> None:
+        reader = self.readers.pop(shard)
+        if reader.task is not None:
+            reader.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader.task
+
+    async def _release(self, shard: int) -> None:
+        """Finish the current transaction of the shard, then give its lease back."""
+        reader = self.readers.pop(shard)
+        reader.stopping = True
+        if reader.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(reader.task), self.spec.lease_seconds / 2)
+            except TimeoutError:
+                reader.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader.task
+        await self.leases.release(reader.lease)
+
+    async def _measure_lag(self) -> None:
+        lag = 0
+        for shard in range(self.spec.shards):
+            try:
+                info = await self.js.consumer_info(STREAM_NAME, durable_name(shard))
+            except js_errors.NotFoundError:
+                lag += await self._subject_count(shard)
+                continue
+            lag += (info.num_pending or 0) + (info.num_ack_pending or 0)
+        self.stats.lag = lag
+
+    async def _subject_count(self, shard: int) -> int:
+        """Messages of a shard no consumer was ever made for (all of them wait)."""
+        info = await self.js.stream_info(STREAM_NAME, subjects_filter=subject(shard))
+        subjects = info.state.subjects or {}
+        return int(subjects.get(subject(shard), 0))
