@@ -1,4 +1,5 @@
-"""A NATS JetStream cluster for the tests: ``nats-server`` processes on loopback ports.
+"""A NATS JetStream cluster for the tests: ``nats-server`` processes on loopback ports (a
+lone server when ``size`` is 1).
 
 Each server keeps its JetStream data in a temporary directory and routes to the others
 (``--cluster``/``--routes``), so streams can have 3 replicas. ``kill(i)`` is a kill -9 of one
@@ -65,25 +66,29 @@ class NatsCluster:
             data = self.root / f"n{i}"
             data.mkdir(parents=True, exist_ok=True)
             log = (self.root / f"n{i}.log").open("ab")
-            self.procs[i] = subprocess.Popen(
-                [
-                    nats_binary(),
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.client_ports[i]),
-                    "-n",
-                    f"n{i}",
-                    "-js",
-                    "-sd",
-                    str(data),
+            command = [
+                nats_binary(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(self.client_ports[i]),
+                "-n",
+                f"n{i}",
+                "-js",
+                "-sd",
+                str(data),
+            ]
+            if self.size > 1:
+                command += [
                     "--cluster_name",
                     "flagstaff-test",
                     "--cluster",
                     f"nats://127.0.0.1:{self.cluster_ports[i]}",
                     "--routes",
                     routes,
-                ],
+                ]
+            self.procs[i] = subprocess.Popen(
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

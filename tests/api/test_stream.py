@@ -131,3 +131,229 @@ def test_capture_queues_and_a_consumer_stores_each_event_once(stack: Stack) -> N
             await nc.close()
 
     assert asyncio.run(stream_replicas()) == 3
+
+
+def _pair_on_two_shards(i: int) -> tuple[str, str]:
+    """An anonymous id and a user id whose shards differ."""
+    anon = f"anon-{i}"
+    n = 0
+    while shard_of(f"user-{i}-{n}", SHARDS) == shard_of(anon, SHARDS):
+        n += 1
+    return anon, f"user-{i}-{n}"
+
+
+def test_merges_across_shards_with_two_consumers_lose_no_set(stack: Stack) -> None:
+    if not stack.consumers:
+        stack.consumer()
+    second = stack.consumer()
+    first = stack.consumers[0]
+    _until(
+        lambda: len(first.ready()["shards"]) == len(second.ready()["shards"]) == SHARDS // 2,
+        20,
+        "the two consumers share the shards",
+    )
+    api = Api(stack.capture.url)
+    api.create_flag(
+        key="pro-plan",
+        filters={
+            "groups": [
+                {
+                    "properties": [
+                        {"key": "plan", "value": ["pro"], "operator": "exact", "type": "person"}
+                    ],
+                    "rollout_percentage": 100,
+                }
+            ]
+        },
+    )
+    people = [_pair_on_two_shards(i) for i in range(15)]
+    requests: list[list[dict[str, Any]]] = []
+    for i, (anon, user) in enumerate(people):
+        requests.append([_event("$pageview", anon, **{"$set": {"first_seen": i}})])
+        requests.append(
+            [_event("$identify", user, **{"$anon_distinct_id": anon, "$set": {"plan": "pro"}})]
+        )
+        requests.append([_event("$pageview", user, **{"$set": {"later": i}})])
+    statuses: list[int] = []
+
+    def send(chunk: list[list[dict[str, Any]]]) -> None:
+        for events in chunk:
+            statuses.append(_batch(stack.capture.url, events).status_code)
+
+    # three clients at once: an anonymous id's event, the identify and the user's next event
+    # of one person are in flight together, on two shards read by two consumers
+    threads = [threading.Thread(target=send, args=(requests[k::3],)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses == [200] * len(requests)
+    anon_ids = [a for a, _ in people]
+    user_ids = [u for _, u in people]
+
+    def merged() -> bool:
+        rows = _sql(
+            stack.pg.url,
+            "SELECT count(*) FROM events WHERE distinct_id = ANY($1::text[])",
+            anon_ids + user_ids,
+        )
+        return int(rows[0][0]) == len(requests)
+
+    _until(merged, 20, "every event stored")
+    rows = _sql(
+        stack.pg.url,
+        "SELECT d.distinct_id, d.person_id, p.properties FROM person_distinct_ids d "
+        "JOIN persons p ON p.id = d.person_id WHERE d.distinct_id = ANY($1::text[])",
+        anon_ids + user_ids,
+    )
+    by_id = {r[0]: (r[1], r[2]) for r in rows}
+    for i, (anon, user) in enumerate(people):
+        assert by_id[anon][0] == by_id[user][0], f"{anon} and {user} are split"
+        props = by_id[user][1]
+        assert '"plan": "pro"' in props.replace('":"', '": "'), props
+        assert f'"first_seen": {i}' in props.replace('":', '": '), props
+        assert f'"later": {i}' in props.replace('":', '": '), props
+    both = first.metrics()["flagstaff_stream_messages_total"]
+    assert both > 0 and second.metrics()["flagstaff_stream_messages_total"] > 0
+    flags = httpx.post(
+        f"{stack.capture.url}/flags?v=2",
+        json={"api_key": PROJECT_TOKEN, "distinct_id": people[0][1]},
+        timeout=10,
+    ).json()["flags"]
+    assert flags["pro-plan"]["enabled"] is True
+
+
+def test_postgres_outage_does_not_refuse_events(stack: Stack) -> None:
+    if not stack.consumers:
+        stack.consumer()
+    warm = _batch(stack.capture.url, [_event("warm", "outage-0")])
+    assert warm.status_code == 200
+    stack.pg.crash()
+    uuids: list[str] = []
+    try:
+        for i in range(20):
+            events = [_event("during-outage", f"outage-{i}-{k}", k=k) for k in range(10)]
+            r = _batch(stack.capture.url, events)
+            assert r.status_code == 200, r.text
+            uuids += [e["uuid"] for e in events]
+        c = stack.consumers[0]
+        _until(lambda: c.ready()["store"] == "unavailable", 10, "the consumer sees the outage")
+        assert c.ready()["lag"] > 0
+    finally:
+        stack.pg.resume()
+    _until(lambda: _stored(stack.pg.url, uuids) == len(uuids), 30, "the consumers caught up")
+    _until(lambda: stack.consumers[0].ready()["lag"] == 0, 10, "no lag left")
+
+
+class Load:
+    """Clients sending batches of ``$feature_flag_called`` events until stopped; the uuids
+    of acknowledged (200) and refused (503) batches."""
+
+    def __init__(self, url: str, flag_key: str, clients: int = 3) -> None:
+        self.url = url
+        self.flag_key = flag_key
+        self.acked: list[str] = []
+        self.refused: list[str] = []
+        self.other: list[int] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._client, args=(n,), daemon=True) for n in range(clients)
+        ]
+
+    def _client(self, n: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            i = 0
+            while not self._stop.is_set():
+                events = [
+                    _event(
+                        "$feature_flag_called",
+                        f"load-{n}-{(i * 20 + k) % 97}",
+                        **{"$feature_flag": self.flag_key, "$feature_flag_response": True},
+                    )
+                    for k in range(20)
+                ]
+                i += 1
+                body = {"api_key": PROJECT_TOKEN, "batch": events}
+                try:
+                    status = client.post(f"{self.url}/batch/", json=body).status_code
+                except httpx.HTTPError:
+                    status = 0
+                uuids = [e["uuid"] for e in events]
+                if status == 200:
+                    self.acked += uuids
+                elif status == 503:
+                    self.refused += uuids
+                else:
+                    self.other.append(status)
+
+    def __enter__(self) -> Load:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+
+def _flag_checks(url: str, flag_key: str) -> int:
+    rows = _sql(
+        url, "SELECT coalesce(sum(checks), 0) FROM flag_usage_daily WHERE flag_key = $1", flag_key
+    )
+    return int(rows[0][0])
+
+
+def test_kill_9_of_a_nats_server_and_a_consumer_under_load_loses_and_duplicates_nothing(
+    stack: Stack,
+) -> None:
+    while len(stack.consumers) < 2:
+        stack.consumer()
+    victim, survivor = stack.consumers[0], stack.consumers[1]
+    flag_key = f"killed-{uuid.uuid4().hex[:8]}"
+    with Load(stack.capture.url, flag_key) as load:
+        _until(lambda: len(load.acked) >= 200, 20, "load running")
+        stack.nats.kill(0)
+        _until(lambda: len(load.acked) >= 600, 20, "load going on after a server died")
+        victim.kill()
+        stack.consumers.remove(victim)
+        _until(lambda: len(load.acked) >= 1000, 20, "load going on after a consumer died")
+    assert load.other == []
+    assert load.acked, "nothing was acknowledged"
+    stack.nats.start(0)
+    _until(lambda: len(survivor.ready()["shards"]) == SHARDS, 20, "the survivor took every shard")
+    acked = load.acked
+    _until(lambda: _stored(stack.pg.url, acked) == len(acked), 30, "every acknowledged event")
+    _until(lambda: survivor.ready()["lag"] == 0, 20, "no lag left")
+    everything = acked + load.refused
+    stored = _stored(stack.pg.url, everything)
+    # each stored event counted once in the flag's usage (a re-applied event would count again)
+    assert _flag_checks(stack.pg.url, flag_key) == stored
+    rows = _sql(
+        stack.pg.url,
+        "SELECT count(*), count(DISTINCT uuid) FROM events WHERE event = '$feature_flag_called' "
+        "AND properties->>'$feature_flag' = $1",
+        flag_key,
+    )
+    assert rows[0][0] == rows[0][1] == stored
+
+
+def test_an_unreachable_stream_answers_503_with_retry_after(stack: Stack) -> None:
+    assert _batch(stack.capture.url, [_event("before", "gone-1")]).status_code == 200
+    for i in range(3):
+        stack.nats.kill(i)
+    try:
+        r = _batch(stack.capture.url, [_event("after", "gone-1")])
+        assert r.status_code == 503
+        assert r.headers["retry-after"] == "2"
+        assert r.json()["code"] == "stream_unavailable"
+        ready = httpx.get(stack.capture.url + "/_ready", timeout=5)
+        assert ready.status_code == 503, ready.text
+    finally:
+        stack.nats.start()
+    # the cluster is back (same data): capture queues again
+    _until(
+        lambda: _batch(stack.capture.url, [_event("back", "gone-1")]).status_code == 200,
+        30,
+        "capture accepts events again",
+    )

@@ -74,5 +74,5 @@ async def run(settings: Settings, host: str, port: int) -> None:
             await ops.stop()
         if nc is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.drain(), 5.0)
+                await asyncio.wait_for(nc.close(), 5.0)
         await store.close()

@@ -82,6 +82,7 @@ class ShardReader:
         self.renewed = time.monotonic()
         self.stopping = False
         self.task: asyncio.Task[None] | None = None
+        self._sub: nats.js.JetStreamContext.PullSubscription | None = None
 
     async def _subscribe(self) -> nats.js.JetStreamContext.PullSubscription:
         shard = self.lease.shard
@@ -108,11 +109,19 @@ class ShardReader:
         return await self.js.pull_subscribe_bind(durable=name, stream=STREAM_NAME)
 
     async def run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            if self._sub is not None:
+                with contextlib.suppress(Exception):
+                    await self._sub.unsubscribe()
+
+    async def _loop(self) -> None:
         sub = None
         while not self.stopping:
             try:
                 if sub is None:
-                    sub = await self._subscribe()
+                    sub = self._sub = await self._subscribe()
                     logs.log(logging.INFO, "reading shard", shard=self.lease.shard)
                 try:
                     msgs = await sub.fetch(self.spec.batch, timeout=FETCH_WAIT_SECONDS)
@@ -195,8 +204,7 @@ class Consumers:
             self._fence()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
-        for shard in list(self.readers):
-            await self._release(shard)
+        await asyncio.gather(*(self._release(shard) for shard in list(self.readers)))
         with contextlib.suppress(Exception):
             await self.leases.leave()
 
@@ -209,8 +217,8 @@ class Consumers:
                 await self._drop(shard)
         members, held = await self.leases.heartbeat()
         share = target_share(self.spec.shards, members)
-        while len(self.readers) > share:
-            await self._release(max(self.readers))
+        extra = sorted(self.readers)[share:]
+        await asyncio.gather(*(self._release(shard) for shard in extra))
         if len(self.readers) < share:
             free = [n for n in range(self.spec.shards) if n not in held]
             random.shuffle(free)
