@@ -22,7 +22,7 @@ def stream_env(database_url: str, stream_url: str, **extra: str) -> dict[str, st
         "FLAGSTAFF_DATABASE_URL": database_url,
         "FLAGSTAFF_STREAM_URL": stream_url,
         "FLAGSTAFF_STREAM_PUBLISH_TIMEOUT": "3",
-        "FLAGSTAFF_STREAM_LEASE_SECONDS": "3",
+        "FLAGSTAFF_STREAM_LEASE_SECONDS": "4",
         **extra,
     }
 

@@ -125,7 +125,7 @@ class ShardReader:
                     logs.log(logging.INFO, "reading shard", shard=self.lease.shard)
                 try:
                     msgs = await sub.fetch(self.spec.batch, timeout=FETCH_WAIT_SECONDS)
-                except nats.errors.TimeoutError:
+                except TimeoutError:  # nothing new within the wait (nats-py raises asyncio's)
                     continue
                 await self._apply(msgs)
             except asyncio.CancelledError:
