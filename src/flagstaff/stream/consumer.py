@@ -43,6 +43,11 @@ from flagstaff.stream.shards import subject
 TXN_EVENTS = 10_000
 """Events one consumer transaction takes at most (a larger message goes alone)."""
 FETCH_WAIT_SECONDS = 0.5
+"""A reader waits this long for a shard's next message (one lingering pull), then asks at once
+for whatever else is there (:data:`MORE_WAIT_SECONDS` at most when nothing is): a pull for a
+whole batch would linger until the batch is full or the wait is over, adding that wait to
+every event's delay under light load."""
+MORE_WAIT_SECONDS = 0.02
 ACK_WAIT_SECONDS = 3600
 """Never reached by a live reader: a reader retries its batch in memory until it commits,
 and a shard's next owner recreates the consumer instead of waiting for redelivery."""
@@ -124,9 +129,12 @@ class ShardReader:
                     sub = self._sub = await self._subscribe()
                     logs.log(logging.INFO, "reading shard", shard=self.lease.shard)
                 try:
-                    msgs = await sub.fetch(self.spec.batch, timeout=FETCH_WAIT_SECONDS)
+                    msgs = await sub.fetch(1, timeout=FETCH_WAIT_SECONDS)
                 except TimeoutError:  # nothing new within the wait (nats-py raises asyncio's)
                     continue
+                if self.spec.batch > 1:
+                    with contextlib.suppress(TimeoutError):
+                        msgs += await sub.fetch(self.spec.batch - 1, timeout=MORE_WAIT_SECONDS)
                 await self._apply(msgs)
             except asyncio.CancelledError:
                 raise
