@@ -63,10 +63,10 @@ class ConsumerProcess:
         raise RuntimeError(f"consumer did not start:\n{self.logs()}")
 
     def ready(self) -> dict[str, Any]:
-        return httpx.get(self.url + "/_ready", timeout=5.0).json()  # type: ignore[no-any-return]
+        return httpx.get(self.url + "/_ready", timeout=30.0).json()  # type: ignore[no-any-return]
 
     def metrics(self) -> dict[str, float]:
-        text = httpx.get(self.url + "/metrics", timeout=5.0).text
+        text = httpx.get(self.url + "/metrics", timeout=30.0).text
         out: dict[str, float] = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):

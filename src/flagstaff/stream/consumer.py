@@ -40,14 +40,14 @@ from flagstaff.stream.client import STREAM_NAME, StreamSpec
 from flagstaff.stream.leases import Lease, Leases, target_share
 from flagstaff.stream.shards import subject
 
-TXN_EVENTS = 10_000
+TXN_EVENTS = 5_000
 """Events one consumer transaction takes at most (a larger message goes alone)."""
 FETCH_WAIT_SECONDS = 0.5
 """A reader waits this long for a shard's next message (one lingering pull), then asks at once
 for whatever else is there (:data:`MORE_WAIT_SECONDS` at most when nothing is): a pull for a
 whole batch would linger until the batch is full or the wait is over, adding that wait to
 every event's delay under light load."""
-MORE_WAIT_SECONDS = 0.02
+MORE_WAIT_SECONDS = 0.005
 ACK_WAIT_SECONDS = 3600
 """Never reached by a live reader: a reader retries its batch in memory until it commits,
 and a shard's next owner recreates the consumer instead of waiting for redelivery."""
@@ -72,6 +72,10 @@ class ConsumerStats(msgspec.Struct):
     shards: list[int] = msgspec.field(default_factory=list)
     queue_delay_seconds: float = 0.0
     """From capture's publish to this process's commit, for the last committed message."""
+    store_failing: bool = False
+    """The last commit failed (PostgreSQL unreachable); cleared by the next one that works."""
+    last_commit: float = 0.0
+    """``time.monotonic()`` of the last commit."""
 
 
 class ShardReader:
@@ -172,6 +176,7 @@ class ShardReader:
                 break
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 self.stats.failed_commits += 1
+                self.stats.store_failing = True
                 logs.log(logging.WARNING, "shard commit failed, retrying", error=repr(exc))
                 await asyncio.sleep(pause * random.uniform(0.5, 1.0))
                 pause = min(pause * 2, 2.0)
@@ -184,6 +189,8 @@ class ShardReader:
         stats.transactions += 1
         stats.messages += len(chunk)
         stats.queue_delay_seconds = time.time() - chunk[-1][1].queued_ms / 1000
+        stats.store_failing = False
+        stats.last_commit = time.monotonic()
 
     def owns(self) -> bool:
         return time.monotonic() - self.renewed < self.spec.lease_seconds * 0.75

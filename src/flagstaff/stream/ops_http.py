@@ -2,12 +2,15 @@
 
 ``/_ready`` answers 200 when the stream and PostgreSQL are reachable, 503 otherwise, with
 the lag (messages not yet applied, all shards) and the shards this process reads in both.
+The readers apply large transactions on the same event loop, so an answer can take a moment
+while one is being prepared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -58,6 +61,19 @@ class OpsServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _db_ok(self) -> bool:
+        """PostgreSQL answers: a commit just worked, else a ping (the readers may hold every
+        pooled connection for a while: a ping that waits that long counts as an answer)."""
+        stats = self.stats
+        if stats.store_failing:
+            return False
+        if time.monotonic() - stats.last_commit < 5.0:
+            return True
+        try:
+            return await asyncio.wait_for(self.db_ok(), 3.0)
+        except TimeoutError:
+            return not stats.store_failing
+
     async def _answer(self, path: str) -> tuple[int, bytes, str]:
         json = "application/json"
         if path == "/_health":
@@ -67,7 +83,7 @@ class OpsServer:
             return 200, text.encode(), "text/plain; version=0.0.4; charset=utf-8"
         if path == "/_ready":
             stream = self.stream_ok()
-            db = await self.db_ok()
+            db = await self._db_ok()
             ok = stream and db
             body = {
                 "status": "ok" if ok else "unavailable",
