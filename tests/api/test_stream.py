@@ -19,8 +19,10 @@ import asyncpg
 import httpx
 import pytest
 
+from flagstaff.ingest.model import Event
+from flagstaff.stream import codec
 from flagstaff.stream.client import STREAM_NAME
-from flagstaff.stream.shards import shard_of
+from flagstaff.stream.shards import DEAD_LETTER_SUBJECT, shard_of, subject
 from tests.nats_cluster import NatsCluster
 from tests.pg import PrivateServer
 from tests.server import PROJECT_TOKEN, Api, Server
@@ -336,6 +338,62 @@ def test_kill_9_of_a_nats_server_and_a_consumer_under_load_loses_and_duplicates_
         flag_key,
     )
     assert rows[0][0] == rows[0][1] == stored
+
+
+def test_a_message_postgresql_refuses_goes_to_the_dead_letter_subject(stack: Stack) -> None:
+    if not stack.consumers:
+        stack.consumer()
+    shard = shard_of("dead-1", SHARDS)
+    bad = codec.StreamBatch(1, [_bad_event("not-a-uuid", "dead-1")], [], 0)
+    good = [_event("after-the-bad-ones", "dead-1")]
+
+    async def publish() -> None:
+        import nats
+
+        nc = await nats.connect(stack.nats.url.split(","))
+        try:
+            js = nc.jetstream()
+            await js.publish(subject(shard), b"\xc1 not msgpack")
+            await js.publish(subject(shard), codec.encode(bad))
+        finally:
+            await nc.close()
+
+    before = sum(c.metrics()["flagstaff_stream_dead_letters_total"] for c in stack.consumers)
+    asyncio.run(publish())
+    assert _batch(stack.capture.url, good).status_code == 200
+    _until(lambda: _stored(stack.pg.url, [good[0]["uuid"]]) == 1, 20, "the shard moved on")
+    after = sum(c.metrics()["flagstaff_stream_dead_letters_total"] for c in stack.consumers)
+    assert after - before == 2
+
+    async def dead_letters() -> int:
+        import nats
+
+        nc = await nats.connect(stack.nats.url.split(","))
+        try:
+            info = await nc.jetstream().stream_info(
+                STREAM_NAME, subjects_filter=DEAD_LETTER_SUBJECT
+            )
+            return int((info.state.subjects or {}).get(DEAD_LETTER_SUBJECT, 0))
+        finally:
+            await nc.close()
+
+    assert asyncio.run(dead_letters()) >= 2
+
+
+def _bad_event(uuid_text: str, distinct_id: str) -> Event:
+    return Event(
+        uuid=uuid_text,
+        event="$pageview",
+        distinct_id=distinct_id,
+        properties={},
+        timestamp_ms=0,
+        received_ms=0,
+        set=None,
+        set_once=None,
+        unset=None,
+        process_person=True,
+        historical=False,
+    )
 
 
 def test_an_unreachable_stream_answers_503_with_retry_after(stack: Stack) -> None:

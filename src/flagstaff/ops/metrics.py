@@ -218,6 +218,12 @@ def render_consumer(stats: dict[str, Any]) -> str:
             "failed_commits",
         ),
         (
+            "stream_dead_letters_total",
+            "counter",
+            "Messages moved to the dead-letter subject (refused by PostgreSQL, undecodable).",
+            "dead_letters",
+        ),
+        (
             "stream_consumer_lag_messages",
             "gauge",
             "Messages of the stream, all shards, not yet applied and acknowledged.",

@@ -10,6 +10,10 @@ committed transaction (the consumer acknowledges everything up to it). While Pos
 down the transaction is retried with backoff; the messages wait in the stream meanwhile
 (capture keeps acknowledging).
 
+A message PostgreSQL refuses (not a connection failure: a value it cannot take, a bug) is
+isolated and moved to the dead-letter subject ``flagstaff.events.dead`` of the same stream
+with the error in a header, instead of holding up its shard.
+
 A reader whose lease could not be renewed for most of its duration stops before another
 process may take the shard; should it still commit meanwhile, the events are stored once
 (uuid check in :mod:`.apply`).
@@ -38,7 +42,7 @@ from flagstaff.stream import codec
 from flagstaff.stream.apply import apply_batches
 from flagstaff.stream.client import STREAM_NAME, StreamSpec
 from flagstaff.stream.leases import Lease, Leases, target_share
-from flagstaff.stream.shards import subject
+from flagstaff.stream.shards import DEAD_LETTER_SUBJECT, subject
 
 TXN_EVENTS = 5_000
 """Events one consumer transaction takes at most (a larger message goes alone)."""
@@ -51,6 +55,27 @@ MORE_WAIT_SECONDS = 0.005
 ACK_WAIT_SECONDS = 3600
 """Never reached by a live reader: a reader retries its batch in memory until it commits,
 and a shard's next owner recreates the consumer instead of waiting for redelivery."""
+
+
+REFUSALS = 3
+"""Tries of a batch PostgreSQL refuses (not a connection failure) before isolating it."""
+
+_TRANSIENT = (
+    OSError,  # TimeoutError included
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,  # shutdown, cannot connect now, query cancelled
+    asyncpg.InsufficientResourcesError,
+    asyncpg.TransactionRollbackError,  # still racing after apply_batches' retries
+    asyncpg.ReadOnlySQLTransactionError,  # a failover in progress
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a failed commit is worth retrying as it is (PostgreSQL unreachable or busy),
+    as opposed to PostgreSQL refusing this batch's data."""
+    if isinstance(exc, ValueError):  # asyncpg's client-side DataError: a value it cannot encode
+        return False
+    return isinstance(exc, (*_TRANSIENT, asyncpg.InterfaceError))
 
 
 def durable_name(shard: int) -> str:
@@ -72,6 +97,8 @@ class ConsumerStats(msgspec.Struct):
     shards: list[int] = msgspec.field(default_factory=list)
     queue_delay_seconds: float = 0.0
     """From capture's publish to this process's commit, for the last committed message."""
+    dead_letters: int = 0
+    """Messages set aside on the dead-letter subject (refused by PostgreSQL, undecodable)."""
     store_failing: bool = False
     """The last commit failed (PostgreSQL unreachable); cleared by the next one that works."""
     last_commit: float = 0.0
@@ -156,7 +183,14 @@ class ShardReader:
         chunk: list[tuple[Msg, codec.StreamBatch]] = []
         size = 0
         for msg in msgs:
-            batch = codec.decode(msg.data)
+            try:
+                batch = codec.decode(msg.data)
+            except msgspec.DecodeError as exc:
+                if chunk:
+                    await self._commit(chunk)
+                    chunk, size = [], 0
+                await self._dead_letter(msg, f"undecodable message: {exc}")
+                continue
             if chunk and size + len(batch.events) > TXN_EVENTS:
                 await self._commit(chunk)
                 chunk, size = [], 0
@@ -166,20 +200,40 @@ class ShardReader:
             await self._commit(chunk)
 
     async def _commit(self, chunk: list[tuple[Msg, codec.StreamBatch]]) -> None:
-        """Apply ``chunk`` until it commits (PostgreSQL may be down), then acknowledge it."""
+        """Apply ``chunk`` until it commits, then acknowledge it.
+
+        While PostgreSQL is unreachable the chunk is retried with backoff, for as long as it
+        takes. A chunk refused for another reason :data:`REFUSALS` times in a row is applied
+        message by message, and a message refused alone goes to the dead-letter subject, so
+        one bad message cannot hold up its shard.
+        """
         pause = 0.1
+        refusals = 0
         while True:
             if self.stopping and not self.owns():
                 raise asyncio.CancelledError  # the lease is gone: the next owner re-reads
             try:
                 applied = await apply_batches(self.store, [b for _, b in chunk])
                 break
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                self.stats.failed_commits += 1
-                self.stats.store_failing = True
-                logs.log(logging.WARNING, "shard commit failed, retrying", error=repr(exc))
-                await asyncio.sleep(pause * random.uniform(0.5, 1.0))
-                pause = min(pause * 2, 2.0)
+            except Exception as exc:
+                if transient(exc):
+                    self.stats.failed_commits += 1
+                    self.stats.store_failing = True
+                    logs.log(logging.WARNING, "shard commit failed, retrying", error=repr(exc))
+                    await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+                    pause = min(pause * 2, 2.0)
+                    continue
+                refusals += 1
+                logs.log(logging.ERROR, "PostgreSQL refused a shard's batch", error=repr(exc))
+                if refusals < REFUSALS:
+                    await asyncio.sleep(0.1)
+                    continue
+                if len(chunk) > 1:
+                    for item in chunk:
+                        await self._commit([item])
+                    return
+                await self._dead_letter(chunk[0][0], repr(exc))
+                return
         await chunk[-1][0].ack_sync(timeout=5)
         stats = self.stats
         stats.events_ingested += applied.ingested
@@ -191,6 +245,20 @@ class ShardReader:
         stats.queue_delay_seconds = time.time() - chunk[-1][1].queued_ms / 1000
         stats.store_failing = False
         stats.last_commit = time.monotonic()
+
+    async def _dead_letter(self, msg: Msg, reason: str) -> None:
+        """Keep ``msg`` on the dead-letter subject (same stream), then acknowledge it."""
+        headers = {"Flagstaff-Error": reason[:1000], "Flagstaff-Shard": str(self.lease.shard)}
+        await self.js.publish(DEAD_LETTER_SUBJECT, msg.data, headers=headers)
+        await msg.ack_sync(timeout=5)
+        self.stats.dead_letters += 1
+        logs.log(
+            logging.ERROR,
+            "a stream message went to the dead-letter subject",
+            shard=self.lease.shard,
+            subject=DEAD_LETTER_SUBJECT,
+            reason=reason[:1000],
+        )
 
     def owns(self) -> bool:
         return time.monotonic() - self.renewed < self.spec.lease_seconds * 0.75

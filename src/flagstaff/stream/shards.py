@@ -15,6 +15,8 @@ import msgspec
 from flagstaff.ingest.model import Drop, Event
 
 SUBJECT_PREFIX = "flagstaff.events"
+DEAD_LETTER_SUBJECT = f"{SUBJECT_PREFIX}.dead"
+"""Messages the consumers could not apply (in the same stream, read by no shard consumer)."""
 
 
 def shard_of(distinct_id: str, shards: int) -> int:
