@@ -135,6 +135,23 @@ def test_capture_queues_and_a_consumer_stores_each_event_once(stack: Stack) -> N
     assert asyncio.run(stream_replicas()) == 3
 
 
+def test_a_batch_larger_than_a_stream_message_is_queued_in_pieces(stack: Stack) -> None:
+    if not stack.consumers:
+        stack.consumer()
+    # one person (one shard), about 2 MB: twice the servers' default message size
+    events = [_event("big", "big-1", blob="x" * 1000, n=i) for i in range(2000)]
+    r = _batch(stack.capture.url, events)
+    assert r.status_code == 200, r.text
+    uuids = [e["uuid"] for e in events]
+    _until(lambda: _stored(stack.pg.url, uuids) == len(uuids), 30, "every piece stored")
+    rows = _sql(
+        stack.pg.url,
+        "SELECT (properties->>'n')::int FROM events WHERE distinct_id = 'big-1' "
+        "ORDER BY timestamp_ms, (properties->>'n')::int",
+    )
+    assert [r[0] for r in rows] == list(range(2000))
+
+
 def _pair_on_two_shards(i: int) -> tuple[str, str]:
     """An anonymous id and a user id whose shards differ."""
     anon = f"anon-{i}"

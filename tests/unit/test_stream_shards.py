@@ -79,3 +79,19 @@ def test_stream_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="shards"):
         Settings.from_env({"FLAGSTAFF_STREAM_SHARDS": "0"}, database_url=pg, stream_url="nats://a")
     assert Settings.from_env({}).stream_url is None
+
+
+def test_a_part_larger_than_a_message_is_cut_in_order() -> None:
+    from flagstaff.stream.publisher import _pieces
+    from flagstaff.stream.shards import ShardPart
+
+    events = [_event(f"{i:032x}", "p1") for i in range(64)]
+    part = ShardPart(3, events, [_drop()])
+    whole = _pieces(1, part, 0, 10**9)
+    assert len(whole) == 1 and whole[0][0] == events
+    pieces = _pieces(1, part, 0, len(whole[0][2]) // 5)
+    assert len(pieces) > 4
+    assert [e for p in pieces for e in p[0]] == events
+    assert [len(p[1]) for p in pieces] == [1] + [0] * (len(pieces) - 1)
+    assert all(len(p[2]) <= len(whole[0][2]) // 5 for p in pieces)
+    assert codec.decode(pieces[1][2]).events == pieces[1][0]

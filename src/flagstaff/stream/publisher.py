@@ -25,7 +25,7 @@ from flagstaff.store.base import IngestResult
 from flagstaff.stream import codec
 from flagstaff.stream.client import StreamSpec, connect, ensure_stream
 from flagstaff.stream.errors import StreamUnavailable
-from flagstaff.stream.shards import split, subject
+from flagstaff.stream.shards import ShardPart, split, subject
 
 _RETRY_PAUSE = 0.1
 
@@ -85,23 +85,35 @@ class StreamPublisher:
         now_ms = int(time.time() * 1000)
         parts = split(events, drops, self.spec.shards)
         deadline = asyncio.get_running_loop().time() + self.spec.publish_timeout
+        limit = self._message_limit()
         await asyncio.gather(
-            *(
-                self._publish(
-                    js,
-                    subject(p.shard),
-                    codec.encode(codec.StreamBatch(project_id, p.events, p.drops, now_ms)),
-                    codec.message_id(project_id, p.shard, p.events, p.drops),
-                    deadline,
-                )
-                for p in parts
-            )
+            *(self._publish_part(js, project_id, p, now_ms, limit, deadline) for p in parts)
         )
         self.published += len(parts)
         dropped: dict[str, int] = {}
         for drop in drops:
             dropped[drop.reason] = dropped.get(drop.reason, 0) + 1
         return IngestResult(len(events), 0, dropped)
+
+    def _message_limit(self) -> int:
+        """The largest message body the servers take, less room for the headers."""
+        assert self._nc is not None
+        return max(1024, self._nc.max_payload - 4096)
+
+    async def _publish_part(
+        self,
+        js: nats.js.JetStreamContext,
+        project_id: int,
+        part: ShardPart,
+        now_ms: int,
+        limit: int,
+        deadline: float,
+    ) -> None:
+        """One shard's part as one message, or, beyond the servers' message size, as several
+        published one after another (so they stay in order on the shard)."""
+        for events, drops, data in _pieces(project_id, part, now_ms, limit):
+            msg_id = codec.message_id(project_id, part.shard, events, drops)
+            await self._publish(js, subject(part.shard), data, msg_id, deadline)
 
     async def _publish(
         self,
@@ -127,3 +139,17 @@ class StreamPublisher:
                         f"the event stream refused the events: {exc!r}"
                     ) from None
                 await asyncio.sleep(_RETRY_PAUSE)
+
+
+def _pieces(
+    project_id: int, part: ShardPart, now_ms: int, limit: int
+) -> list[tuple[list[Event], list[Drop], bytes]]:
+    """``part``'s events and drops in encoded pieces that fit ``limit`` bytes (halving until
+    they do; one event alone is sent as it is and refused by the servers if too large)."""
+    data = codec.encode(codec.StreamBatch(project_id, part.events, part.drops, now_ms))
+    if len(data) <= limit or len(part.events) <= 1:
+        return [(part.events, part.drops, data)]
+    half = len(part.events) // 2
+    first = ShardPart(part.shard, part.events[:half], part.drops)
+    second = ShardPart(part.shard, part.events[half:], [])
+    return _pieces(project_id, first, now_ms, limit) + _pieces(project_id, second, now_ms, limit)
