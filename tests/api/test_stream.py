@@ -138,8 +138,8 @@ def test_capture_queues_and_a_consumer_stores_each_event_once(stack: Stack) -> N
 def test_a_batch_larger_than_a_stream_message_is_queued_in_pieces(stack: Stack) -> None:
     if not stack.consumers:
         stack.consumer()
-    # one person (one shard), about 2 MB: twice the servers' default message size
-    events = [_event("big", "big-1", blob="x" * 1000, n=i) for i in range(2000)]
+    # one person (one shard), about 1.3 MB: more than the servers' default message size
+    events = [_event("big", "big-1", blob="x" * 1000, n=i) for i in range(1200)]
     r = _batch(stack.capture.url, events)
     assert r.status_code == 200, r.text
     uuids = [e["uuid"] for e in events]
@@ -149,7 +149,7 @@ def test_a_batch_larger_than_a_stream_message_is_queued_in_pieces(stack: Stack) 
         "SELECT (properties->>'n')::int FROM events WHERE distinct_id = 'big-1' "
         "ORDER BY timestamp_ms, (properties->>'n')::int",
     )
-    assert [r[0] for r in rows] == list(range(2000))
+    assert [r[0] for r in rows] == list(range(1200))
 
 
 def _pair_on_two_shards(i: int) -> tuple[str, str]:
@@ -185,7 +185,7 @@ def test_merges_across_shards_with_two_consumers_lose_no_set(stack: Stack) -> No
             ]
         },
     )
-    people = [_pair_on_two_shards(i) for i in range(15)]
+    people = [_pair_on_two_shards(i) for i in range(12)]
     requests: list[list[dict[str, Any]]] = []
     for i, (anon, user) in enumerate(people):
         requests.append([_event("$pageview", anon, **{"$set": {"first_seen": i}})])
@@ -333,10 +333,10 @@ def test_kill_9_of_a_nats_server_and_a_consumer_under_load_loses_and_duplicates_
     with Load(stack.capture.url, flag_key) as load:
         _until(lambda: len(load.acked) >= 200, 20, "load running")
         stack.nats.kill(0)
-        _until(lambda: len(load.acked) >= 600, 20, "load going on after a server died")
+        _until(lambda: len(load.acked) >= 500, 20, "load going on after a server died")
         victim.kill()
         stack.consumers.remove(victim)
-        _until(lambda: len(load.acked) >= 1000, 20, "load going on after a consumer died")
+        _until(lambda: len(load.acked) >= 800, 20, "load going on after a consumer died")
     assert load.other == []
     assert load.acked, "nothing was acknowledged"
     stack.nats.start(0)
