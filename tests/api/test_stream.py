@@ -152,6 +152,47 @@ def test_a_batch_larger_than_a_stream_message_is_queued_in_pieces(stack: Stack) 
     assert [r[0] for r in rows] == list(range(1200))
 
 
+@pytest.mark.filterwarnings("ignore:`get_:DeprecationWarning")
+def test_posthog_python_through_the_stream(stack: Stack) -> None:
+    """The real SDK: events, $set and an alias queued by capture, then a flag on the set."""
+    from posthog import Posthog
+
+    if not stack.consumers:
+        stack.consumer()
+    Api(stack.capture.url).create_flag(
+        key="gold-tier",
+        filters={
+            "groups": [
+                {
+                    "properties": [
+                        {"key": "tier", "value": ["gold"], "operator": "exact", "type": "person"}
+                    ],
+                    "rollout_percentage": 100,
+                }
+            ]
+        },
+    )
+    client = Posthog(PROJECT_TOKEN, host=stack.capture.url, max_retries=0)
+    try:
+        client.capture("signed_up", distinct_id="sdk-anon-1", properties={"plan": "free"})
+        client.alias(previous_id="sdk-anon-1", distinct_id="sdk-user-1")
+        client.set(distinct_id="sdk-user-1", properties={"tier": "gold"})
+        client.flush()
+        _until(
+            lambda: client.get_feature_flag("gold-tier", "sdk-anon-1") is True,
+            20,
+            "the flag sees the $set through the alias",
+        )
+    finally:
+        client.shutdown()
+    rows = _sql(
+        stack.pg.url,
+        "SELECT count(DISTINCT person_id) FROM person_distinct_ids "
+        "WHERE distinct_id IN ('sdk-anon-1', 'sdk-user-1')",
+    )
+    assert rows[0][0] == 1
+
+
 def _pair_on_two_shards(i: int) -> tuple[str, str]:
     """An anonymous id and a user id whose shards differ."""
     anon = f"anon-{i}"
