@@ -172,6 +172,8 @@ def main() -> None:
         pg_before = _tree_cpu([postmaster])
         started = time.perf_counter()
         while consumer.ready()["lag"] != 0:
+            if time.perf_counter() - started > 600:
+                raise SystemExit(f"bench: the consumer did not drain in 600 s:\n{consumer.logs()}")
             time.sleep(0.2)
         drained = time.perf_counter() - started
         applied = _count(stream_db)

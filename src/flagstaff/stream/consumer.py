@@ -44,8 +44,10 @@ from flagstaff.stream.client import STREAM_NAME, StreamSpec
 from flagstaff.stream.leases import Lease, Leases, target_share
 from flagstaff.stream.shards import DEAD_LETTER_SUBJECT, subject
 
-TXN_EVENTS = 5_000
-"""Events one consumer transaction takes at most (a larger message goes alone)."""
+TXN_EVENTS = 2_000
+"""Events one consumer transaction takes at most (a larger message goes alone): as the direct
+path's group commit (``GROUP_EVENTS``). The rules run on the event loop, so a transaction
+holds it for its rules' time; larger ones starved the lease renewals on a loaded machine."""
 FETCH_WAIT_SECONDS = 0.5
 """A reader waits this long for a shard's next message (one lingering pull), then asks at once
 for whatever else is there (:data:`MORE_WAIT_SECONDS` at most when nothing is): a pull for a
@@ -57,6 +59,8 @@ ACK_WAIT_SECONDS = 3600
 and a shard's next owner recreates the consumer instead of waiting for redelivery."""
 
 
+STOP_SECONDS = 10.0
+"""The longest a stopping process spends finishing transactions and returning leases."""
 REFUSALS = 3
 """Tries of a batch PostgreSQL refuses (not a connection failure) before isolating it."""
 
@@ -278,15 +282,36 @@ class Consumers:
         self.js = nc.jetstream(timeout=5)
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Lease rounds until ``stop``; then finish the shards' current transactions and give
+        the leases back (within :data:`STOP_SECONDS`: with the stream unreachable, the
+        leases simply expire)."""
         interval = self.spec.lease_seconds / 3
-        while not stop.is_set():
-            try:
-                await self._tick()
-            except Exception as exc:
-                logs.log(logging.WARNING, "lease round failed", error=repr(exc))
-            self._fence()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                tick = asyncio.ensure_future(self._tick())
+                await asyncio.wait([tick, stopping], return_when=asyncio.FIRST_COMPLETED)
+                if not tick.done():
+                    tick.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await tick
+                if tick.cancelled():
+                    break
+                if tick.exception() is not None:
+                    logs.log(logging.WARNING, "lease round failed", error=repr(tick.exception()))
+                self._fence()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+        finally:
+            stopping.cancel()
+        try:
+            await asyncio.wait_for(self._leave(), STOP_SECONDS)
+        except TimeoutError:
+            for reader in self.readers.values():
+                if reader.task is not None:
+                    reader.task.cancel()
+
+    async def _leave(self) -> None:
         await asyncio.gather(*(self._release(shard) for shard in list(self.readers)))
         with contextlib.suppress(Exception):
             await self.leases.leave()

@@ -54,11 +54,20 @@ class Leases:
         return Lease(shard, revision)
 
     async def renew(self, lease: Lease) -> bool:
-        """Extend ``lease``; False once it expired and someone else holds the shard."""
+        """Extend ``lease``; False once someone else holds the shard.
+
+        A lease that expired while this process was busy (a long transaction holds the event
+        loop) and that nobody took meanwhile is created again: no other process read the
+        shard, so its reader goes on as it was.
+        """
+        key = f"shard.{lease.shard}"
         try:
-            lease.revision = await self.kv.update(
-                f"shard.{lease.shard}", self.member.encode(), last=lease.revision
-            )
+            lease.revision = await self.kv.update(key, self.member.encode(), last=lease.revision)
+            return True
+        except (js_errors.KeyWrongLastSequenceError, js_errors.KeyValueError):
+            pass
+        try:
+            lease.revision = await self.kv.create(key, self.member.encode())
         except (js_errors.KeyWrongLastSequenceError, js_errors.KeyValueError):
             return False
         return True
