@@ -54,7 +54,8 @@ lint: $(STAMP)
 # The second run repeats the API and SDK tests on PostgreSQL (a fresh database per server, see
 # tests/server.py). Left out there, being about the embedded store's data dir rather than the
 # API: the CLI (it strips FLAGSTAFF_* and works on --data-dir), the wheel installed into a fresh
-# venv (tests/api/test_install.py) and the first-start bootstrap printed from an empty data dir. Both runs always run; the target fails if either failed.
+# venv (tests/api/test_install.py) and the first-start bootstrap printed from an empty data dir;
+# and the stream's tests, which start their own PostgreSQL and NATS cluster on either run. Both runs always run; the target fails if either failed.
 
 test: $(STAMP) geoip docs-assets test-deps e2e-deps lint
 	FLAGSTAFF_TEST_BACKEND=sqlite $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20; \
@@ -62,6 +63,7 @@ test: $(STAMP) geoip docs-assets test-deps e2e-deps lint
 	FLAGSTAFF_TEST_BACKEND=postgres $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 \
 		tests/api tests/e2e --deselect tests/api/test_cli.py \
 		--deselect tests/api/test_install.py \
+		--deselect tests/api/test_stream.py \
 		--deselect tests/api/test_ops.py::test_first_start_creates_and_prints_project_and_key_once; \
 	postgres=$$?; \
 	echo "pytest exit status: sqlite $$sqlite, postgres $$postgres"; \

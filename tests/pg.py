@@ -76,6 +76,11 @@ class _Server:
             "--locale=C",
             "--no-sync",
         )
+        self.resume()
+        return f"postgresql://{_SUPERUSER}@127.0.0.1:{self.port}/postgres"
+
+    def resume(self) -> None:
+        """Start the server on its data directory (again, after :meth:`crash`)."""
         options = (
             f"-c port={self.port} -c listen_addresses=127.0.0.1 "
             f"-c unix_socket_directories={self.root} -c fsync=on -c max_connections=200"
@@ -83,7 +88,10 @@ class _Server:
         self._run(
             self.bindir / "pg_ctl", "-D", self.data, "-l", self.log, "-o", options, "-w", "start"
         )
-        return f"postgresql://{_SUPERUSER}@127.0.0.1:{self.port}/postgres"
+
+    def crash(self) -> None:
+        """Stop at once, as a crash would (``pg_ctl -m immediate``: no checkpoint)."""
+        self._run(self.bindir / "pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
 
     def stop(self) -> None:
         try:
@@ -210,6 +218,25 @@ def postgres_url() -> str:
     if _HARNESS.session_url is None:
         _HARNESS.session_url = _HARNESS.create()
     return _HARNESS.session_url
+
+
+class PrivateServer:
+    """A PostgreSQL of one test module's own, always started here (whatever the backend), which
+    the test may crash and start again: ``url``, :meth:`crash`, :meth:`resume`, :meth:`close`."""
+
+    def __init__(self) -> None:
+        self._server = _Server()
+        self.url = self._server.start()
+
+    def crash(self) -> None:
+        self._server.crash()
+
+    def resume(self) -> None:
+        self._server.resume()
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already stopped by a crash
+            self._server.stop()
 
 
 def new_database() -> str:

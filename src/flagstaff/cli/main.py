@@ -1,5 +1,5 @@
-"""The ``flagstaff`` command: serve, migrate, project create/list/update, key create,
-flags import/export/explain, events export, backup and restore."""
+"""The ``flagstaff`` command: serve, consume (the event stream), migrate, project
+create/list/update, key create, flags import/export/explain, events export, backup and restore."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         database_url=getattr(args, "database_url", None),
         log_level=getattr(args, "log_level", None),
         access_log=True if getattr(args, "access_log", False) else None,
+        stream_url=getattr(args, "stream_url", None),
     )
 
 
@@ -85,6 +86,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for notice in _with_store(settings, lambda store: bootstrap(store, settings)):
         logs.always(logging.WARNING, notice.message, **notice.fields)
     return process.serve(settings)
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from flagstaff.stream import consume
+
+    settings = _settings(args)
+    if settings.stream_url is None:
+        raise SystemExit("flagstaff: consume needs --stream-url (or FLAGSTAFF_STREAM_URL)")
+    logs.configure(settings.log_level, False)
+    asyncio.run(consume.run(settings, args.host or "127.0.0.1", args.port or 8001))
+    return 0
 
 
 # projects and keys ----------------------------------------------------------------------------
@@ -426,8 +438,25 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="log one JSON line per request (also FLAGSTAFF_ACCESS_LOG=true)",
     )
+    serve.add_argument(
+        "--stream-url",
+        help="nats://host:4222,... : capture queues events in a replicated JetStream stream "
+        "(needs a PostgreSQL --database-url; run 'flagstaff consume' to apply them)",
+    )
     _store_options(serve)
     serve.set_defaults(fn=cmd_serve)
+
+    consume = sub.add_parser(
+        "consume", help="apply the events of the stream (--stream-url) to PostgreSQL"
+    )
+    consume.add_argument("--stream-url", help="nats://host:4222,... (or FLAGSTAFF_STREAM_URL)")
+    consume.add_argument("--host", help="address of the ops port (default 127.0.0.1)")
+    consume.add_argument(
+        "--port", type=int, help="ops port: /_health, /_ready (with the lag), /metrics (8001)"
+    )
+    consume.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    consume.add_argument("--database-url", help="postgresql://... (or FLAGSTAFF_DATABASE_URL)")
+    consume.set_defaults(fn=cmd_consume)
 
     project = sub.add_parser("project", help="manage projects").add_subparsers(
         dest="action", required=True
@@ -561,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     """A command's error on stderr; ``serve`` logs it as JSON like everything else it says."""
-    if args.command == "serve":
+    if args.command in ("serve", "consume"):
         if not logs.logger.handlers:
             logs.configure("info")
         logs.always(logging.ERROR, message)

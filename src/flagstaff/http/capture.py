@@ -2,8 +2,10 @@
 
 The data flow of one request: decode the body (any SDK encoding, size-limited), find the
 project token and the events, normalise and validate each event (pure rules), then hand the
-batch to the store, which commits events, person and group changes and warnings in one
-group-committed transaction. The 200 is sent only after that commit.
+batch to ``svc.ingest``: the store, which commits events, person and group changes and
+warnings in one group-committed transaction, or, with a stream configured, the publisher,
+which queues them in a replicated JetStream stream (:mod:`flagstaff.stream`). The 200 is sent
+only after that commit or that acknowledgement.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope
+from flagstaff.ops import logs
 from flagstaff.server.disk import MB
 from flagstaff.server.outage import OUTAGE
 from flagstaff.server.services import Services
+from flagstaff.stream.errors import StreamUnavailable
 
 _OK = b'{"status":1}'
 
@@ -99,8 +103,12 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
             drops.extend(excess)
 
     if events or drops:
+        try:
+            outcome = await svc.ingest(project.id, events, drops)
+        except StreamUnavailable as exc:
+            logs.logger.warning("stream publish failed: %s", exc)
+            raise ApiError(503, "stream_unavailable", "the events were not queued, retry") from None
         # A storage failure propagates: app._answer maps it to 503 (flagstaff.http.unavailable).
-        outcome = await svc.store.ingest(project.id, events, drops)
         if OUTAGE.down:
             OUTAGE.recovered()
         metrics = svc.metrics

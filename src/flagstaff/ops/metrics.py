@@ -191,3 +191,73 @@ def render(snapshots: Iterable[dict[str, Any]]) -> str:
         f"flagstaff_flag_errors_total {m.get('flag_errors', 0)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def render_consumer(stats: dict[str, Any]) -> str:
+    """The metrics of one ``flagstaff consume`` process (its snapshot of
+    :class:`~flagstaff.stream.consumer.ConsumerStats`), Prometheus text format."""
+    rows = (
+        (
+            "stream_events_ingested_total",
+            "counter",
+            "Events the consumer stored.",
+            "events_ingested",
+        ),
+        (
+            "stream_events_duplicate_total",
+            "counter",
+            "Events not stored again: their uuid was stored already (redelivery, SDK retry).",
+            "events_duplicate",
+        ),
+        ("stream_events_dropped_total", "counter", "Events the rules refused.", "events_dropped"),
+        ("stream_messages_total", "counter", "Stream messages applied.", "messages"),
+        (
+            "stream_transactions_total",
+            "counter",
+            "PostgreSQL transactions committed.",
+            "transactions",
+        ),
+        (
+            "stream_transaction_retries_total",
+            "counter",
+            "Transactions run again after racing another consumer.",
+            "transaction_retries",
+        ),
+        (
+            "stream_failed_commits_total",
+            "counter",
+            "Commits that failed (PostgreSQL unreachable) and were retried.",
+            "failed_commits",
+        ),
+        (
+            "stream_dead_letters_total",
+            "counter",
+            "Messages moved to the dead-letter subject (refused by PostgreSQL, undecodable).",
+            "dead_letters",
+        ),
+        (
+            "stream_consumer_lag_messages",
+            "gauge",
+            "Messages of the stream, all shards, not yet applied and acknowledged.",
+            "lag",
+        ),
+        (
+            "stream_queue_delay_seconds",
+            "gauge",
+            "From capture's publish to the commit, for the last message committed.",
+            "queue_delay_seconds",
+        ),
+    )
+    lines: list[str] = []
+    for name, kind, help_text, key in rows:
+        lines += [
+            f"# HELP flagstaff_{name} {help_text}",
+            f"# TYPE flagstaff_{name} {kind}",
+            f"flagstaff_{name} {stats.get(key, 0)}",
+        ]
+    lines += [
+        "# HELP flagstaff_stream_shards_owned Shards this process reads.",
+        "# TYPE flagstaff_stream_shards_owned gauge",
+        f"flagstaff_stream_shards_owned {len(stats.get('shards', []))}",
+    ]
+    return "\n".join(lines) + "\n"

@@ -107,6 +107,22 @@ class Settings:
     webhook_retry_delays: str | None = None
     """Seconds before each retry of a failed webhook delivery, comma separated (default
     10,60,300,1800,7200,21600); fewer numbers, fewer retries."""
+    stream_url: str | None = None
+    """NATS servers (``nats://h1:4222,nats://h2:4222``): capture publishes accepted events to a
+    replicated JetStream stream instead of writing them; ``flagstaff consume`` applies them
+    to PostgreSQL (see :mod:`flagstaff.stream`). Needs a PostgreSQL ``database_url``."""
+    stream_shards: int = 8
+    """Subjects the stream's events are spread over by a hash of the distinct id: the most
+    consumers that can work at once."""
+    stream_replicas: int = 0
+    """Copies of the stream; 0 chooses 3 when the cluster has 3 or more servers, else 1."""
+    stream_publish_timeout: float = 5.0
+    """Seconds capture waits for JetStream's acknowledgement before answering 503."""
+    stream_lease_seconds: float = 6.0
+    """How long a consumer's claim on a shard lasts without renewal: the takeover delay
+    after a consumer dies."""
+    stream_batch: int = 2000
+    """Messages a consumer reads from one shard per PostgreSQL transaction at most."""
 
     @property
     def sqlite_path(self) -> Path:
@@ -163,11 +179,27 @@ class Settings:
             )
         if self.body_limit < 1024:
             raise ConfigError("body limit must be at least 1024 bytes")
+        if self.stream_url is not None:
+            if not (self.database_url or "").startswith(("postgres://", "postgresql://")):
+                raise ConfigError("the stream (--stream-url) needs a PostgreSQL database url")
+            if not all(u.strip().startswith(("nats://", "tls://")) for u in self.stream_urls):
+                raise ConfigError("stream url must be nats://host:port, comma separated")
+            if not 1 <= self.stream_shards <= 1024:
+                raise ConfigError("stream shards must be between 1 and 1024")
+            if not 0 <= self.stream_replicas <= 5:
+                raise ConfigError("stream replicas must be between 0 (automatic) and 5")
+            if self.stream_batch < 1:
+                raise ConfigError("stream batch must be at least 1")
         if self.webhook_retry_delays is not None:
             try:
                 parse_retry_delays(self.webhook_retry_delays)
             except ValueError as exc:
                 raise ConfigError(f"webhook retry delays: {exc}") from None
+
+    @property
+    def stream_urls(self) -> list[str]:
+        """The NATS server URLs of ``stream_url``."""
+        return [u.strip() for u in (self.stream_url or "").split(",") if u.strip()]
 
     @property
     def retry_delays_s(self) -> tuple[float, ...]:

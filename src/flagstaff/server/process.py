@@ -56,6 +56,7 @@ def serve(settings: Settings) -> int:
         sqlite_path=None if settings.database_url else str(settings.sqlite_path),
         access_log=settings.access_log,
         geoip=_geoip_status(settings),
+        stream=[u.rsplit("@", 1)[-1] for u in settings.stream_urls] or None,  # no credentials
     )
     server = Granian(
         "flagstaff.app:create_app",

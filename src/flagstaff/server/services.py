@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from flagstaff.experiments.warm import warm_results
+from flagstaff.ingest.model import Drop, Event
 from flagstaff.ops import logs
 from flagstaff.ops.metrics import Metrics, MetricsFiles
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
@@ -24,7 +26,7 @@ from flagstaff.server.quotas import Quotas
 from flagstaff.server.readiness import Readiness
 from flagstaff.server.retention import retention_loop
 from flagstaff.server.webhook_delivery import deliveries_loop
-from flagstaff.store.base import Store
+from flagstaff.store.base import IngestResult, Store
 from flagstaff.store.changes import ChangeCounter
 
 
@@ -36,6 +38,12 @@ def sqlite_path(settings: Settings) -> Path | None:
     if url is not None and url.startswith("sqlite://"):
         return Path(url.removeprefix("sqlite://"))
     return settings.sqlite_path
+
+
+if TYPE_CHECKING:
+    from flagstaff.stream.publisher import StreamPublisher
+
+Ingest = Callable[[int, list[Event], list[Drop]], Awaitable[IngestResult]]
 
 
 def make_store(settings: Settings) -> Store:
@@ -69,7 +77,8 @@ class Services:
         """OFREP's reads of one flag, recorded as $feature_flag_called."""
         self.readiness = Readiness()
         """What ``/_ready`` checks; see :mod:`flagstaff.server.readiness`."""
-        self.readiness.add("database", self._database_ready)
+        if settings.stream_url is None:  # capture through a stream goes on without the database
+            self.readiness.add("database", self._database_ready)
         self.readiness.add("shutdown", DRAINING.check)
         ingest_client = getattr(self.store, "ingest_client", None)
         if ingest_client is not None:
@@ -78,6 +87,16 @@ class Services:
         """The free-space reserve of the store's volume (none on PostgreSQL)."""
         self.readiness.add("disk_reserve", self._disk_ready)
         self.geoip: GeoIP | None = None
+        self.stream: StreamPublisher | None = None
+        self.ingest: Ingest = self.store.ingest
+        """Where capture hands accepted events: the store, or the stream's publisher."""
+        if settings.stream_url is not None:
+            from flagstaff.stream.client import StreamSpec
+            from flagstaff.stream.publisher import StreamPublisher
+
+            self.stream = StreamPublisher(StreamSpec.of(settings))
+            self.ingest = self.stream.ingest
+            self.readiness.add("stream", self._stream_ready)
         self._flusher: asyncio.Task[Any] | None = None
         self._metrics_write: asyncio.Future[None] | None = None
         self._jobs: asyncio.Task[Any] | None = None
@@ -87,6 +106,10 @@ class Services:
 
     async def _disk_ready(self) -> str | None:
         return reserve_reason(self.disk)
+
+    async def _stream_ready(self) -> str | None:
+        assert self.stream is not None
+        return None if self.stream.connected else "the event stream is not reachable"
 
     async def _database_ready(self) -> str | None:
         if await self.store.ping():
@@ -101,6 +124,8 @@ class Services:
     async def start(self) -> None:
         await self.store.open()
         await self.store.listen_definitions(self._changed_elsewhere)
+        if self.stream is not None:
+            await self.stream.start()
         if not self.settings.geoip_disable:
             self.geoip = open_geoip(self.settings.geoip_path)
         self._flusher = asyncio.create_task(self._flush_metrics())
@@ -140,6 +165,8 @@ class Services:
         if self._metrics_write is not None:
             # A snapshot still being written must not replace the final one written below.
             await asyncio.wait([self._metrics_write])
+        if self.stream is not None:
+            await self.stream.stop()
         await self.store.close()
         with contextlib.suppress(OSError):
             self.metrics_files.write(self.metrics, force=True)

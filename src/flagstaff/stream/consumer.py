@@ -1,0 +1,391 @@
+"""``flagstaff consume``: read the stream's shards in order and apply them to PostgreSQL.
+
+One :class:`ShardReader` task per shard this process holds a lease on (:mod:`.leases`). On
+claiming a shard it recreates the shard's durable pull consumer to start right after the
+last acknowledged message (its ack floor), so messages a dead owner read but never
+acknowledged come again first, in order, instead of after newer ones. It then loops: fetch up
+to ``batch`` messages, apply them in transactions of at most :data:`TXN_EVENTS` events
+(:func:`~flagstaff.stream.apply.apply_batches`), acknowledge the last message of each
+committed transaction (the consumer acknowledges everything up to it). While PostgreSQL is
+down the transaction is retried with backoff; the messages wait in the stream meanwhile
+(capture keeps acknowledging).
+
+A message PostgreSQL refuses (not a connection failure: a value it cannot take, a bug) is
+isolated and moved to the dead-letter subject ``flagstaff.events.dead`` of the same stream
+with the error in a header, instead of holding up its shard.
+
+A reader whose lease could not be renewed for most of its duration stops before another
+process may take the shard; should it still commit meanwhile, the events are stored once
+(uuid check in :mod:`.apply`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+
+import asyncpg
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api as js_api
+from nats.js import errors as js_errors
+
+from flagstaff.ops import logs
+from flagstaff.store.postgres.store import PostgresStore
+from flagstaff.stream import codec
+from flagstaff.stream.apply import apply_batches
+from flagstaff.stream.client import STREAM_NAME, StreamSpec
+from flagstaff.stream.leases import Lease, Leases, target_share
+from flagstaff.stream.shards import DEAD_LETTER_SUBJECT, subject
+
+TXN_EVENTS = 2_000
+"""Events one consumer transaction takes at most (a larger message goes alone): as the direct
+path's group commit (``GROUP_EVENTS``). The rules run on the event loop, so a transaction
+holds it for its rules' time; larger ones starved the lease renewals on a loaded machine."""
+FETCH_WAIT_SECONDS = 0.5
+"""A reader waits this long for a shard's next message (one lingering pull), then asks at once
+for whatever else is there (:data:`MORE_WAIT_SECONDS` at most when nothing is): a pull for a
+whole batch would linger until the batch is full or the wait is over, adding that wait to
+every event's delay under light load."""
+MORE_WAIT_SECONDS = 0.005
+ACK_WAIT_SECONDS = 3600
+"""Never reached by a live reader: a reader retries its batch in memory until it commits,
+and a shard's next owner recreates the consumer instead of waiting for redelivery."""
+
+
+STOP_SECONDS = 10.0
+"""The longest a stopping process spends finishing transactions and returning leases."""
+REFUSALS = 3
+"""Tries of a batch PostgreSQL refuses (not a connection failure) before isolating it."""
+
+_TRANSIENT = (
+    OSError,  # TimeoutError included
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,  # shutdown, cannot connect now, query cancelled
+    asyncpg.InsufficientResourcesError,
+    asyncpg.TransactionRollbackError,  # still racing after apply_batches' retries
+    asyncpg.ReadOnlySQLTransactionError,  # a failover in progress
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a failed commit is worth retrying as it is (PostgreSQL unreachable or busy),
+    as opposed to PostgreSQL refusing this batch's data."""
+    if isinstance(exc, ValueError):  # asyncpg's client-side DataError: a value it cannot encode
+        return False
+    return isinstance(exc, (*_TRANSIENT, asyncpg.InterfaceError))
+
+
+def durable_name(shard: int) -> str:
+    return f"shard-{shard}"
+
+
+class ConsumerStats(msgspec.Struct):
+    """What one consume process did; rendered by :func:`flagstaff.ops.metrics.render_consumer`."""
+
+    events_ingested: int = 0
+    events_duplicate: int = 0
+    events_dropped: int = 0
+    messages: int = 0
+    transactions: int = 0
+    transaction_retries: int = 0
+    failed_commits: int = 0
+    lag: int = -1
+    """Messages of every shard not yet acknowledged; -1 until first measured."""
+    shards: list[int] = msgspec.field(default_factory=list)
+    queue_delay_seconds: float = 0.0
+    """From capture's publish to this process's commit, for the last committed message."""
+    dead_letters: int = 0
+    """Messages set aside on the dead-letter subject (refused by PostgreSQL, undecodable)."""
+    store_failing: bool = False
+    """The last commit failed (PostgreSQL unreachable); cleared by the next one that works."""
+    last_commit: float = 0.0
+    """``time.monotonic()`` of the last commit."""
+
+
+class ShardReader:
+    def __init__(
+        self, nc: Client, store: PostgresStore, spec: StreamSpec, lease: Lease, stats: ConsumerStats
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=5)
+        self.store = store
+        self.spec = spec
+        self.lease = lease
+        self.stats = stats
+        self.renewed = time.monotonic()
+        self.stopping = False
+        self.task: asyncio.Task[None] | None = None
+        self._sub: nats.js.JetStreamContext.PullSubscription | None = None
+
+    async def _subscribe(self) -> nats.js.JetStreamContext.PullSubscription:
+        shard = self.lease.shard
+        name = durable_name(shard)
+        start = 0
+        try:
+            info = await self.js.consumer_info(STREAM_NAME, name)
+            start = info.ack_floor.stream_seq + 1 if info.ack_floor else 0
+            await self.js.delete_consumer(STREAM_NAME, name)
+        except js_errors.NotFoundError:
+            pass
+        config = js_api.ConsumerConfig(
+            durable_name=name,
+            filter_subject=subject(shard),
+            ack_policy=js_api.AckPolicy.ALL,
+            ack_wait=ACK_WAIT_SECONDS,
+            max_ack_pending=max(self.spec.batch, 1000),
+            deliver_policy=(
+                js_api.DeliverPolicy.BY_START_SEQUENCE if start > 1 else js_api.DeliverPolicy.ALL
+            ),
+            opt_start_seq=start if start > 1 else None,
+        )
+        await self.js.add_consumer(STREAM_NAME, config)
+        return await self.js.pull_subscribe_bind(durable=name, stream=STREAM_NAME)
+
+    async def run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            if self._sub is not None:
+                with contextlib.suppress(Exception):
+                    await self._sub.unsubscribe()
+
+    async def _loop(self) -> None:
+        sub = None
+        while not self.stopping:
+            try:
+                if sub is None:
+                    sub = self._sub = await self._subscribe()
+                    logs.log(logging.INFO, "reading shard", shard=self.lease.shard)
+                try:
+                    msgs = await sub.fetch(1, timeout=FETCH_WAIT_SECONDS)
+                except TimeoutError:  # nothing new within the wait (nats-py raises asyncio's)
+                    continue
+                if self.spec.batch > 1:
+                    with contextlib.suppress(TimeoutError):
+                        msgs += await sub.fetch(self.spec.batch - 1, timeout=MORE_WAIT_SECONDS)
+                await self._apply(msgs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS unreachable for a while: start again
+                logs.log(
+                    logging.WARNING, "shard reader failed", shard=self.lease.shard, error=repr(exc)
+                )
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(Exception):
+                    if sub is not None:
+                        await sub.unsubscribe()
+                sub = None
+
+    async def _apply(self, msgs: list[Msg]) -> None:
+        chunk: list[tuple[Msg, codec.StreamBatch]] = []
+        size = 0
+        for msg in msgs:
+            try:
+                batch = codec.decode(msg.data)
+            except msgspec.DecodeError as exc:
+                if chunk:
+                    await self._commit(chunk)
+                    chunk, size = [], 0
+                await self._dead_letter(msg, f"undecodable message: {exc}")
+                continue
+            if chunk and size + len(batch.events) > TXN_EVENTS:
+                await self._commit(chunk)
+                chunk, size = [], 0
+            chunk.append((msg, batch))
+            size += len(batch.events)
+        if chunk:
+            await self._commit(chunk)
+
+    async def _commit(self, chunk: list[tuple[Msg, codec.StreamBatch]]) -> None:
+        """Apply ``chunk`` until it commits, then acknowledge it.
+
+        While PostgreSQL is unreachable the chunk is retried with backoff, for as long as it
+        takes. A chunk refused for another reason :data:`REFUSALS` times in a row is applied
+        message by message, and a message refused alone goes to the dead-letter subject, so
+        one bad message cannot hold up its shard.
+        """
+        pause = 0.1
+        refusals = 0
+        while True:
+            if self.stopping and not self.owns():
+                raise asyncio.CancelledError  # the lease is gone: the next owner re-reads
+            try:
+                applied = await apply_batches(self.store, [b for _, b in chunk])
+                break
+            except Exception as exc:
+                if transient(exc):
+                    self.stats.failed_commits += 1
+                    self.stats.store_failing = True
+                    logs.log(logging.WARNING, "shard commit failed, retrying", error=repr(exc))
+                    await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+                    pause = min(pause * 2, 2.0)
+                    continue
+                refusals += 1
+                logs.log(logging.ERROR, "PostgreSQL refused a shard's batch", error=repr(exc))
+                if refusals < REFUSALS:
+                    await asyncio.sleep(0.1)
+                    continue
+                if len(chunk) > 1:
+                    for item in chunk:
+                        await self._commit([item])
+                    return
+                await self._dead_letter(chunk[0][0], repr(exc))
+                return
+        await chunk[-1][0].ack_sync(timeout=5)
+        stats = self.stats
+        stats.events_ingested += applied.ingested
+        stats.events_duplicate += applied.duplicates
+        stats.events_dropped += applied.dropped
+        stats.transaction_retries += applied.retries
+        stats.transactions += 1
+        stats.messages += len(chunk)
+        stats.queue_delay_seconds = time.time() - chunk[-1][1].queued_ms / 1000
+        stats.store_failing = False
+        stats.last_commit = time.monotonic()
+
+    async def _dead_letter(self, msg: Msg, reason: str) -> None:
+        """Keep ``msg`` on the dead-letter subject (same stream), then acknowledge it."""
+        headers = {"Flagstaff-Error": reason[:1000], "Flagstaff-Shard": str(self.lease.shard)}
+        await self.js.publish(DEAD_LETTER_SUBJECT, msg.data, headers=headers)
+        await msg.ack_sync(timeout=5)
+        self.stats.dead_letters += 1
+        logs.log(
+            logging.ERROR,
+            "a stream message went to the dead-letter subject",
+            shard=self.lease.shard,
+            subject=DEAD_LETTER_SUBJECT,
+            reason=reason[:1000],
+        )
+
+    def owns(self) -> bool:
+        return time.monotonic() - self.renewed < self.spec.lease_seconds * 0.75
+
+
+class Consumers:
+    """The shard readers of one process and the loop that keeps their leases."""
+
+    def __init__(self, nc: Client, kv: object, store: PostgresStore, spec: StreamSpec) -> None:
+        self.nc = nc
+        self.store = store
+        self.spec = spec
+        self.member = uuid.uuid4().hex[:12]
+        self.leases = Leases(kv, self.member, spec.shards)  # type: ignore[arg-type]
+        self.readers: dict[int, ShardReader] = {}
+        self.stats = ConsumerStats()
+        self.js = nc.jetstream(timeout=5)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Lease rounds until ``stop``; then finish the shards' current transactions and give
+        the leases back (within :data:`STOP_SECONDS`: with the stream unreachable, the
+        leases simply expire)."""
+        interval = self.spec.lease_seconds / 3
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                tick = asyncio.ensure_future(self._tick())
+                await asyncio.wait([tick, stopping], return_when=asyncio.FIRST_COMPLETED)
+                if not tick.done():
+                    tick.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await tick
+                if tick.cancelled():
+                    break
+                if tick.exception() is not None:
+                    logs.log(logging.WARNING, "lease round failed", error=repr(tick.exception()))
+                self._fence()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+        finally:
+            stopping.cancel()
+        try:
+            await asyncio.wait_for(self._leave(), STOP_SECONDS)
+        except TimeoutError:
+            for reader in self.readers.values():
+                if reader.task is not None:
+                    reader.task.cancel()
+
+    async def _leave(self) -> None:
+        await asyncio.gather(*(self._release(shard) for shard in list(self.readers)))
+        with contextlib.suppress(Exception):
+            await self.leases.leave()
+
+    async def _tick(self) -> None:
+        for shard, reader in list(self.readers.items()):
+            if await self.leases.renew(reader.lease):
+                reader.renewed = time.monotonic()
+            else:
+                logs.log(logging.WARNING, "lost the lease of a shard", shard=shard)
+                await self._drop(shard)
+        members, held = await self.leases.heartbeat()
+        share = target_share(self.spec.shards, members)
+        extra = sorted(self.readers)[share:]
+        await asyncio.gather(*(self._release(shard) for shard in extra))
+        if len(self.readers) < share:
+            free = [n for n in range(self.spec.shards) if n not in held]
+            random.shuffle(free)
+            for shard in free:
+                if len(self.readers) >= share:
+                    break
+                lease = await self.leases.claim(shard)
+                if lease is not None:
+                    self._start(lease)
+        self.stats.shards = sorted(self.readers)
+        await self._measure_lag()
+
+    def _start(self, lease: Lease) -> None:
+        reader = ShardReader(self.nc, self.store, self.spec, lease, self.stats)
+        reader.task = asyncio.create_task(reader.run())
+        self.readers[lease.shard] = reader
+
+    def _fence(self) -> None:
+        """Stop readers whose lease may have expired (renewals failing): another process
+        may hold the shard by now."""
+        for shard, reader in list(self.readers.items()):
+            if not reader.owns() and reader.task is not None:
+                logs.log(logging.WARNING, "shard lease not renewed in time", shard=shard)
+                reader.task.cancel()
+                del self.readers[shard]
+
+    async def _drop(self, shard: int) -> None:
+        reader = self.readers.pop(shard)
+        if reader.task is not None:
+            reader.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader.task
+
+    async def _release(self, shard: int) -> None:
+        """Finish the current transaction of the shard, then give its lease back."""
+        reader = self.readers.pop(shard)
+        reader.stopping = True
+        if reader.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(reader.task), self.spec.lease_seconds / 2)
+            except TimeoutError:
+                reader.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader.task
+        await self.leases.release(reader.lease)
+
+    async def _measure_lag(self) -> None:
+        lag = 0
+        for shard in range(self.spec.shards):
+            try:
+                info = await self.js.consumer_info(STREAM_NAME, durable_name(shard))
+            except js_errors.NotFoundError:
+                lag += await self._subject_count(shard)
+                continue
+            lag += (info.num_pending or 0) + (info.num_ack_pending or 0)
+        self.stats.lag = lag
+
+    async def _subject_count(self, shard: int) -> int:
+        """Messages of a shard no consumer was ever made for (all of them wait)."""
+        info = await self.js.stream_info(STREAM_NAME, subjects_filter=subject(shard))
+        subjects = info.state.subjects or {}
+        return int(subjects.get(subject(shard), 0))
