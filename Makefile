@@ -55,7 +55,8 @@ lint: $(STAMP)
 # tests/server.py). Left out there, being about the embedded store's data dir rather than the
 # API: the CLI (it strips FLAGSTAFF_* and works on --data-dir), the wheel installed into a fresh
 # venv (tests/api/test_install.py) and the first-start bootstrap printed from an empty data dir;
-# and the stream's tests, which start their own PostgreSQL and NATS cluster on either run. Both runs always run; the target fails if either failed.
+# and the stream's tests, which start their own PostgreSQL and NATS cluster on either run.
+# Both runs always run; the target fails if either failed.
 
 test: $(STAMP) geoip docs-assets test-deps e2e-deps lint
 	FLAGSTAFF_TEST_BACKEND=sqlite $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20; \
