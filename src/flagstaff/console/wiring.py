@@ -6,10 +6,12 @@ from starlette.routing import BaseRoute
 
 from flagstaff.accounts.store import AccountStore
 from flagstaff.console.approvals import StoreApprovalData, approval_routes
+from flagstaff.console.early_access import StoreEarlyAccessData, early_access_routes
 from flagstaff.console.experiments import StoreExperimentData, experiment_routes
 from flagstaff.console.favicon import favicon_routes
 from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.console.store_data import StoreConsoleData
+from flagstaff.console.surveys import StoreSurveyData, survey_routes
 from flagstaff.console.team_data import StoreTeamData
 from flagstaff.console.team_pages import team_routes
 from flagstaff.console.webhooks import StoreWebhookData, webhook_routes
@@ -30,6 +32,8 @@ def console_for(settings: Settings, store: Store) -> list[BaseRoute]:
             lambda pages: approval_routes(pages, StoreApprovalData(store)),
             lambda pages: webhook_routes(pages, StoreWebhookData(store)),
             lambda pages: experiment_routes(pages, StoreExperimentData(store, data)),
+            lambda pages: survey_routes(pages, StoreSurveyData(store, data.property_keys)),
+            lambda pages: early_access_routes(pages, StoreEarlyAccessData(store, data)),
             lambda _pages: favicon_routes(),
         ],
     )

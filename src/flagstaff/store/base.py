@@ -164,6 +164,13 @@ class PersonRow(msgspec.Struct):
     static_cohort_ids: frozenset[int]
 
 
+class Enrolled(msgspec.Struct, frozen=True):
+    """Persons enrolled in an early access feature: how many, and a distinct id of the newest."""
+
+    count: int
+    distinct_ids: list[str]
+
+
 class Usage(msgspec.Struct, frozen=True):
     """What a project holds. ``events`` and ``persons`` are counted up to ``cap``: a count
     equal to it means that many or more."""
@@ -490,6 +497,10 @@ class Store(Protocol):
         source: ChangeSource | None = None,
     ) -> None: ...
     async def surveys_snapshot(self, project_id: int) -> SurveysSnapshot: ...
+    async def enrolled_persons(self, project_id: int, property_key: str, limit: int) -> Enrolled:
+        """Persons whose property ``property_key`` is true (``$feature_enrollment/<flag>``)."""
+        ...
+
     # experiments: definitions, holdouts, and the aggregates ingestion keeps current
     # (store.experiment_batch); every write bumps the definitions version
     async def list_experiments(self, project_id: int, limit: int, offset: int) -> Page: ...

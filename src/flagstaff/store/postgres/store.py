@@ -47,6 +47,7 @@ from flagstaff.store.base import (
 )
 from flagstaff.store.postgres.accounts import PostgresAccounts, write_change
 from flagstaff.store.postgres.approvals import ApprovalMethods
+from flagstaff.store.postgres.enrollment import EnrollmentMixin
 from flagstaff.store.postgres.experiment_store import ExperimentsMixin
 from flagstaff.store.postgres.flag_writes import write_flag
 from flagstaff.store.postgres.group_commit import IngestLanes
@@ -170,6 +171,7 @@ class PostgresStore(
     SurveyMethods,
     ExperimentsMixin,
     TeamStoreMixin,
+    EnrollmentMixin,
     ApprovalMethods,
     WebhookMethods,
     UsageMixin,
