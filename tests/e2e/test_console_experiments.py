@@ -172,6 +172,8 @@ def test_an_experiment_from_the_form_to_a_shipped_variant(page: Any, seeded: See
         assert chart.locator('rect[data-variant="test"]').count() == 1
     assert page.locator("[data-exposure-chart] polyline").count() == 2
     screenshot(page, "console-experiment")
+    metrics = page.locator("section", has=page.locator("#metrics-heading"))
+    metrics.screenshot(path=str(SCREENSHOTS / "console-experiment-metrics.png"))
     page.set_viewport_size({"width": 390, "height": 800})
     screenshot(page, "console-experiment-390")
     page.set_viewport_size({"width": 1280, "height": 800})

@@ -10,6 +10,7 @@ approval policy and the flag's history apply).
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -27,8 +28,10 @@ from flagstaff.http.admin_experiments import results_json
 from flagstaff.store.base import Store
 from flagstaff.store.experiment_batch import ExperimentRecord
 
-EVENT_SCAN = 1000
+EVENT_SCAN = 500
 """How many of the newest events the form reads for the event and property suggestions."""
+EVENTS_SEEN_TTL_S = 30.0
+"""The suggestions are read again at most this often per project (a page view is cheaper)."""
 MAX_LISTED = 1000
 
 
@@ -71,6 +74,7 @@ class StoreExperimentData:
     def __init__(self, store: Store, console: StoreConsoleData) -> None:
         self.store = store
         self.console = console
+        self._seen: dict[int, tuple[float, EventsSeen]] = {}
 
     async def experiments(self, project_id: int) -> list[ExperimentRecord]:
         page = await self.store.list_experiments(project_id, MAX_LISTED, 0)
@@ -107,6 +111,9 @@ class StoreExperimentData:
         return await self.console.flag_checks(project_id, flag, now_ms)
 
     async def events_seen(self, project_id: int) -> EventsSeen:
+        cached = self._seen.get(project_id)
+        if cached is not None and time.monotonic() - cached[0] < EVENTS_SEEN_TTL_S:
+            return cached[1]
         rows = await self.store.list_events(
             project_id,
             distinct_id=None,
@@ -123,7 +130,9 @@ class StoreExperimentData:
                 continue
             events.add(row.event)
             properties.update(k for k in row.properties if not k.startswith("$"))
-        return EventsSeen(sorted(events), sorted(properties))
+        seen = EventsSeen(sorted(events), sorted(properties))
+        self._seen[project_id] = (time.monotonic(), seen)
+        return seen
 
 
 def _now() -> datetime:
