@@ -178,6 +178,20 @@ def test_an_experiment_from_the_form_to_a_shipped_variant(page: Any, seeded: See
     screenshot(page, "console-experiment-390")
     page.set_viewport_size({"width": 1280, "height": 800})
 
+    # The metrics can change while it runs: a name, and a third metric (a ratio).
+    page.get_by_label("Metric 1 name").fill("Bought something")
+    page.get_by_role("button", name="Add metric").click()
+    page.get_by_label("Metric 3 type").select_option("ratio")
+    page.get_by_label("Metric 3 event").fill("purchase")
+    page.get_by_label("Metric 3 aggregation").select_option("sum")
+    page.get_by_label("Metric 3 property").fill("amount")
+    page.get_by_label("Metric 3 denominator event").fill("purchase")
+    page.get_by_role("button", name="Save metrics").click()
+    page.get_by_role("heading", name=re.compile("Bought something")).wait_for()
+    edited = seeded.api.get(f"{P}/experiments/{experiment_id}/").json()["metrics"]
+    assert [m["uuid"] for m in edited[:2]] == [m["uuid"] for m in stored["metrics"]]
+    assert edited[2]["metric_type"] == "ratio" and edited[2]["denominator"]["event"] == "purchase"
+
     page.on("dialog", lambda dialog: dialog.accept())
     page.get_by_label("Variant to ship to everyone").select_option("test")
     page.get_by_role("button", name="Ship variant").click()

@@ -179,6 +179,11 @@ def test_rating_and_choice_answers_are_charted(page: Any, seeded: Seeded) -> Non
     assert "Free: 2, Pro: 2" in (plan.text_content() or "")
     assert page.get_by_role("button", name="Launch survey").count() == 0  # a viewer
     assert page.get_by_role("link", name="Edit survey").count() == 0
+    for path in ("/surveys/new", f"/surveys/{made['id']}/edit", "/early_access/new"):
+        page.goto(f"{seeded.url}{path}")
+        assert page.get_by_role("heading", name="No access").is_visible(), path
+    page.goto(f"{seeded.url}/early_access")
+    assert page.get_by_role("link", name="New early access feature").count() == 0
 
 
 def test_an_early_access_feature_gets_enrolled_persons(page: Any, seeded: Seeded) -> None:

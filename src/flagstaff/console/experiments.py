@@ -26,7 +26,7 @@ from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.experiments.exposure import ExperimentSpec, summarize
 from flagstaff.http.admin_experiments import results_json
 from flagstaff.store.base import Store
-from flagstaff.store.experiment_batch import ExperimentRecord
+from flagstaff.store.experiment_batch import ExperimentRecord, sum_totals
 
 EVENT_SCAN = 500
 """How many of the newest events the form reads for the event and property suggestions."""
@@ -49,8 +49,9 @@ class ExperimentData(Protocol):
 
     async def experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None: ...
 
-    async def exposures(self, record: ExperimentRecord) -> dict[str, int]:
-        """Exposed persons per variant (holdouts included), from the kept totals."""
+    async def exposures(self, records: list[ExperimentRecord]) -> dict[int, dict[str, int]]:
+        """Each experiment's exposed persons per variant (holdouts included), from the kept
+        totals."""
         ...
 
     async def results(self, record: ExperimentRecord) -> dict[str, Any]:
@@ -75,6 +76,7 @@ class StoreExperimentData:
         self.store = store
         self.console = console
         self._seen: dict[int, tuple[float, EventsSeen]] = {}
+        self._specs: dict[int, tuple[str, ExperimentSpec]] = {}
 
     async def experiments(self, project_id: int) -> list[ExperimentRecord]:
         page = await self.store.list_experiments(project_id, MAX_LISTED, 0)
@@ -84,10 +86,24 @@ class StoreExperimentData:
         record = await self.store.get_experiment(project_id, experiment_id)
         return None if record is None or record.deleted else record
 
-    async def exposures(self, record: ExperimentRecord) -> dict[str, int]:
-        spec = ExperimentSpec(record.id, record.definition)
-        totals = await self.store.experiment_totals(record.id, spec.fingerprint)
-        return summarize(spec, totals).exposures
+    def _spec(self, record: ExperimentRecord) -> ExperimentSpec:
+        """The record's spec, built again only when the record changed."""
+        cached = self._specs.get(record.id)
+        if cached is None or cached[0] != record.updated_at:
+            cached = self._specs[record.id] = (
+                record.updated_at,
+                ExperimentSpec(record.id, record.definition),
+            )
+        return cached[1]
+
+    async def exposures(self, records: list[ExperimentRecord]) -> dict[int, dict[str, int]]:
+        rows = await self.store.experiment_totals_rows([r.id for r in records])
+        out = {}
+        for record in records:
+            spec = self._spec(record)
+            totals = sum_totals(rows.get(record.id, []), spec.fingerprint)
+            out[record.id] = summarize(spec, totals).exposures
+        return out
 
     async def results(self, record: ExperimentRecord) -> dict[str, Any]:
         return await results_json(self.store, record)
@@ -147,10 +163,8 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
         auth, principal, project = context
         now = _now()
         records = await data.experiments(project.id)
-        rows = [
-            experiment_views.experiment_row(record, await data.exposures(record), now)
-            for record in records
-        ]
+        exposures = await data.exposures(records)
+        rows = [experiment_views.experiment_row(r, exposures[r.id], now) for r in records]
         wanted = request.query_params.get("status", "")
         shown = [r for r in rows if r.status == wanted] if wanted else rows
         body = templates.render(

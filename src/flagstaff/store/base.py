@@ -538,6 +538,13 @@ class Store(Protocol):
         aggregates when it launches or what counts changed; NotFound when missing."""
         ...
 
+    async def experiment_totals_rows(
+        self, experiment_ids: list[int]
+    ) -> dict[int, list[tuple[str, bytes]]]:
+        """Each experiment's stored (fingerprint, totals) rows, one per writer lane, in one read
+        (``experiment_batch.sum_totals`` adds those of the current spec)."""
+        ...
+
     async def experiment_totals(self, experiment_id: int, fingerprint: str) -> ExperimentTotals:
         """The experiment's totals built for its current spec (``fingerprint``)."""
         ...

@@ -48,6 +48,7 @@ from flagstaff.store.base import (
 from flagstaff.store.postgres.accounts import PostgresAccounts, write_change
 from flagstaff.store.postgres.approvals import ApprovalMethods
 from flagstaff.store.postgres.enrollment import EnrollmentMixin
+from flagstaff.store.postgres.experiment_reads import ExperimentReadsMixin
 from flagstaff.store.postgres.experiment_store import ExperimentsMixin
 from flagstaff.store.postgres.flag_writes import write_flag
 from flagstaff.store.postgres.group_commit import IngestLanes
@@ -172,6 +173,7 @@ class PostgresStore(
     ExperimentsMixin,
     TeamStoreMixin,
     EnrollmentMixin,
+    ExperimentReadsMixin,
     ApprovalMethods,
     WebhookMethods,
     UsageMixin,

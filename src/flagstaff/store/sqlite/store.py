@@ -65,6 +65,7 @@ from flagstaff.store.sqlite.accounts import SQLiteAccounts, write_change
 from flagstaff.store.sqlite.approvals import ApprovalMethods
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.enrollment import EnrollmentMixin
+from flagstaff.store.sqlite.experiment_reads import ExperimentReadsMixin
 from flagstaff.store.sqlite.experiment_store import ExperimentsMixin
 from flagstaff.store.sqlite.flag_writes import bump_definitions, write_flag
 from flagstaff.store.sqlite.ingest import apply_ingest
@@ -116,6 +117,7 @@ class SQLiteStore(
     ExperimentsMixin,
     TeamStoreMixin,
     EnrollmentMixin,
+    ExperimentReadsMixin,
     ApprovalMethods,
     WebhookMethods,
     UsageMixin,
