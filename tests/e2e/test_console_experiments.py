@@ -231,3 +231,19 @@ def test_a_viewer_sees_an_experiment_and_changes_nothing(page: Any, seeded: Seed
     assert page.get_by_role("button", name="Save metrics").count() == 0
     page.goto(f"{seeded.url}/experiments/new")
     assert page.get_by_role("heading", name="No access").is_visible()
+
+
+def test_the_nav_holds_one_line_at_1280_px_and_the_favicon_answers(
+    page: Any, seeded: Seeded
+) -> None:
+    page.set_viewport_size({"width": 1280, "height": 800})
+    _log_in(page, seeded.url, ADMIN_EMAIL)  # an admin's nav is the longest (Webhooks)
+    links = page.get_by_role("navigation", name="Main").get_by_role("link")
+    assert links.count() == 13
+    tops = {round(links.nth(i).bounding_box()["y"]) for i in range(links.count())}
+    assert len(tops) == 1, tops  # one row, no label broken over two lines
+    heights = {round(links.nth(i).bounding_box()["height"]) for i in range(links.count())}
+    assert len(heights) == 1, heights
+    icon = httpx.get(f"{seeded.url}/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon"
+    assert icon.content[:4] == b"\x00\x00\x01\x00"
