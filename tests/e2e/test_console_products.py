@@ -124,6 +124,19 @@ def test_a_survey_built_in_the_console_is_answered_and_read(page: Any, seeded: S
     assert stats["stats"]["survey sent"]["total_count"] == 1
     screenshot(page, "console-survey")
 
+    page.get_by_role("link", name="Edit survey").click()
+    page.wait_for_url(f"{url}/surveys/{survey_id}/edit")
+    assert page.get_by_label("Question 1 text").input_value() == "What would you change?"
+    assert page.get_by_label("Condition 1 person property").input_value() == "plan"
+    page.get_by_label("End (UTC)").fill("2099-01-31T12:00")
+    page.get_by_role("button", name="Save survey").click()
+    page.wait_for_url(f"{url}/surveys/{survey_id}")
+    page.get_by_text("2099-01-31 12:00 UTC").wait_for()
+    edited = seeded.api.get(f"{P}/surveys/{survey_id}/").json()
+    assert edited["end_date"] == "2099-01-31T12:00:00Z"
+    assert edited["start_date"] == stored["start_date"]  # left as it was
+    assert edited["questions"][0]["id"] == stored["questions"][0]["id"]
+
     page.get_by_role("button", name="Stop survey").click()
     page.locator("[data-status]", has_text="complete").wait_for()
     page.get_by_role("button", name="Duplicate survey").click()

@@ -145,9 +145,12 @@
       }
       const start = value(form, "start_date");
       const end = value(form, "end_date");
+      // A date left as shown keeps its stored value (the field shows it to the minute).
+      const date = (text, before) =>
+        before && before.slice(0, 16) === text ? before : text ? `${text}:00Z` : null;
       if (field(form, "launch_now").checked) out.start_date = new Date().toISOString();
-      else out.start_date = start ? `${start}:00Z` : null;
-      out.end_date = end ? `${end}:00Z` : null;
+      else out.start_date = date(start, stored?.start_date);
+      out.end_date = date(end, stored?.end_date);
       const limit = value(form, "responses_limit");
       out.responses_limit = limit ? Number(limit) : null;
       return out;
