@@ -1,5 +1,6 @@
 """The early access pages: ``/early_access`` (the list), ``/early_access/new`` (the form) and
-``/early_access/{id}`` (details, the persons enrolled, stage changes and "move to general
+``/early_access/{id}`` (details, the persons enrolled (counted there only: the count scans the
+project's persons), stage changes and "move to general
 availability", which also rolls the flag out to everyone through the flag's own update).
 Changes are made by ``static/early_access.js`` through the management API."""
 
@@ -38,7 +39,6 @@ class FeatureRow(msgspec.Struct, frozen=True):
     stage: str
     flag_key: str
     flag_id: int | None
-    enrolled: int
 
 
 class EarlyAccessData(Protocol):
@@ -103,17 +103,8 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
         for feature in await data.features(project.id):
             flag = await data.flag(project.id, feature.feature_flag_id)
             key = str(flag["key"]) if flag else ""
-            enrolled = (await data.enrolled(project.id, key)).count if key else 0
-            rows.append(
-                FeatureRow(
-                    feature.id,
-                    feature.name,
-                    STAGE_LABELS.get(feature.stage, feature.stage),
-                    key,
-                    feature.feature_flag_id,
-                    enrolled,
-                )
-            )
+            stage = STAGE_LABELS.get(feature.stage, feature.stage)
+            rows.append(FeatureRow(feature.id, feature.name, stage, key, feature.feature_flag_id))
         body = templates.render(
             "early_access.html",
             **pages._base(auth, principal, project),
