@@ -148,6 +148,7 @@ def test_a_survey_built_in_the_console_is_answered_and_read(page: Any, seeded: S
     page.goto(f"{url}/surveys")
     listed = page.locator(f'tr[data-survey="{survey_id}"]').inner_text()
     assert "complete" in listed and "1" in listed
+    screenshot(page, "console-surveys")
 
 
 def test_rating_and_choice_answers_are_charted(page: Any, seeded: Seeded) -> None:
@@ -230,6 +231,7 @@ def test_an_early_access_feature_gets_enrolled_persons(page: Any, seeded: Seeded
     page.goto(f"{url}/early_access")
     row = page.locator(f'tr[data-feature="{feature_id}"]')
     assert "Beta" in row.inner_text() and key in row.inner_text()
+    screenshot(page, "console-early-access-list")
 
     assert _flags(seeded, "someone-else")[key] is False
     page.goto(f"{url}/early_access/{feature_id}")
