@@ -6,8 +6,12 @@ from starlette.routing import BaseRoute
 
 from flagstaff.accounts.store import AccountStore
 from flagstaff.console.approvals import StoreApprovalData, approval_routes
+from flagstaff.console.early_access import StoreEarlyAccessData, early_access_routes
+from flagstaff.console.experiments import StoreExperimentData, experiment_routes
+from flagstaff.console.favicon import favicon_routes
 from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.console.store_data import StoreConsoleData
+from flagstaff.console.surveys import StoreSurveyData, survey_routes
 from flagstaff.console.team_data import StoreTeamData
 from flagstaff.console.team_pages import team_routes
 from flagstaff.console.webhooks import StoreWebhookData, webhook_routes
@@ -18,13 +22,18 @@ from flagstaff.store.base import Store
 def console_for(settings: Settings, store: Store) -> list[BaseRoute]:
     accounts: AccountStore = store  # type: ignore[assignment]  # both engines implement it
     team = StoreTeamData(store, settings.flag_quota_per_minute, settings.event_quota_per_minute)
+    data = StoreConsoleData(store)
     return console_routes(
         accounts,
-        StoreConsoleData(store),
+        data,
         ConsoleSettings(trust_forwarded=settings.trust_forwarded_proto),
         extra=[
             lambda pages: team_routes(pages, team),
             lambda pages: approval_routes(pages, StoreApprovalData(store)),
             lambda pages: webhook_routes(pages, StoreWebhookData(store)),
+            lambda pages: experiment_routes(pages, StoreExperimentData(store, data)),
+            lambda pages: survey_routes(pages, StoreSurveyData(store, data.property_keys)),
+            lambda pages: early_access_routes(pages, StoreEarlyAccessData(store, data)),
+            lambda _pages: favicon_routes(),
         ],
     )

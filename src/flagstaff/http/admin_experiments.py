@@ -33,6 +33,7 @@ from flagstaff.http import admin_models
 from flagstaff.http.admin_context import AdminContext
 from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
+from flagstaff.store.base import Store
 from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord, with_holdout
 
 _body = json_body
@@ -238,16 +239,20 @@ async def delete_experiment(ctx: AdminContext, request: Request) -> Any:
     return 204, None
 
 
-async def experiment_results(ctx: AdminContext, request: Request) -> Any:
-    record = await _existing(ctx, request)
+async def results_json(store: Store, record: ExperimentRecord) -> dict[str, Any]:
+    """The results response of one experiment (the endpoint's body; the console shows it)."""
     # off the event loop: other requests go on while a cold worker imports scipy
     results_module = await asyncio.to_thread(importlib.import_module, RESULTS_MODULE)
     build_results, to_json = results_module.build_results, results_module.to_json
     spec = ExperimentSpec(record.id, record.definition)
-    totals = await ctx.store.experiment_totals(record.id, spec.fingerprint)
-    results = to_json(build_results(record.definition, summarize(spec, totals)))
+    totals = await store.experiment_totals(record.id, spec.fingerprint)
+    results: dict[str, Any] = to_json(build_results(record.definition, summarize(spec, totals)))
     results["experiment_id"] = record.id
     return results
+
+
+async def experiment_results(ctx: AdminContext, request: Request) -> Any:
+    return await results_json(ctx.store, await _existing(ctx, request))
 
 
 # holdouts ---------------------------------------------------------------------------------

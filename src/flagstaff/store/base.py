@@ -22,6 +22,7 @@ from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.records import (
     Conflict,
     Definitions,
+    Enrolled,
     EventQuery,
     FlagContext,
     FlagWrite,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Conflict",
     "Definitions",
+    "Enrolled",
     "EventQuery",
     "FlagContext",
     "FlagWrite",
@@ -75,7 +77,6 @@ class Store(ManagementMethods, Protocol):
     # lifecycle
     async def open(self) -> None: ...
     async def close(self) -> None: ...
-    async def ping(self) -> bool: ...
 
     # what /flags reads
     async def flag_context(
@@ -115,6 +116,11 @@ class Store(ManagementMethods, Protocol):
     async def retention_pass(self, now_ms: int) -> RetentionProgress | None:
         """Delete expired events (PostgreSQL: one node at a time; None when another runs it,
         and always on SQLite, whose ingest writer process deletes)."""
+        ...
+
+    # early access: who opted in (a person property; the JSON operators differ per engine)
+    async def enrolled_persons(self, project_id: int, property_key: str, limit: int) -> Enrolled:
+        """Persons whose property ``property_key`` is true (``$feature_enrollment/<flag>``)."""
         ...
 
     # what the console's team pages read (store/<engine>/team_store.py)

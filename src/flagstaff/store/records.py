@@ -111,6 +111,13 @@ class PersonRow(msgspec.Struct):
     static_cohort_ids: frozenset[int]
 
 
+class Enrolled(msgspec.Struct, frozen=True):
+    """Persons enrolled in an early access feature: how many, and a distinct id of the newest."""
+
+    count: int
+    distinct_ids: list[str]
+
+
 class Usage(msgspec.Struct, frozen=True):
     """What a project holds. ``events`` and ``persons`` are counted up to ``cap``: a count
     equal to it means that many or more."""

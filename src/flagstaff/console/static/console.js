@@ -525,6 +525,8 @@
   window.flagstaff = {
     api,
     showErrors,
+    isChangeRequest,
+    showHeld,
     builder: { serializeFilter, renumber, showFilterKind, cloneTemplate, checkJson },
   };
 })();

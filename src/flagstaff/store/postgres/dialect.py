@@ -95,6 +95,12 @@ class PostgresDb(PostgresConnection):
     def conn(self) -> asyncpg.Pool:
         return self._pool()
 
+    async def ping(self) -> bool:
+        try:
+            return await self._pool().fetchval("SELECT 1") == 1
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return False
+
     async def snapshot(self, fn: Callable[[Reader], Awaitable[T]]) -> T:
         async with (
             self._pool().acquire() as conn,

@@ -30,6 +30,7 @@ from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ops import logs
 from flagstaff.store.postgres.dialect import PostgresConnection, PostgresDb
+from flagstaff.store.postgres.enrollment import EnrollmentMixin
 from flagstaff.store.postgres.experiments import recompute_experiment
 from flagstaff.store.postgres.group_commit import IngestLanes
 from flagstaff.store.postgres.ingest import (
@@ -102,7 +103,7 @@ def _conn(tx: Tx) -> asyncpg.Connection:
     return tx.conn  # type: ignore[return-value]
 
 
-class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin):
+class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin, EnrollmentMixin):
     """The :class:`~flagstaff.store.base.Store` on PostgreSQL."""
 
     def __init__(self, url: str) -> None:
@@ -151,12 +152,6 @@ class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixi
         if self._pool is None:
             raise RuntimeError("store is not open")
         return self._pool
-
-    async def ping(self) -> bool:
-        try:
-            return await self.pool.fetchval("SELECT 1") == 1
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            return False
 
     # what the shared management code leaves to the engine ----------------------------
 

@@ -75,6 +75,10 @@ class Db(Reader, Protocol):
         """Run ``fn``'s reads on one consistent view of the database."""
         ...
 
+    async def ping(self) -> bool:
+        """Whether the database answers a trivial query now."""
+        ...
+
 
 async def insert_id(tx: Tx, sql: str, *args: Any) -> int:
     """Run an ``INSERT ... RETURNING id``; the new row's id."""

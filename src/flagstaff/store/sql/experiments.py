@@ -169,6 +169,23 @@ class ExperimentMethods(Protocol):
         )
         return sum_totals(((r[0], r[1]) for r in rows), fingerprint)
 
+    async def experiment_totals_rows(
+        self, experiment_ids: list[int]
+    ) -> dict[int, list[tuple[str, bytes]]]:
+        """Each experiment's stored (fingerprint, totals) rows, one per writer lane, in one read
+        (``experiment_batch.sum_totals`` adds those of the current spec)."""
+        out: dict[int, list[tuple[str, bytes]]] = {eid: [] for eid in experiment_ids}
+        if not experiment_ids:
+            return out
+        rows = await self.sql.fetch(
+            "SELECT experiment_id, fingerprint, totals FROM experiment_totals "
+            "WHERE experiment_id = ANY($1::bigint[])",
+            experiment_ids,
+        )
+        for eid, fingerprint, totals in rows:
+            out[int(eid)].append((fingerprint, bytes(totals)))
+        return out
+
     async def recompute_experiment(self, project_id: int, experiment_id: int) -> int:
         """Rebuild the aggregates from stored events; returns the events read."""
 

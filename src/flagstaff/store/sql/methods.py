@@ -28,3 +28,7 @@ class ManagementMethods(
     """Projects, definitions as the flag caches read them, flags and cohorts, accounts and the
     activity log, surveys and early access, experiment definitions, approvals and webhooks,
     over the store's ``sql`` (:class:`~flagstaff.store.sql.db.Db`)."""
+
+    async def ping(self) -> bool:
+        """Whether the store's database answers now (``/_ready``)."""
+        return await self.sql.ping()

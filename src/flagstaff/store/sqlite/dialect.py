@@ -134,6 +134,13 @@ class SQLiteDb(SQLiteConnection):
     async def executemany(self, sql: str, args: Sequence[Sequence[Any]]) -> None:
         await self.write(lambda tx: tx.executemany(sql, args))
 
+    async def ping(self) -> bool:
+        try:
+            self._read().execute("SELECT 1").fetchone()
+        except sqlite3.Error:
+            return False
+        return True
+
     async def snapshot(self, fn: Callable[[Reader], Awaitable[T]]) -> T:
         db = self._read()
         db.execute("BEGIN")

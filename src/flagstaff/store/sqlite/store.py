@@ -33,6 +33,7 @@ from flagstaff.store.sql.methods import ManagementMethods
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
 from flagstaff.store.sqlite.dialect import SQLiteConnection, SQLiteDb
+from flagstaff.store.sqlite.enrollment import EnrollmentMixin
 from flagstaff.store.sqlite.experiments import recompute_experiment
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
@@ -55,7 +56,7 @@ def _conn(tx: Tx) -> sqlite3.Connection:
     return tx.conn
 
 
-class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin):
+class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin, EnrollmentMixin):
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(
@@ -109,13 +110,6 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin)
         if self._db is None:
             raise RuntimeError("store is not open")
         return self._db
-
-    async def ping(self) -> bool:
-        try:
-            self.db.execute("SELECT 1").fetchone()
-        except sqlite3.Error:
-            return False
-        return True
 
     # what the shared management code leaves to the engine ----------------------------
 

@@ -1,0 +1,162 @@
+"""The early access pages: ``/early_access`` (the list), ``/early_access/new`` (the form) and
+``/early_access/{id}`` (details, the persons enrolled (counted there only: the count scans the
+project's persons), stage changes and "move to general
+availability", which also rolls the flag out to everyone through the flag's own update).
+Changes are made by ``static/early_access.js`` through the management API."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from flagstaff.accounts.roles import Action, can
+from flagstaff.console import templates
+from flagstaff.console.routes import ConsolePages, html_page
+from flagstaff.console.store_data import StoreConsoleData
+from flagstaff.store.base import Enrolled, Store
+from flagstaff.surveys.early_access import EarlyAccessFeature, enrollment_property
+
+MAX_LISTED = 1000
+ENROLLED_SHOWN = 100
+STAGE_LABELS = {
+    "draft": "Draft",
+    "concept": "Concept",
+    "alpha": "Alpha",
+    "beta": "Beta",
+    "general-availability": "General availability",
+    "archived": "Archived",
+}
+FORM_STAGES = ("concept", "alpha", "beta", "general-availability")
+
+
+class FeatureRow(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    stage: str
+    flag_key: str
+    flag_id: int | None
+
+
+class EarlyAccessData(Protocol):
+    async def features(self, project_id: int) -> list[EarlyAccessFeature]: ...
+
+    async def feature(self, project_id: int, feature_id: str) -> EarlyAccessFeature | None: ...
+
+    async def flag(self, project_id: int, flag_id: int | None) -> dict[str, Any] | None: ...
+
+    async def boolean_flags(self, project_id: int) -> list[tuple[int, str]]:
+        """(id, key) of the flags a feature can take: not multivariate."""
+        ...
+
+    async def enrolled(self, project_id: int, flag_key: str) -> Enrolled: ...
+
+
+class StoreEarlyAccessData:
+    def __init__(self, store: Store, console: StoreConsoleData) -> None:
+        self.store = store
+        self.console = console
+
+    async def features(self, project_id: int) -> list[EarlyAccessFeature]:
+        page = await self.store.list_early_access_features(project_id, MAX_LISTED, 0)
+        return list(page.results)
+
+    async def feature(self, project_id: int, feature_id: str) -> EarlyAccessFeature | None:
+        return await self.store.get_early_access_feature(project_id, feature_id)
+
+    async def flag(self, project_id: int, flag_id: int | None) -> dict[str, Any] | None:
+        if flag_id is None:
+            return None
+        flag = await self.store.get_flag(project_id, flag_id)
+        return None if flag is None or flag.get("deleted") else flag
+
+    async def boolean_flags(self, project_id: int) -> list[tuple[int, str]]:
+        return sorted(
+            (
+                (int(f["id"]), str(f["key"]))
+                for f in await self.console.list_flags(project_id)
+                if not f.get("deleted") and not (f.get("filters") or {}).get("multivariate")
+            ),
+            key=lambda item: item[1],
+        )
+
+    async def enrolled(self, project_id: int, flag_key: str) -> Enrolled:
+        return await self.store.enrolled_persons(
+            project_id, enrollment_property(flag_key), ENROLLED_SHOWN
+        )
+
+
+def _valid_id(raw: str) -> bool:
+    return len(raw) <= 64 and all(c.isalnum() or c == "-" for c in raw)
+
+
+def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[BaseRoute]:
+    async def list_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        rows = []
+        for feature in await data.features(project.id):
+            flag = await data.flag(project.id, feature.feature_flag_id)
+            key = str(flag["key"]) if flag else ""
+            stage = STAGE_LABELS.get(feature.stage, feature.stage)
+            rows.append(FeatureRow(feature.id, feature.name, stage, key, feature.feature_flag_id))
+        body = templates.render(
+            "early_access.html",
+            **pages._base(auth, principal, project),
+            nav="early_access",
+            rows=rows,
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return html_page(body)
+
+    async def new_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        if not can(principal.role, Action.EDIT):
+            return pages._error_page(auth, 403, "No access", "Viewers cannot add features.")
+        body = templates.render(
+            "early_access_new.html",
+            **pages._base(auth, principal, project),
+            nav="early_access",
+            flags=await data.boolean_flags(project.id),
+            stages=[(s, STAGE_LABELS[s]) for s in FORM_STAGES],
+        )
+        return html_page(body)
+
+    async def feature_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        raw = str(request.path_params["feature_id"])
+        feature = await data.feature(project.id, raw) if _valid_id(raw) else None
+        if feature is None:
+            return pages._error_page(auth, 404, "Not found", "No such early access feature.")
+        flag = await data.flag(project.id, feature.feature_flag_id)
+        enrolled = await data.enrolled(project.id, str(flag["key"])) if flag else Enrolled(0, [])
+        body = templates.render(
+            "early_access_feature.html",
+            **pages._base(auth, principal, project),
+            nav="early_access",
+            feature=feature,
+            stage_label=STAGE_LABELS.get(feature.stage, feature.stage),
+            stages=list(STAGE_LABELS.items()),
+            flag=flag,
+            enrolled=enrolled,
+            shown=ENROLLED_SHOWN,
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return html_page(body)
+
+    return [
+        Route("/early_access", list_page, methods=["GET"]),
+        Route("/early_access/new", new_page, methods=["GET"]),
+        Route("/early_access/{feature_id}", feature_page, methods=["GET"]),
+    ]

@@ -1,0 +1,201 @@
+"""What the experiment pages show, built from stored experiments and the results endpoint's
+JSON (``http/admin_experiments.results_json``): every figure on the page is one of that
+response's, only formatted here. Pure: no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+from markupsafe import Markup
+
+from flagstaff.console import experiment_charts
+from flagstaff.console.experiment_charts import Delta, percent
+from flagstaff.console.usage import FlagChecks
+from flagstaff.experiments.model import ExperimentDefinition
+from flagstaff.store.experiment_batch import ExperimentRecord
+
+Status = Literal["draft", "running", "complete", "archived"]
+METRIC_TYPE_LABELS = {"funnel": "Funnel", "mean": "Mean", "ratio": "Ratio"}
+
+
+def status_of(record: ExperimentRecord, now: datetime) -> Status:
+    definition = record.definition
+    if record.archived or definition.archived:
+        return "archived"
+    if definition.start_date is None:
+        return "draft"
+    if definition.end_date is not None and definition.end_date <= now:
+        return "complete"
+    return "running"
+
+
+def day(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment is not None else ""
+
+
+class ExperimentRow(msgspec.Struct, frozen=True):
+    id: int
+    name: str
+    status: Status
+    flag_key: str
+    flag_id: int
+    start: str
+    end: str
+    exposed: int
+    """Exposed persons, all variants (holdouts apart), as the results count them."""
+
+
+def experiment_row(
+    record: ExperimentRecord, exposures: dict[str, int], now: datetime
+) -> ExperimentRow:
+    definition = record.definition
+    return ExperimentRow(
+        id=record.id,
+        name=definition.name,
+        status=status_of(record, now),
+        flag_key=definition.feature_flag_key,
+        flag_id=record.feature_flag_id,
+        start=day(definition.start_date),
+        end=day(definition.end_date),
+        exposed=sum(exposures.values()),
+    )
+
+
+class VariantLine(msgspec.Struct, frozen=True):
+    """One row of a metric's table: a variant's figures from the results response."""
+
+    key: str
+    control: bool
+    holdout: bool
+    exposures: int
+    value: str
+    chance_to_win: str
+    p_value: str
+    interval: str
+    significance: str
+    significant: bool
+
+
+class MetricView(msgspec.Struct, frozen=True):
+    uuid: str
+    title: str
+    metric_type: str
+    goal: str
+    rows: list[VariantLine]
+    chart: Markup | None
+    """The delta bars; None while no variant has an interval (too few samples)."""
+    too_few: bool
+
+
+def _value(metric_type: str, mean: float | None) -> str:
+    if mean is None:
+        return "-"
+    if metric_type == "funnel":
+        return f"{mean * 100:.1f}%"
+    return f"{mean:,.3f}" if metric_type == "ratio" else f"{mean:,.2f}"
+
+
+def _significance(result: dict[str, Any], goal: str) -> tuple[str, bool]:
+    failures = result.get("validation_failures") or []
+    if failures:
+        return "Too few samples (" + ", ".join(failures) + ")", False
+    if result.get("error"):
+        return f"No statistics: {result['error']}", False
+    if result.get("significant") is None:
+        return "-", False
+    if not result["significant"]:
+        return "Not significant", False
+    effect = float(result.get("effect") or 0.0)
+    better = effect > 0 if goal == "increase" else effect < 0
+    return ("Significant: better" if better else "Significant: worse"), True
+
+
+def _line(
+    result: dict[str, Any], metric_type: str, goal: str, *, control: bool, holdout: bool
+) -> VariantLine:
+    chance = result.get("chance_to_win")
+    if chance is not None and goal == "decrease":
+        chance = 1 - chance  # the API's P(variant > control); a decrease goal wins below it
+    interval = result.get("credible_interval") or result.get("confidence_interval")
+    p_value = result.get("p_value")
+    significance, significant = ("Baseline", False) if control else _significance(result, goal)
+    return VariantLine(
+        key=str(result["key"]),
+        control=control,
+        holdout=holdout,
+        exposures=int(result["number_of_samples"]),
+        value=_value(metric_type, result.get("mean")),
+        chance_to_win=f"{chance * 100:.1f}%" if chance is not None else "",
+        p_value=f"{p_value:.4f}" if p_value is not None else "",
+        interval=f"{percent(interval[0])} to {percent(interval[1])}" if interval else "",
+        significance=significance,
+        significant=significant,
+    )
+
+
+def metric_view(position: int, metric: dict[str, Any], secondary: bool = False) -> MetricView:
+    """One metric of the results response: its table and its delta chart."""
+    metric_type, goal = str(metric["metric_type"]), str(metric["goal"])
+    title = metric.get("name") or f"{METRIC_TYPE_LABELS.get(metric_type, metric_type)} metric"
+    rows = [_line(metric["baseline"], metric_type, goal, control=True, holdout=False)]
+    deltas: list[Delta] = []
+    for result in metric["variant_results"]:
+        rows.append(_line(result, metric_type, goal, control=False, holdout=False))
+        interval = result.get("credible_interval") or result.get("confidence_interval")
+        if interval and result.get("effect") is not None:
+            effect = float(result["effect"])
+            deltas.append(
+                Delta(
+                    key=str(result["key"]),
+                    effect=effect,
+                    low=float(interval[0]),
+                    high=float(interval[1]),
+                    significant=bool(result.get("significant")),
+                    better=effect > 0 if goal == "increase" else effect < 0,
+                )
+            )
+    for result in metric.get("holdout_results") or []:
+        rows.append(_line(result, metric_type, goal, control=False, holdout=True))
+    prefix = "secondary-" if secondary else ""
+    chart = (
+        experiment_charts.delta_bars(
+            f"delta-{prefix}{position}", f"{title}: each variant against control", deltas
+        )
+        if deltas
+        else None
+    )
+    return MetricView(
+        uuid=str(metric["uuid"]),
+        title=str(title),
+        metric_type=metric_type,
+        goal=goal,
+        rows=rows,
+        chart=chart,
+        too_few=not deltas,
+    )
+
+
+def exposure_chart(checks: FlagChecks, variants: Sequence[str]) -> Markup:
+    """Exposure events per variant per day over the last 30 days (the flag's
+    ``$feature_flag_called`` rollup, by the value the flag answered)."""
+    by_value = {s.value: s.counts for s in checks.series}
+    series = [(key, by_value.get(key, [0] * len(checks.days))) for key in variants]
+    totals = ", ".join(f"{key} {sum(counts):,}" for key, counts in series)
+    return experiment_charts.lines(
+        "exposures-over-time",
+        "Exposure events per variant per day, last 30 days",
+        f"Exposure events ($feature_flag_called) in the last 30 days: {totals}.",
+        checks.day_labels(),
+        series,
+        y_title="Exposure events",
+    )
+
+
+def form_metrics(definition: ExperimentDefinition | None) -> list[Any]:
+    """The metrics as JSON for the metric builder (``static/experiments.js``)."""
+    if definition is None:
+        return []
+    return list(msgspec.to_builtins(definition.metrics))

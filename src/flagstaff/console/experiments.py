@@ -1,0 +1,244 @@
+"""The experiment pages: ``/experiments`` (the list), ``/experiments/new`` (the form) and
+``/experiments/{id}`` (results per metric, exposures over time, warnings, and the actions).
+
+The figures are the results endpoint's own (``results_json``, the function behind
+``GET .../experiments/{id}/results/``). Changes are made by ``static/experiments.js`` through
+the management API (experiments, and the flag's own update for shipping a variant, so the
+approval policy and the flag's history apply).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from flagstaff.accounts.roles import Action, can
+from flagstaff.console import experiment_views, templates, usage
+from flagstaff.console.routes import ConsolePages, html_page
+from flagstaff.console.store_data import StoreConsoleData
+from flagstaff.experiments.exposure import ExperimentSpec, summarize
+from flagstaff.http.admin_experiments import results_json
+from flagstaff.store.base import Store
+from flagstaff.store.experiment_batch import ExperimentRecord, sum_totals
+
+EVENT_SCAN = 500
+"""How many of the newest events the form reads for the event and property suggestions."""
+EVENTS_SEEN_TTL_S = 30.0
+"""The suggestions are read again at most this often per project (a page view is cheaper)."""
+MAX_LISTED = 1000
+
+
+class EventsSeen(msgspec.Struct, frozen=True):
+    """Event names and their property keys among the newest events, for the metric builder."""
+
+    events: list[str]
+    properties: list[str]
+
+
+class ExperimentData(Protocol):
+    async def experiments(self, project_id: int) -> list[ExperimentRecord]:
+        """Not deleted, newest first."""
+        ...
+
+    async def experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None: ...
+
+    async def exposures(self, records: list[ExperimentRecord]) -> dict[int, dict[str, int]]:
+        """Each experiment's exposed persons per variant (holdouts included), from the kept
+        totals."""
+        ...
+
+    async def results(self, record: ExperimentRecord) -> dict[str, Any]:
+        """The results endpoint's body."""
+        ...
+
+    async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+    async def multivariate_flags(self, project_id: int) -> list[str]:
+        """Keys of the flags an experiment can use: control first and two variants or more."""
+        ...
+
+    async def flag_checks(
+        self, project_id: int, flag: dict[str, Any], now_ms: int
+    ) -> usage.FlagChecks: ...
+
+    async def events_seen(self, project_id: int) -> EventsSeen: ...
+
+
+class StoreExperimentData:
+    def __init__(self, store: Store, console: StoreConsoleData) -> None:
+        self.store = store
+        self.console = console
+        self._seen: dict[int, tuple[float, EventsSeen]] = {}
+        self._specs: dict[int, tuple[str, ExperimentSpec]] = {}
+
+    async def experiments(self, project_id: int) -> list[ExperimentRecord]:
+        page = await self.store.list_experiments(project_id, MAX_LISTED, 0)
+        return [r for r in page.results if not r.deleted]
+
+    async def experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None:
+        record = await self.store.get_experiment(project_id, experiment_id)
+        return None if record is None or record.deleted else record
+
+    def _spec(self, record: ExperimentRecord) -> ExperimentSpec:
+        """The record's spec, built again only when the record changed."""
+        cached = self._specs.get(record.id)
+        if cached is None or cached[0] != record.updated_at:
+            cached = self._specs[record.id] = (
+                record.updated_at,
+                ExperimentSpec(record.id, record.definition),
+            )
+        return cached[1]
+
+    async def exposures(self, records: list[ExperimentRecord]) -> dict[int, dict[str, int]]:
+        rows = await self.store.experiment_totals_rows([r.id for r in records])
+        out = {}
+        for record in records:
+            spec = self._spec(record)
+            totals = sum_totals(rows.get(record.id, []), spec.fingerprint)
+            out[record.id] = summarize(spec, totals).exposures
+        return out
+
+    async def results(self, record: ExperimentRecord) -> dict[str, Any]:
+        return await results_json(self.store, record)
+
+    async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+        return await self.store.get_flag(project_id, flag_id)
+
+    async def multivariate_flags(self, project_id: int) -> list[str]:
+        keys = []
+        for flag in await self.console.list_flags(project_id):
+            variants = ((flag.get("filters") or {}).get("multivariate") or {}).get("variants")
+            if flag.get("deleted") or not isinstance(variants, list) or len(variants) < 2:
+                continue
+            if isinstance(variants[0], dict) and variants[0].get("key") == "control":
+                keys.append(str(flag["key"]))
+        return sorted(keys)
+
+    async def flag_checks(
+        self, project_id: int, flag: dict[str, Any], now_ms: int
+    ) -> usage.FlagChecks:
+        return await self.console.flag_checks(project_id, flag, now_ms)
+
+    async def events_seen(self, project_id: int) -> EventsSeen:
+        cached = self._seen.get(project_id)
+        if cached is not None and time.monotonic() - cached[0] < EVENTS_SEEN_TTL_S:
+            return cached[1]
+        rows = await self.store.list_events(
+            project_id,
+            distinct_id=None,
+            event=None,
+            after_ms=None,
+            before_ms=None,
+            cursor=None,
+            limit=EVENT_SCAN,
+        )
+        events: set[str] = set()
+        properties: set[str] = set()
+        for row in rows:
+            if row.event == "$feature_flag_called" or row.event.startswith("$set"):
+                continue
+            events.add(row.event)
+            properties.update(k for k in row.properties if not k.startswith("$"))
+        seen = EventsSeen(sorted(events), sorted(properties))
+        self._seen[project_id] = (time.monotonic(), seen)
+        return seen
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRoute]:
+    async def list_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        now = _now()
+        records = await data.experiments(project.id)
+        exposures = await data.exposures(records)
+        rows = [experiment_views.experiment_row(r, exposures[r.id], now) for r in records]
+        wanted = request.query_params.get("status", "")
+        shown = [r for r in rows if r.status == wanted] if wanted else rows
+        body = templates.render(
+            "experiments.html",
+            **pages._base(auth, principal, project),
+            nav="experiments",
+            rows=shown,
+            total=len(rows),
+            status=wanted,
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return html_page(body)
+
+    async def new_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        if not can(principal.role, Action.EDIT):
+            return pages._error_page(auth, 403, "No access", "Viewers cannot make experiments.")
+        body = templates.render(
+            "experiment_new.html",
+            **pages._base(auth, principal, project),
+            nav="experiments",
+            flags=await data.multivariate_flags(project.id),
+            seen=await data.events_seen(project.id),
+            metrics_json=json.dumps([]),
+        )
+        return html_page(body)
+
+    async def experiment_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        raw = request.path_params["experiment_id"]
+        record = await data.experiment(project.id, int(raw)) if raw.isdigit() else None
+        if record is None:
+            return pages._error_page(auth, 404, "Not found", "No such experiment.")
+        definition = record.definition
+        results = await data.results(record)
+        flag = await data.flag(project.id, record.feature_flag_id)
+        variants = [v.key for v in definition.variants]
+        timeline = None
+        if flag is not None:
+            checks = await data.flag_checks(project.id, flag, pages.clock())
+            timeline = experiment_views.exposure_chart(checks, variants)
+        can_edit = can(principal.role, Action.EDIT)
+        body = templates.render(
+            "experiment.html",
+            **pages._base(auth, principal, project),
+            nav="experiments",
+            record=record,
+            definition=definition,
+            status=experiment_views.status_of(record, _now()),
+            flag=flag,
+            variants=variants,
+            results=results,
+            metrics=[experiment_views.metric_view(i, m) for i, m in enumerate(results["metrics"])],
+            secondary=[
+                experiment_views.metric_view(i, m, secondary=True)
+                for i, m in enumerate(results["metrics_secondary"])
+            ],
+            timeline=timeline,
+            can_edit=can_edit,
+            seen=await data.events_seen(project.id) if can_edit else None,
+            metrics_json=json.dumps(experiment_views.form_metrics(definition)),
+            start=experiment_views.day(definition.start_date),
+            end=experiment_views.day(definition.end_date),
+        )
+        return html_page(body)
+
+    return [
+        Route("/experiments", list_page, methods=["GET"]),
+        Route("/experiments/new", new_page, methods=["GET"]),
+        Route("/experiments/{experiment_id}", experiment_page, methods=["GET"]),
+    ]

@@ -1,0 +1,193 @@
+"""The survey pages: ``/surveys`` (list), ``/surveys/new`` and ``/surveys/{id}/edit`` (the
+builder, with a preview drawn by posthog-js's own ``surveys-preview.js`` in a frame,
+``/console/survey-preview``), and ``/surveys/{id}`` (counts and rates, a chart per question,
+the open answers newest first, paged). Changes are made by ``static/surveys.js`` through the
+management API."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from flagstaff.accounts.roles import Action, can
+from flagstaff.console import paging, survey_views, templates
+from flagstaff.console.routes import SECURITY_HEADERS, STATIC_URL, ConsolePages, html_page
+from flagstaff.store.base import Store
+from flagstaff.surveys import stats
+from flagstaff.surveys.management import survey_json
+from flagstaff.surveys.model import Survey
+
+MAX_LISTED = 1000
+ANSWERS_PAGE = 20
+PREVIEW_HEADERS = {
+    **SECURITY_HEADERS,
+    # posthog-js's preview adds a <style> element of its own: allowed in this frame only.
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'self'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "SAMEORIGIN",
+}
+
+
+class SurveyData(Protocol):
+    async def surveys(self, project_id: int) -> list[Survey]: ...
+
+    async def survey(self, project_id: int, survey_id: str) -> Survey | None: ...
+
+    async def aggregates(
+        self, project_id: int, survey_ids: list[str] | None
+    ) -> dict[str, stats.SurveyStats]: ...
+
+    async def survey_json(self, project_id: int, survey: Survey) -> dict[str, Any]:
+        """The management API's JSON of the survey (with its flags), for the builder."""
+        ...
+
+    async def property_keys(self, project_id: int) -> list[str]: ...
+
+
+class StoreSurveyData:
+    def __init__(self, store: Store, property_keys: Any) -> None:
+        self.store = store
+        self._property_keys = property_keys
+
+    async def surveys(self, project_id: int) -> list[Survey]:
+        return list((await self.store.list_surveys(project_id, MAX_LISTED, 0)).results)
+
+    async def survey(self, project_id: int, survey_id: str) -> Survey | None:
+        return await self.store.get_survey(project_id, survey_id)
+
+    async def aggregates(
+        self, project_id: int, survey_ids: list[str] | None
+    ) -> dict[str, stats.SurveyStats]:
+        return await self.store.survey_aggregates(project_id, survey_ids)
+
+    async def survey_json(self, project_id: int, survey: Survey) -> dict[str, Any]:
+        flags: dict[int, dict[str, Any]] = {}
+        for flag_id in (survey.linked_flag_id, survey.targeting_flag_id):
+            if flag_id is not None:
+                flag = await self.store.get_flag(project_id, flag_id)
+                if flag is not None and not flag.get("deleted"):
+                    flags[flag_id] = {"id": flag_id, "key": flag["key"], "filters": flag["filters"]}
+        return survey_json(survey, flags)
+
+    async def property_keys(self, project_id: int) -> list[str]:
+        return list(await self._property_keys(project_id))
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+PREVIEW_PAGE = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Survey preview</title>
+<link rel="stylesheet" href="{STATIC_URL}/survey_preview.css">
+<script type="module" src="{STATIC_URL}/survey_preview.js"></script></head>
+<body><div id="preview" aria-live="polite"></div></body></html>"""
+
+
+def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
+    async def list_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        now = _now()
+        found = await data.surveys(project.id)
+        counted = await data.aggregates(project.id, None)
+        rows = [
+            survey_views.survey_row(s, (counted.get(s.id) or stats.SurveyStats()).responses, now)
+            for s in found
+        ]
+        body = templates.render(
+            "surveys.html",
+            **pages._base(auth, principal, project),
+            nav="surveys",
+            rows=rows,
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return html_page(body)
+
+    async def builder(request: Request, survey: Survey | None) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        if not can(principal.role, Action.EDIT):
+            return pages._error_page(auth, 403, "No access", "Viewers cannot change surveys.")
+        stored = await data.survey_json(project.id, survey) if survey is not None else None
+        body = templates.render(
+            "survey_edit.html",
+            **pages._base(auth, principal, project),
+            nav="surveys",
+            survey=survey,
+            survey_json=json.dumps(stored),
+            property_keys=await data.property_keys(project.id),
+        )
+        return html_page(body)
+
+    async def new_page(request: Request) -> Response:
+        return await builder(request, None)
+
+    async def _found(request: Request, project_id: int) -> Survey | None:
+        return await data.survey(project_id, str(request.path_params["survey_id"]))
+
+    async def edit_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        survey = await _found(request, context[2].id)
+        if survey is None:
+            return pages._error_page(context[0], 404, "Not found", "No such survey.")
+        return await builder(request, survey)
+
+    async def survey_page(request: Request) -> Response:
+        context = await pages._page_context(request)
+        if isinstance(context, Response):
+            return context
+        auth, principal, project = context
+        survey = await _found(request, project.id)
+        if survey is None:
+            return pages._error_page(auth, 404, "Not found", "No such survey.")
+        state = (await data.aggregates(project.id, [survey.id])).get(survey.id)
+        state = state or stats.SurveyStats()
+        page = paging.page_number(request.query_params)
+        offset = (page - 1) * ANSWERS_PAGE
+        summary = stats.summary(state, survey.questions, limit=ANSWERS_PAGE, offset=offset)
+        questions = [survey_views.question_view(q) for q in summary["questions"]]
+        most = max((q.answers_count for q in questions), default=0)
+        body = templates.render(
+            "survey.html",
+            **pages._base(auth, principal, project),
+            nav="surveys",
+            survey=survey,
+            status=survey_views.status_of(survey, _now()),
+            type_label=survey_views.TYPE_LABELS.get(survey.type, survey.type),
+            start=survey_views.when(survey.start_date),
+            end=survey_views.when(survey.end_date),
+            counters=survey_views.counters(stats.stats_json(state)),
+            responses=summary["responses"],
+            questions=questions,
+            page=page,
+            page_size=ANSWERS_PAGE,
+            more=offset + ANSWERS_PAGE < most,
+            survey_json=json.dumps(await data.survey_json(project.id, survey)),
+            can_edit=can(principal.role, Action.EDIT),
+        )
+        return html_page(body)
+
+    async def preview(request: Request) -> Response:
+        return Response(PREVIEW_PAGE, media_type="text/html", headers=PREVIEW_HEADERS)
+
+    return [
+        Route("/surveys", list_page, methods=["GET"]),
+        Route("/surveys/new", new_page, methods=["GET"]),
+        Route("/surveys/{survey_id}/edit", edit_page, methods=["GET"]),
+        Route("/surveys/{survey_id}", survey_page, methods=["GET"]),
+        Route("/console/survey-preview", preview, methods=["GET"]),
+    ]
