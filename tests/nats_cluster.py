@@ -8,6 +8,7 @@ server; ``start(i)`` brings it back on the same ports and data.
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import signal
 import socket
@@ -50,6 +51,7 @@ class NatsCluster:
     procs: list[subprocess.Popen[bytes] | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        atexit.register(self.stop)  # a test that fails before its own clean-up
         self.client_ports = [_free_port() for _ in range(self.size)]
         self.cluster_ports = [_free_port() for _ in range(self.size)]
         self.procs = [None] * self.size

@@ -193,6 +193,43 @@ def test_posthog_python_through_the_stream(stack: Stack) -> None:
     assert rows[0][0] == 1
 
 
+def test_a_shard_taken_over_twice_resumes_after_its_last_acknowledgement() -> None:
+    """Each takeover recreates the shard's consumer right after the acknowledged messages,
+    also when the previous owner acknowledged nothing (its consumer then reports no floor)."""
+    from flagstaff.stream.client import StreamSpec, connect, ensure_stream
+    from flagstaff.stream.consumer import ConsumerStats, ShardReader, durable_name
+    from flagstaff.stream.leases import Lease
+
+    lone = NatsCluster(1).start()
+
+    async def run() -> list[int]:
+        spec = StreamSpec(lone.url.split(","), 2, 0, 5.0, 4.0, 100)
+        nc = await connect(spec, "test")
+        try:
+            await ensure_stream(nc, spec)
+            js = nc.jetstream()
+            for n in range(6):
+                await js.publish(subject(0), b"%d" % n)
+            pending = []
+            for _ in range(3):  # three owners in turn: acks 2, then none, then none
+                reader = ShardReader(nc, None, spec, Lease(0, 1), ConsumerStats())  # type: ignore[arg-type]
+                sub = await reader._subscribe()
+                info = await js.consumer_info(STREAM_NAME, durable_name(0))
+                pending.append(info.num_pending)
+                if len(pending) == 1:
+                    msgs = await sub.fetch(2, timeout=2)
+                    await msgs[-1].ack_sync()
+                await sub.unsubscribe()
+            return pending
+        finally:
+            await nc.close()
+
+    try:
+        assert asyncio.run(run()) == [6, 4, 4]
+    finally:
+        lone.stop()
+
+
 def _pair_on_two_shards(i: int) -> tuple[str, str]:
     """An anonymous id and a user id whose shards differ."""
     anon = f"anon-{i}"

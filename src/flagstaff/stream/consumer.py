@@ -130,7 +130,9 @@ class ShardReader:
         start = 0
         try:
             info = await self.js.consumer_info(STREAM_NAME, name)
-            start = info.ack_floor.stream_seq + 1 if info.ack_floor else 0
+            floor = info.ack_floor.stream_seq if info.ack_floor else 0
+            # A consumer made at a start sequence reports a floor of 0 until its first ack.
+            start = max((floor or 0) + 1, info.config.opt_start_seq or 0)
             await self.js.delete_consumer(STREAM_NAME, name)
         except js_errors.NotFoundError:
             pass
