@@ -10,8 +10,9 @@ over 2,000 of the stored persons (half with a company group) to four endpoints:
   (variant split, person property, payload) against ``POST /ofrep/v1/evaluate/flags/<key>``;
 - every flag: ``POST /flags?v=2`` against ``POST /ofrep/v1/evaluate/flags``.
 
-Each pair runs twice, in the order A B B A, after a warm-up of each endpoint (which also lets
-the single endpoint record its first reads of each person: ``server/flag_reads.py``); the
+Each pair runs ``--rounds`` times in the order A B B A, after a warm-up of each endpoint
+(which also lets the single endpoint record its first reads of each person:
+``server/flag_reads.py``; the reads a run still records are printed beside it); the
 ratios compare the mean rates and the mean server CPU time per request (workers and the
 SQLite writer; steadier than the rate on a shared machine). The goal: OFREP within 10% of
 /flags.
@@ -43,16 +44,28 @@ def _one_flag_key(url: str) -> str:
     return next(f["key"] for f in flags if (f["filters"].get("multivariate") or {}).get("variants"))
 
 
-class Run:
-    """A wrk run and the server's CPU time per request in it (workers and SQLite writer):
-    on a shared machine the CPU cost of a request varies less than the rate."""
+def _events_stored(url: str) -> int:
+    """flagstaff_events_ingested_total (every worker's, as of their last metrics snapshot)."""
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("flagstaff_events_ingested_total "):
+            return int(float(line.split()[1]))
+    return 0
 
-    def __init__(self, result: WrkResult, cpu_seconds: float) -> None:
+
+class Run:
+    """A wrk run, the server's CPU time per request in it (workers and SQLite writer: on a
+    shared machine the CPU cost of a request varies less than the rate), and the events the
+    run stored (first reads of the single endpoint)."""
+
+    def __init__(self, result: WrkResult, cpu_seconds: float, events: int) -> None:
         self.result = result
         self.cpu_us = cpu_seconds / max(result.requests, 1) * 1e6
+        self.events = events
 
     def line(self) -> str:
-        return f"{self.result.line()}   cpu {self.cpu_us:6.0f} us/req"
+        return (
+            f"{self.result.line()}   cpu {self.cpu_us:6.0f} us/req   reads recorded {self.events}"
+        )
 
 
 def _pair(
@@ -64,20 +77,25 @@ def _pair(
     ofrep: tuple[str, list[bytes]],
     seconds: int,
     connections: int,
+    rounds: int,
 ) -> tuple[list[Run], list[Run]]:
     flags_script = lua_post(flags[0], flags[1], root)
     ofrep_script = lua_post(ofrep[0], ofrep[1], root, headers=AUTH)
     for path, script in ((flags[0], flags_script), (ofrep[0], ofrep_script)):
-        wrk("warm-up", url + path, seconds=3, connections=16, script=script)
+        wrk("warm-up", url + path, seconds=4, connections=16, script=script)
     runs: tuple[list[Run], list[Run]] = ([], [])
-    for which in (0, 1, 1, 0):
+    time.sleep(1.1)  # the workers' metrics snapshots catch up
+    for which in (0, 1, 1, 0) * rounds:
         path, script = (flags[0], flags_script) if which == 0 else (ofrep[0], ofrep_script)
         name = f"{'/flags' if which == 0 else 'OFREP'} {label}"
+        events = _events_stored(url)
         meter.start()
         result = wrk(name, url + path, seconds=seconds, connections=connections, script=script)
         spent = meter.stop()
+        time.sleep(1.1)
+        events = _events_stored(url) - events
         assert result.errors + result.non_2xx == 0, result.line()
-        runs[which].append(Run(result, spent["workers"] + spent["writer"]))
+        runs[which].append(Run(result, spent["workers"] + spent["writer"], events))
     return runs
 
 
@@ -93,7 +111,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--persons", type=int, default=20_000)
-    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="A B B A rounds per comparison")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument(
         "--postgres", action="store_true", help="a fresh PostgreSQL database (tests/pg.py)"
@@ -138,11 +157,12 @@ def main() -> None:
         pairs = {
             "one flag": _pair(
                 meter, srv.url, root, "one flag", ("/flags?v=2", one_flags), (single, ofrep_bodies),
-                args.seconds, args.connections,
+                args.seconds, args.connections, args.rounds,
             ),
             f"all {flag_count} flags": _pair(
                 meter, srv.url, root, f"all {flag_count} flags", ("/flags?v=2", all_flags),
                 ("/ofrep/v1/evaluate/flags", ofrep_bodies), args.seconds, args.connections,
+                args.rounds,
             ),
         }  # fmt: skip
         store = "PostgreSQL" if args.postgres else "SQLite"
@@ -154,7 +174,7 @@ def main() -> None:
             cpu = _mean_cpu(ofrep_runs) / _mean_cpu(flags_runs)
             print(
                 f"OFREP / /flags, {label}: throughput {rate:.3f}, CPU per request {cpu:.3f} "
-                "(means of 2 runs each)"
+                f"(means of {2 * args.rounds} runs each)"
             )
     finally:
         srv.stop()
