@@ -11,8 +11,9 @@ over 2,000 of the stored persons (half with a company group) to four endpoints:
 - every flag: ``POST /flags?v=2`` against ``POST /ofrep/v1/evaluate/flags``.
 
 Each pair runs ``--rounds`` times in the order A B B A, after a warm-up of each endpoint
-(which also lets the single endpoint record its first reads of each person:
-``server/flag_reads.py``; the reads a run still records are printed beside it); the
+(the single endpoint's until it records almost no new reads: ``server/flag_reads.py``
+records a person's first read of a flag on each worker; the reads a run still records are
+printed beside it); the
 ratios compare the mean rates and the mean server CPU time per request (workers and the
 SQLite writer; steadier than the rate on a shared machine). The goal: OFREP within 10% of
 /flags.
@@ -81,10 +82,14 @@ def _pair(
 ) -> tuple[list[Run], list[Run]]:
     flags_script = lua_post(flags[0], flags[1], root)
     ofrep_script = lua_post(ofrep[0], ofrep[1], root, headers=AUTH)
-    for path, script in ((flags[0], flags_script), (ofrep[0], ofrep_script)):
-        wrk("warm-up", url + path, seconds=4, connections=16, script=script)
+    wrk("warm-up", url + flags[0], seconds=4, connections=16, script=flags_script)
+    for _ in range(10):  # until (nearly) every person's read is recorded on every worker
+        before = _events_stored(url)
+        warm = wrk("warm-up", url + ofrep[0], seconds=4, connections=16, script=ofrep_script)
+        time.sleep(1.1)  # the workers' metrics snapshots catch up
+        if _events_stored(url) - before <= warm.requests // 200:
+            break
     runs: tuple[list[Run], list[Run]] = ([], [])
-    time.sleep(1.1)  # the workers' metrics snapshots catch up
     for which in (0, 1, 1, 0) * rounds:
         path, script = (flags[0], flags_script) if which == 0 else (ofrep[0], ofrep_script)
         name = f"{'/flags' if which == 0 else 'OFREP'} {label}"
