@@ -502,3 +502,17 @@ def test_reads_of_one_flag_count_for_usage_and_exposures_once(project: Project) 
         assert project.bulk({"targetingKey": f"bulk-{i}"}).status_code == 200
     assert exposures() == expected
     assert usage()["total"] == len(persons)
+
+
+def test_openapi_documents_the_ofrep_routes(http: httpx.Client) -> None:
+    schema = http.get("/api/schema/").json()
+    single = schema["paths"]["/ofrep/v1/evaluate/flags/{key}"]["post"]
+    bulk = schema["paths"]["/ofrep/v1/evaluate/flags"]["post"]
+    config = schema["paths"]["/ofrep/v1/configuration"]["get"]
+    for op in (single, bulk, config):
+        assert op["security"] == [{"ProjectToken": []}, {"ProjectTokenHeader": []}]
+        failure = op["responses"]["401"]["content"]["application/json"]["schema"]
+        assert failure == {"$ref": "#/components/schemas/OfrepFailure"}
+    assert {"200", "400", "401", "404", "429", "500"} <= set(single["responses"])
+    assert "304" in bulk["responses"] and "304" in config["responses"]
+    assert schema["components"]["securitySchemes"]["ProjectTokenHeader"]["name"] == "X-API-Key"
