@@ -162,6 +162,12 @@ def test_error_codes(project: Project) -> None:
             project.http.post(url, content=body, headers=headers), status, code, "err-flag"
         )
         assert_failure(project.http.post(BULK, content=body, headers=headers), status, code, None)
+    assert_failure(project.http.get(BULK, headers=auth), 405, "GENERAL", None)
+    assert_failure(project.http.put(url, headers=auth), 405, "GENERAL", None)
+    too_large = b'{"context": {"targetingKey": "u1", "x": "' + b"x" * 30_000_000 + b'"}}'
+    assert_failure(
+        project.http.post(BULK, content=too_large, headers=headers), 413, "GENERAL", None
+    )
     missing = project.one("no-such-flag", {"targetingKey": "u1"})
     assert_failure(missing, 404, "FLAG_NOT_FOUND", "no-such-flag")
     assert "no-such-flag" in missing.json()["errorDetails"]

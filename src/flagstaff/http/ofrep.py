@@ -44,6 +44,11 @@ _EXPOSE = (b"access-control-expose-headers", b"ETag")
 _NO_CACHE = (b"cache-control", b"no-cache")
 
 
+def error(status: int, code: str, detail: str, attr: str | None = None) -> bytes:
+    """An error answered around the handlers (405, 413, 500) in OFREP's shape."""
+    return _encode(ofrep.failure(None, ofrep.GENERAL, detail))
+
+
 class _Refused(Exception):
     """An OFREP failure answer."""
 
