@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import msgspec
@@ -106,7 +107,7 @@ def _context(request: Request, key: str | None) -> ofrep.OfrepContext:
         raise _Refused(400, ofrep.failure(key, exc.code, exc.detail)) from None
 
 
-async def _guarded(key: str | None, answer: Any) -> Response:
+async def _guarded(key: str | None, answer: Awaitable[Response]) -> Response:
     """``answer`` (a coroutine) as a response; refusals and errors in OFREP's shape."""
     try:
         return await answer
