@@ -106,7 +106,7 @@ class ProjectFlags:
         )
         self.fragments = Fragments()
         self.ofrep_fragments = Fragments()
-        """The OFREP bulk answer's items (``http/ofrep.py``), as ``fragments`` for /flags."""
+        """OFREP answers' items (``http/ofrep.py``), as ``fragments`` are /flags'."""
         self.local_evaluation_body: bytes = msgspec.json.encode(
             {
                 "flags": local_evaluation_flags(definitions.flags),
