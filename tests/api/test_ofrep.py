@@ -522,3 +522,21 @@ def test_openapi_documents_the_ofrep_routes(http: httpx.Client) -> None:
     assert {"200", "400", "401", "404", "429", "500"} <= set(single["responses"])
     assert "304" in bulk["responses"] and "304" in config["responses"]
     assert schema["components"]["securitySchemes"]["ProjectTokenHeader"]["name"] == "X-API-Key"
+
+
+def test_evaluation_runtime_applies_as_on_flags(project: Project) -> None:
+    """A flag for another runtime is left out, as /flags leaves it out: not found alone."""
+    project.flag("client-only", evaluation_runtime="client", filters=on())
+    project.flag("server-only", evaluation_runtime="server", filters=on())
+    project.visible("client-only", "server-only")
+    ctx = {"targetingKey": "runtime-user"}
+    server = {**project.auth(), "User-Agent": "python-requests/2.32.3"}
+    browser = {**project.auth(), "Origin": "https://shop.example"}
+    for headers, present, absent in ((server, "server-only", "client-only"),
+                                     (browser, "client-only", "server-only")):  # fmt: skip
+        r = project.http.post(SINGLE.format(present), json={"context": ctx}, headers=headers)
+        assert r.status_code == 200 and r.json()["value"] is True, r.text
+        r = project.http.post(SINGLE.format(absent), json={"context": ctx}, headers=headers)
+        assert_failure(r, 404, "FLAG_NOT_FOUND", absent)
+        bulk = project.http.post(BULK, json={"context": ctx}, headers=headers).json()["flags"]
+        assert [f["key"] for f in bulk] == [present]
