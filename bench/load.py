@@ -170,17 +170,25 @@ class CpuMeter:
         return spent
 
 
-def lua_post(path: str, bodies: list[bytes], folder: Path, *, delay_ms: float = 0.0) -> Path:
-    """A wrk script that POSTs the given bodies round-robin (optionally with a pause)."""
+def lua_post(
+    path: str,
+    bodies: list[bytes],
+    folder: Path,
+    *,
+    delay_ms: float = 0.0,
+    headers: dict[str, str] | None = None,
+) -> Path:
+    """A wrk script that POSTs the given bodies round-robin (optionally with a pause, and
+    with more request headers)."""
     entries = ",\n".join("[==[" + b.decode() + "]==]" for b in bodies)
     delay = f"function delay() return {delay_ms} end\n" if delay_ms else ""
+    extra = "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in (headers or {}).items())
     script = folder / f"post-{abs(hash(path))}-{len(bodies)}.lua"
     script.write_text(
         f"local bodies = {{\n{entries}\n}}\n"
         "local n = 0\n"
         'wrk.method = "POST"\n'
-        'wrk.headers["Content-Type"] = "application/json"\n'
-        "request = function()\n"
+        'wrk.headers["Content-Type"] = "application/json"\n' + extra + "request = function()\n"
         "  n = n + 1\n"
         f'  return wrk.format(nil, "{path}", nil, bodies[(n % #bodies) + 1])\n'
         "end\n" + delay

@@ -60,14 +60,28 @@ AnyRequest = Request | rsgi.RsgiRequest
 """What the hot handlers receive: both request types have the same attributes."""
 
 
-class PublicRoute:
-    __slots__ = ("cors", "handler", "methods", "name")
+ErrorBody = Callable[[int, str, str, str | None], bytes]
+"""``(status, code, detail, attr) -> body`` of an error answer."""
 
-    def __init__(self, name: str, handler: Handler, methods: frozenset[str], cors: bool) -> None:
+
+class PublicRoute:
+    __slots__ = ("cors", "errors", "handler", "methods", "name")
+
+    def __init__(
+        self,
+        name: str,
+        handler: Handler,
+        methods: frozenset[str],
+        cors: bool,
+        errors: ErrorBody = error_body,
+    ) -> None:
         self.name = name
         self.handler = handler
         self.methods = methods
         self.cors = cors
+        self.errors = errors
+        """How the route's errors answered before (or around) its handler look: PostHog's
+        shape, or the route's protocol's (OFREP)."""
 
 
 _GET = frozenset({"GET", "HEAD"})
@@ -89,10 +103,10 @@ def public_routes() -> dict[str, PublicRoute]:
             "/api/feature_flag/local_evaluation", flags.definitions_endpoint, _GET, True
         ),
         "/ofrep/v1/evaluate/flags": PublicRoute(
-            "/ofrep/v1/evaluate/flags", ofrep.evaluate_flags_endpoint, _POST, True
+            "/ofrep/v1/evaluate/flags", ofrep.evaluate_flags_endpoint, _POST, True, ofrep.error
         ),
         "/ofrep/v1/configuration": PublicRoute(
-            "/ofrep/v1/configuration", ofrep.configuration_endpoint, _GET, True
+            "/ofrep/v1/configuration", ofrep.configuration_endpoint, _GET, True, ofrep.error
         ),
     }
     for path, handler in (
@@ -116,7 +130,7 @@ _REMOTE_CONFIG = PublicRoute(
     "/api/projects/{id}/feature_flags/{key}/remote_config", flags.remote_config_endpoint, _GET, True
 )
 _OFREP_FLAG = PublicRoute(
-    "/ofrep/v1/evaluate/flags/{key}", ofrep.evaluate_flag_endpoint, _POST, True
+    "/ofrep/v1/evaluate/flags/{key}", ofrep.evaluate_flag_endpoint, _POST, True, ofrep.error
 )
 PATTERN_ROUTES = (_ARRAY, _STATIC, _REMOTE_CONFIG, _OFREP_FLAG)
 """Public routes found by a path prefix rather than the dict look-up."""
@@ -187,7 +201,7 @@ class FlagstaffApp:
             return Response(b"", 200, content_type=b"text/plain")
         if method not in route.methods:
             return Response(
-                error_body(405, "method_not_allowed", f"{method} is not allowed here"), 405
+                route.errors(405, "method_not_allowed", f"{method} is not allowed here", None), 405
             )
         cost = 0
         unread = method == "POST"
@@ -213,13 +227,16 @@ class FlagstaffApp:
                 headers.append(_CLOSE)
                 if exc.status not in _NO_LINGER:
                     linger = linger_bytes(declared, self._body_limit)
-            return Response(exc.body(), exc.status, headers=headers or None, linger=linger)
+            body = route.errors(exc.status, exc.code, exc.detail, exc.attr)
+            return Response(body, exc.status, headers=headers or None, linger=linger)
         except Exception as exc:
             refusal = store_unavailable(exc, request.path)
             if refusal is not None:
-                return Response(refusal.body(), 503, headers=[_RETRY_AFTER])
+                body = route.errors(503, refusal.code, refusal.detail, None)
+                return Response(body, 503, headers=[_RETRY_AFTER])
             logs.logger.exception("unhandled error on %s", request.path)
-            return Response(error_body(500, "server_error", "the server failed to answer"), 500)
+            body = route.errors(500, "server_error", "the server failed to answer", None)
+            return Response(body, 500)
         finally:
             self.budget.release(cost)
 

@@ -162,6 +162,12 @@ def test_error_codes(project: Project) -> None:
             project.http.post(url, content=body, headers=headers), status, code, "err-flag"
         )
         assert_failure(project.http.post(BULK, content=body, headers=headers), status, code, None)
+    assert_failure(project.http.get(BULK, headers=auth), 405, "GENERAL", None)
+    assert_failure(project.http.put(url, headers=auth), 405, "GENERAL", None)
+    too_large = b'{"context": {"targetingKey": "u1", "x": "' + b"x" * 30_000_000 + b'"}}'
+    assert_failure(
+        project.http.post(BULK, content=too_large, headers=headers), 413, "GENERAL", None
+    )
     missing = project.one("no-such-flag", {"targetingKey": "u1"})
     assert_failure(missing, 404, "FLAG_NOT_FOUND", "no-such-flag")
     assert "no-such-flag" in missing.json()["errorDetails"]
@@ -502,3 +508,35 @@ def test_reads_of_one_flag_count_for_usage_and_exposures_once(project: Project) 
         assert project.bulk({"targetingKey": f"bulk-{i}"}).status_code == 200
     assert exposures() == expected
     assert usage()["total"] == len(persons)
+
+
+def test_openapi_documents_the_ofrep_routes(http: httpx.Client) -> None:
+    schema = http.get("/api/schema/").json()
+    single = schema["paths"]["/ofrep/v1/evaluate/flags/{key}"]["post"]
+    bulk = schema["paths"]["/ofrep/v1/evaluate/flags"]["post"]
+    config = schema["paths"]["/ofrep/v1/configuration"]["get"]
+    for op in (single, bulk, config):
+        assert op["security"] == [{"ProjectToken": []}, {"ProjectTokenHeader": []}]
+        failure = op["responses"]["401"]["content"]["application/json"]["schema"]
+        assert failure == {"$ref": "#/components/schemas/OfrepFailure"}
+    assert {"200", "400", "401", "404", "429", "500"} <= set(single["responses"])
+    assert "304" in bulk["responses"] and "304" in config["responses"]
+    assert schema["components"]["securitySchemes"]["ProjectTokenHeader"]["name"] == "X-API-Key"
+
+
+def test_evaluation_runtime_applies_as_on_flags(project: Project) -> None:
+    """A flag for another runtime is left out, as /flags leaves it out: not found alone."""
+    project.flag("client-only", evaluation_runtime="client", filters=on())
+    project.flag("server-only", evaluation_runtime="server", filters=on())
+    project.visible("client-only", "server-only")
+    ctx = {"targetingKey": "runtime-user"}
+    server = {**project.auth(), "User-Agent": "python-requests/2.32.3"}
+    browser = {**project.auth(), "Origin": "https://shop.example"}
+    for headers, present, absent in ((server, "server-only", "client-only"),
+                                     (browser, "client-only", "server-only")):  # fmt: skip
+        r = project.http.post(SINGLE.format(present), json={"context": ctx}, headers=headers)
+        assert r.status_code == 200 and r.json()["value"] is True, r.text
+        r = project.http.post(SINGLE.format(absent), json={"context": ctx}, headers=headers)
+        assert_failure(r, 404, "FLAG_NOT_FOUND", absent)
+        bulk = project.http.post(BULK, json={"context": ctx}, headers=headers).json()["flags"]
+        assert [f["key"] for f in bulk] == [present]

@@ -195,11 +195,3 @@ def evaluation(result: FlagResult, compiled: CompiledFlags) -> dict[str, Any]:
     if result.failed:
         return failure(result.key, GENERAL, FAILED_DETAIL)
     return success(result, compiled.flag(result.key))
-
-
-def bulk_flags(results: list[FlagResult], compiled: CompiledFlags) -> list[dict[str, Any]]:
-    """The ``flags`` array of a bulk answer: every evaluated flag, then the inactive ones
-    as ``DISABLED``."""
-    out = [evaluation(r, compiled) for r in results]
-    out.extend(disabled(key) for key in compiled.inactive_keys)
-    return out

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import msgspec
 
-from flagstaff.flags import ofrep
+from flagstaff.flags import FlagResult, ofrep
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
 from flagstaff.http.flags import compute_flags, count_flag_request, project_for_token
 from flagstaff.ops import logs
+from flagstaff.server.caches import ProjectFlags
 from flagstaff.server.services import Services
 from flagstaff.store.base import Project
 
@@ -41,6 +43,11 @@ _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 _EXPOSE = (b"access-control-expose-headers", b"ETag")
 _NO_CACHE = (b"cache-control", b"no-cache")
+
+
+def error(status: int, code: str, detail: str, attr: str | None = None) -> bytes:
+    """An error answered around the handlers (405, 413, 500) in OFREP's shape."""
+    return _encode(ofrep.failure(None, ofrep.GENERAL, detail))
 
 
 class _Refused(Exception):
@@ -100,7 +107,7 @@ def _context(request: Request, key: str | None) -> ofrep.OfrepContext:
         raise _Refused(400, ofrep.failure(key, exc.code, exc.detail)) from None
 
 
-async def _guarded(key: str | None, answer: Any) -> Response:
+async def _guarded(key: str | None, answer: Awaitable[Response]) -> Response:
     """``answer`` (a coroutine) as a response; refusals and errors in OFREP's shape."""
     try:
         return await answer
@@ -141,7 +148,7 @@ async def _evaluate_one(svc: Services, request: Request, key: str) -> Response:
     if result.failed:
         return Response(_encode(ofrep.failure(key, ofrep.GENERAL, ofrep.FAILED_DETAIL)), 500)
     await _record_read(svc, project, ctx, key, ofrep.value_of(result))
-    return Response(_encode(ofrep.success(result, flag)))
+    return Response(_item(result, pf))
 
 
 async def _record_read(
@@ -161,6 +168,40 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
     return False
 
 
+_INACTIVE = 0
+"""The key of the inactive flags' items in ``ofrep_fragments.by_id`` (no object's id is 0)."""
+
+
+def _item(result: FlagResult, pf: ProjectFlags) -> bytes:
+    """A result's OFREP JSON, encoded once per definitions version: as /flags' fragments, by
+    the result's identity (the engine shares one result object per outcome, and
+    ``ofrep_fragments`` keeps each alive, so no other object can have its id meanwhile)."""
+    fragments = pf.ofrep_fragments
+    part = fragments.by_id.get(id(result))
+    if part is None:
+        part = _encode(ofrep.evaluation(result, pf.compiled))
+        if not result.failed:  # a failed result is a copy made for this request
+            if len(fragments.by_id) > 50_000:
+                fragments.clear()
+            fragments.by_id[id(result)] = part
+            fragments.owners.append(result)
+    return part
+
+
+def _bulk_body(results: list[FlagResult], pf: ProjectFlags) -> bytes:
+    """``{"flags": [...]}``: every result, then the inactive flags as DISABLED."""
+    by_id = pf.ofrep_fragments.by_id
+    inactive = by_id.get(_INACTIVE)
+    if inactive is None:
+        inactive = by_id[_INACTIVE] = b"".join(
+            b"," + _encode(ofrep.disabled(key)) for key in pf.compiled.inactive_keys
+        )
+    if not results:
+        return b'{"flags":[' + inactive[1:] + b"]}"
+    parts = [_item(r, pf) for r in results]
+    return b"".join([b'{"flags":[', b",".join(parts), inactive, b"]}"])
+
+
 async def _evaluate_all(svc: Services, request: Request) -> Response:
     project = await _project(svc, request, None)
     _admit(svc, project, None)
@@ -169,7 +210,7 @@ async def _evaluate_all(svc: Services, request: Request) -> Response:
     results, errors = await compute_flags(svc, request, ofrep.flags_payload(ctx), project, pf)
     if errors:
         svc.metrics.flag_errors += 1
-    body = _encode({"flags": ofrep.bulk_flags(results, pf.compiled)})
+    body = _bulk_body(results, pf)
     etag = f'"{hashlib.blake2b(body, digest_size=12).hexdigest()}"'
     headers = [(b"etag", etag.encode()), _NO_CACHE, _EXPOSE]
     if _matches(request.headers.get("if-none-match"), etag):

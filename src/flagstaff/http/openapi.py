@@ -59,6 +59,8 @@ class Doc:
     """A ``multipart/form-data`` body the route also takes (besides ``request``)."""
     alternates: tuple[tuple[int, Any, str], ...] = ()
     """Other answers with a body: (status, type, description)."""
+    project_token: bool = False
+    """The project token is required in a header (``Authorization: Bearer`` or ``X-API-Key``)."""
 
 
 class PublicRouteLike(Protocol):
@@ -318,6 +320,7 @@ _PUBLIC: dict[str, Doc] = {
         of.OfrepEvaluationRequest,
         errors=(),
         alternates=(*_OFREP_ERRORS, (404, of.OfrepFailure, "FLAG_NOT_FOUND")),
+        project_token=True,
     ),
     "/ofrep/v1/evaluate/flags": Doc(
         f"OpenFeature (OFREP): evaluate every flag for a context, with an ETag (304 to a "
@@ -327,6 +330,7 @@ _PUBLIC: dict[str, Doc] = {
         extra=((304, "no answer changed since the ETag given"),),
         errors=(),
         alternates=_OFREP_ERRORS,
+        project_token=True,
     ),
     "/ofrep/v1/configuration": Doc(
         f"OpenFeature (OFREP): the server's name, value types and polling hint; {_OFREP_AUTH}",
@@ -334,6 +338,7 @@ _PUBLIC: dict[str, Doc] = {
         extra=((304, "unchanged since the ETag given"),),
         errors=(),
         alternates=((401, of.OfrepFailure, "no project has this token (or none was sent)"),),
+        project_token=True,
     ),
     "/flags/definitions": _DEFINITIONS,
     "/api/feature_flag/local_evaluation": _DEFINITIONS,
@@ -456,7 +461,13 @@ def _operation(
         "summary": summary or doc.summary,
         "parameters": params,
         "responses": responses,
-        "security": [{"PersonalAPIKey": []}] if doc.auth else [],
+        "security": (
+            [{"PersonalAPIKey": []}]
+            if doc.auth
+            else [{"ProjectToken": []}, {"ProjectTokenHeader": []}]
+            if doc.project_token
+            else []
+        ),
     }
     if doc.request is not None and method in ("POST", "PATCH", "PUT"):
         op["requestBody"] = {
@@ -528,7 +539,11 @@ def openapi_document(
         },
         "paths": paths,
         "components": {
-            "securitySchemes": {"PersonalAPIKey": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "PersonalAPIKey": {"type": "http", "scheme": "bearer"},
+                "ProjectToken": {"type": "http", "scheme": "bearer"},
+                "ProjectTokenHeader": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            },
             "schemas": components,
         },
     }

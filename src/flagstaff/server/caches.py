@@ -89,6 +89,7 @@ class ProjectFlags:
         "fragments",
         "group_type_index",
         "local_evaluation_body",
+        "ofrep_fragments",
         "stored_data_keys",
     )
 
@@ -104,6 +105,8 @@ class ProjectFlags:
             f["key"] for f in definitions.flags if _reads_properties(f.get("filters") or {})
         )
         self.fragments = Fragments()
+        self.ofrep_fragments = Fragments()
+        """OFREP answers' items (``http/ofrep.py``), as ``fragments`` are /flags'."""
         self.local_evaluation_body: bytes = msgspec.json.encode(
             {
                 "flags": local_evaluation_flags(definitions.flags),
