@@ -13,6 +13,7 @@ Each test bounds its own wall time (a few seconds of load around each fault).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -158,10 +159,20 @@ def test_sigterm_under_load_answers_every_request_sent(tmp_path: Path) -> None:
     srv = Server(
         data_dir=tmp_path / "data", workers=2, env={"FLAGSTAFF_SHUTDOWN_GRACE_SECONDS": "1"}
     ).start()
+    base = srv.url
     with Load(srv.port, clients=8) as load:
         load.wait_acked(400)
         stopper = threading.Thread(target=srv.stop)
         stopper.start()
+        # While it drains (1 s), a stopping server is no longer ready.
+        draining: list[Any] = []
+        deadline = time.monotonic() + 1
+        while not draining and time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                status, body = _ready(base)
+                if status == 503:
+                    draining.append(body)
+            time.sleep(0.02)
         stopper.join(40)
         assert not stopper.is_alive(), "the server did not stop"
         # The clients keep trying a moment after the server is gone.
@@ -171,6 +182,9 @@ def test_sigterm_under_load_answers_every_request_sent(tmp_path: Path) -> None:
             time.sleep(0.05)
     assert not load.lost_answers, load.lost_answers[:5]
     assert set(load.statuses) <= {200}, load.statuses
+    assert draining and draining[0]["reasons"] == [
+        {"check": "shutdown", "detail": "the server is shutting down"}
+    ], draining
     srv.start()
     try:
         assert_nothing_acknowledged_lost(srv.url, load)
