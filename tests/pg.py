@@ -17,10 +17,13 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -51,6 +54,7 @@ class _Server:
         self.port = _free_port()
         self.data = self.root / "data"
         self.log = self.root / "server.log"
+        self.options = ""
 
     def _run(self, *args: str | Path) -> None:
         command = [str(a) for a in args]
@@ -85,6 +89,7 @@ class _Server:
             f"-c port={self.port} -c listen_addresses=127.0.0.1 "
             f"-c unix_socket_directories={self.root} -c fsync=on -c max_connections=200"
         )
+        self.options = options
         self._run(
             self.bindir / "pg_ctl", "-D", self.data, "-l", self.log, "-o", options, "-w", "start"
         )
@@ -98,6 +103,48 @@ class _Server:
             self._run(self.bindir / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def restart_fast(self) -> None:
+        """``pg_ctl restart -m fast``: sessions are ended, the server is down a moment."""
+        # -l again: without it the new postmaster writes to (and holds) pg_ctl's stdout.
+        self._run(
+            self.bindir / "pg_ctl", "-D", self.data, "-l", self.log, "-m", "fast", "-w", "restart"
+        )
+
+    def crash(self) -> None:
+        """kill -9 of the postmaster (its backends exit when they see it gone)."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def start_again(self) -> None:
+        """Start after a crash (crash recovery replays the WAL)."""
+        self._run(
+            self.bindir / "pg_ctl",
+            "-D",
+            self.data,
+            "-l",
+            self.log,
+            "-o",
+            self.options,
+            "-w",
+            "start",
+        )
+
+
+@contextlib.contextmanager
+def private_cluster() -> Iterator[tuple[_Server, str]]:
+    """A PostgreSQL cluster of the caller's own (to restart or crash), and the URL of an
+    empty database on it; stopped and removed on exit."""
+    server = _Server()
+    admin = server.start()
+    try:
+        _admin(admin, 'CREATE DATABASE "faults"')
+        yield server, _with_database(admin, "faults")
+    finally:
+        server.stop()
 
 
 def _sweep_orphans(bindir: Path, as_user: str | None) -> None:

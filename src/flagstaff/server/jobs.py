@@ -21,7 +21,9 @@ from flagstaff.activity.scheduled import ScheduledChange, ScheduleError, trigger
 from flagstaff.http.admin_models import flag_from_input
 from flagstaff.http.errors import ApiError
 from flagstaff.ops import logs
+from flagstaff.server.outage import OUTAGE
 from flagstaff.store.base import Conflict, NotFound, Store
+from flagstaff.store.faults import is_unavailable
 
 SCHEDULE_POLL_SECONDS = 1.0
 CLAIM_BATCH = 50
@@ -86,6 +88,9 @@ async def scheduled_changes_loop(store: Store, on_change: Callable[[], object]) 
             polls += 1
         except asyncio.CancelledError:
             raise
-        except Exception:  # a database hiccup must not end the loop
-            logs.logger.exception("running scheduled changes failed")
+        except Exception as exc:  # a database hiccup must not end the loop
+            if is_unavailable(exc):
+                OUTAGE.failed(exc, "running scheduled changes")  # once per outage
+            else:
+                logs.logger.exception("running scheduled changes failed")
         await asyncio.sleep(SCHEDULE_POLL_SECONDS)

@@ -16,6 +16,10 @@ from flagstaff.ops import logs
 
 QUIET_AFTER_SECONDS = 60.0
 """A failure this long after the previous one is logged as a new outage."""
+SETTLED_AFTER_SECONDS = 1.0
+"""A success ends the outage only this long after the last failure: while a restarted
+database is reconnected one pooled connection at a time, successes and failures alternate,
+and that is still one outage."""
 
 
 class Outage:
@@ -52,7 +56,7 @@ class Outage:
         """A write went through again (an ingested batch, a management write): close the
         outage with one line. Reads do not count: on SQLite they work while the ingest writer
         is down."""
-        if not self.down:
+        if not self.down or self._clock() - self.last < SETTLED_AFTER_SECONDS:
             return
         self.down = False
         logs.log(

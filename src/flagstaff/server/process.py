@@ -74,6 +74,9 @@ def serve(settings: Settings) -> int:
         http=HTTPModes.http1,
         backpressure=connections,
         http1_settings=HTTP1Settings(header_read_timeout=settings.header_timeout_ms),
+        # A worker that dies (killed, out of memory) is started again by granian; one that
+        # keeps dying within 5.5 s of its restart stops the service (a crash loop).
+        respawn_failed_workers=True,
         # SIGTERM: each worker drains (server.draining), then finishes what is in flight;
         # one still busy after this long is killed.
         workers_kill_timeout=settings.shutdown_timeout_seconds

@@ -24,7 +24,9 @@ from flagstaff.activity.webhooks import (
     request_headers,
 )
 from flagstaff.ops import logs
+from flagstaff.server.outage import OUTAGE
 from flagstaff.store.base import Store
+from flagstaff.store.faults import is_unavailable
 from flagstaff.store.webhook_rows import ClaimedDelivery
 
 POLL_SECONDS = 1.0
@@ -95,6 +97,9 @@ async def deliveries_loop(store: Store, delays_s: Sequence[float] = RETRY_DELAYS
                 await run_due_deliveries(store, client, int(time.time() * 1000), delays_s)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a database hiccup must not end the loop
-                logs.logger.exception("sending webhook deliveries failed")
+            except Exception as exc:  # a database hiccup must not end the loop
+                if is_unavailable(exc):
+                    OUTAGE.failed(exc, "sending webhook deliveries")  # once per outage
+                else:
+                    logs.logger.exception("sending webhook deliveries failed")
             await asyncio.sleep(POLL_SECONDS)

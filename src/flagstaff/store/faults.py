@@ -61,8 +61,11 @@ def is_unavailable(exc: BaseException) -> bool:
         text = str(exc).lower()
         return any(part in text for part in _SQLITE_MESSAGES)
     if asyncpg is not None:
-        if isinstance(exc, asyncpg.InterfaceError):
-            # "connection is closed", "pool is closing", a connection lost mid-query.
+        if isinstance(exc, (asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError)):
+            # "connection is closed", "pool is closing", a connection lost mid-query; and a
+            # connection left in a broken protocol state by a server that went away under it
+            # ("cannot switch to state 15; another operation is in progress"), seen on a
+            # pooled connection during a PostgreSQL restart.
             return True
         if isinstance(exc, asyncpg.PostgresError):
             state = getattr(exc, "sqlstate", None) or ""
