@@ -84,7 +84,8 @@ class _Server:
         return f"postgresql://{_SUPERUSER}@127.0.0.1:{self.port}/postgres"
 
     def resume(self) -> None:
-        """Start the server on its data directory (again, after :meth:`crash`)."""
+        """Start the server on its data directory (again, after :meth:`crash`: crash
+        recovery replays the WAL)."""
         options = (
             f"-c port={self.port} -c listen_addresses=127.0.0.1 "
             f"-c unix_socket_directories={self.root} -c fsync=on -c max_connections=200"
@@ -93,10 +94,6 @@ class _Server:
         self._run(
             self.bindir / "pg_ctl", "-D", self.data, "-l", self.log, "-o", options, "-w", "start"
         )
-
-    def crash(self) -> None:
-        """Stop at once, as a crash would (``pg_ctl -m immediate``: no checkpoint)."""
-        self._run(self.bindir / "pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
 
     def stop(self) -> None:
         try:
@@ -118,20 +115,6 @@ class _Server:
         deadline = time.monotonic() + 10
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-
-    def start_again(self) -> None:
-        """Start after a crash (crash recovery replays the WAL)."""
-        self._run(
-            self.bindir / "pg_ctl",
-            "-D",
-            self.data,
-            "-l",
-            self.log,
-            "-o",
-            self.options,
-            "-w",
-            "start",
-        )
 
 
 @contextlib.contextmanager

@@ -134,7 +134,7 @@ def test_postgres_restart_and_crash_answer_503_and_lose_nothing(tmp_path: Path) 
                     if status == 503:
                         not_ready.append(body)
                     time.sleep(0.05)
-                cluster.start_again()
+                cluster.resume()
                 load.wait_more(300)
             assert not_ready, "/_ready never said the database was down"
             assert "database" in {r["check"] for r in not_ready[0]["reasons"]}
