@@ -8,6 +8,7 @@ batches of current events for ``--seconds`` (the baseline); the project's retent
 whole expired months' partitions are dropped and the rest of October's rows deleted). The
 figure is the p99 of the second run against the first's (issue 29: within 2x), with how many
 expired events were still there when each run ended, to show the deletion overlapped it.
+``--control`` leaves retention off, to see how much the second run differs by itself.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--old", type=int, default=200_000)
     parser.add_argument("--postgres", action="store_true")
+    parser.add_argument(
+        "--control", action="store_true", help="leave retention off: the second run's drift alone"
+    )
     args = parser.parse_args()
     srv, root = start_server(
         args.workers, {"FLAGSTAFF_RETENTION_CHECK_SECONDS": "1"}, postgres=args.postgres
@@ -109,8 +113,11 @@ def main() -> None:
             script=_script(root, "/batch/", 100, run_id + 1),
         )
         left_before = _expired_left(srv, args.postgres)
-        answer = Api(srv.url).patch("/api/projects/@current/", json={"event_retention_days": 30})
-        answer.raise_for_status()
+        if not args.control:
+            answer = Api(srv.url).patch(
+                "/api/projects/@current/", json={"event_retention_days": 30}
+            )
+            answer.raise_for_status()
         during = wrk(
             "POST /batch/ while deleting",
             url,

@@ -93,15 +93,23 @@ async def ensure(conn: asyncpg.Connection, now_ms: int) -> int:
             continue
         try:
             await _create(conn, part)
-        except asyncpg.LockNotAvailableError:
-            continue
+        except (asyncpg.LockNotAvailableError, asyncpg.CheckViolationError):
+            continue  # the next pass tries again
         created += 1
     return created
 
 
 async def _create(conn: asyncpg.Connection, part: Partition) -> None:
+    """Make ``part`` and move its month's rows out of the default partition.
+
+    Ingestion waits meanwhile (the parent is locked in SHARE mode, which its inserts' ROW
+    EXCLUSIVE conflicts with): an insert that chose the default partition for this month just
+    before the attach would otherwise fail with "violates partition constraint". The wait is
+    the time to move those rows, none in the usual case (a month made ahead).
+    """
     async with conn.transaction():
         await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        await conn.execute("LOCK TABLE ONLY events IN SHARE MODE")
         await conn.execute(f"CREATE TABLE {part.name} (LIKE events INCLUDING DEFAULTS)")
         await conn.execute(
             f"WITH moved AS (DELETE FROM events_default WHERE timestamp_ms >= $1 "

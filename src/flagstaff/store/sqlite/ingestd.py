@@ -406,13 +406,15 @@ class IngestServer:
 
     def _expire_some(self, busy: bool) -> None:
         """One bounded retention step when one is due: on the SQL thread after a commit
-        (``busy``: at most every ``BUSY_GAP_SECONDS``), or on this one when idle."""
+        (``busy``: within its share of the time), or on this one when idle. A failed step
+        (a full disk...) waits for the next check."""
         if not self.retention.due(busy):
             return
         assert self.conn is not None
         try:
             self.retention.step(self.conn, self._lock_fd)
         except sqlite3.Error as exc:
+            self.retention.pending = False
             logs.log(logging.WARNING, "retention step failed", error=str(exc))
 
     def _index_transaction(self) -> int:

@@ -33,6 +33,9 @@ CREATE INDEX events_distinct_id ON events (project_id, distinct_id, timestamp_ms
 CREATE INDEX events_timestamp ON events (project_id, timestamp_ms, seq);
 -- Events whose month has no partition (older than the first, or beyond those created ahead).
 CREATE TABLE events_default PARTITION OF events DEFAULT;
+-- The retention pass looks here for months that deserve a partition of their own: an index
+-- range, whatever lies outside it (events stamped 1970 by a client's clock...).
+CREATE INDEX events_default_timestamp ON events_default (timestamp_ms);
 
 CREATE TABLE event_uuids (
     project_id bigint NOT NULL,
