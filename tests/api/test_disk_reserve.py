@@ -68,10 +68,13 @@ def test_ingestion_stops_at_the_reserve_and_resumes(volume: Path) -> None:
     server = Server(volume / "data").start()
     try:
         api = Api(server.url)
-        sender = Sender(server, batch=20, pause=0.02)
+        sender = Sender(server, batch=20, pause=0.05)
         sender.start()
         wait_for(lambda: len(sender.acknowledged) >= 200, 30, "events to be ingested")
-        filler = _fill(volume, leave_mb=RESERVE_MB / 3)
+        # Half the reserve left: a worker reads free space at most once a second, and the
+        # sender must not use up the rest of this small volume before that (a real reserve
+        # is 1 GB; here it is 2.4 MB).
+        filler = _fill(volume, leave_mb=RESERVE_MB / 2)
         batch = {"api_key": "phc_testprojecttoken0000000000000000000000", "batch": []}
         batch["batch"] = [{"event": "refused?", "distinct_id": "d", "properties": {}}]
         if postgres:
