@@ -268,14 +268,14 @@ class FlagstaffApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         request = Request(scope, b"")
+        route = self._route_for(scope["path"])
         if len(scope["path"]) + len(scope.get("query_string", b"")) > MAX_URL_BYTES:
-            response = _url_too_long(request, self._body_limit)
+            response = _url_too_long(request, self._body_limit, route)
             await send_response(send, response, None)
             if response.linger:
                 await discard_body(receive, response.linger)
             self._done("/url_too_long", request, 414, started)
             return
-        route = self._route_for(scope["path"])
         if route is None:
             if not _has_body(request):
                 status = await self._admin(scope, receive, send)
@@ -308,14 +308,14 @@ class FlagstaffApp:
         started = time.perf_counter()
         path = scope.path
         request = rsgi.RsgiRequest(scope, protocol)
+        route = self._route_for(path)
         if len(path) + len(scope.query_string) > MAX_URL_BYTES:
-            response = _url_too_long(request, self._body_limit)
+            response = _url_too_long(request, self._body_limit, route)
             rsgi.send_response(protocol, response, None)
             if response.linger:
                 await rsgi.discard_body(request, response.linger)
             self._done("/url_too_long", request, 414, started)
             return
-        route = self._route_for(path)
         if route is None:
             try:
                 body = await rsgi.read_body(request, self._body_limit, self.readers)
@@ -399,14 +399,17 @@ def _close_after(response: Response) -> None:
         headers.append(_CLOSE)
 
 
-def _url_too_long(request: AnyRequest, body_limit: int) -> Response:
-    """414 with a JSON body; a body sent with it is read and dropped before the close."""
-    error = ApiError(414, "uri_too_long", f"the URL is longer than {MAX_URL_BYTES} bytes")
+def _url_too_long(request: AnyRequest, body_limit: int, route: PublicRoute | None) -> Response:
+    """414 with a JSON body (in the route's own error shape: OFREP's on /ofrep/); a body sent
+    with it is read and dropped before the close."""
+    detail = f"the URL is longer than {MAX_URL_BYTES} bytes"
+    render = route.errors if route is not None else error_body
+    body = render(414, "uri_too_long", detail, None)
     declared = _content_length(request.headers.get("content-length"))
     linger = 0
     if declared or "transfer-encoding" in request.headers:
         linger = linger_bytes(declared, body_limit)
-    return Response(error.body(), 414, headers=[_CLOSE], linger=linger)
+    return Response(body, 414, headers=[_CLOSE], linger=linger)
 
 
 def _has_body(request: Request) -> bool:

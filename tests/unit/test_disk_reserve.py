@@ -52,3 +52,23 @@ def test_reads_at_most_once_a_second_and_logs_each_episode_once(
     messages = [r.getMessage() for r in caplog.records]
     assert sum("below the reserve" in m for m in messages) == 1
     assert sum("above the reserve again" in m for m in messages) == 1
+
+
+def test_reads_every_10_ms_within_twice_the_reserve(tmp_path: Path) -> None:
+    """Near the reserve a second is too long: a writer can fill a small volume's rest in it."""
+    now = [0.0]
+    free = [8 * MB]  # the reserve is 5 MB: within twice it
+    reads = []
+
+    def read(path: Path, reserve_mb: int | None) -> DiskStatus:
+        reads.append(now[0])
+        return DiskStatus(str(path), free[0], 100 * MB, reserve_bytes(100 * MB, reserve_mb))
+
+    disk = DiskReserve(tmp_path, None, clock=lambda: now[0], read=read)
+    assert not disk.low()
+    free[0] = 4 * MB
+    now[0] = 0.005
+    assert not disk.low()  # the last reading is 5 ms old
+    now[0] = 0.011
+    assert disk.low()
+    assert reads == [0.0, 0.011]

@@ -25,7 +25,7 @@ from flagstaff.console.routes import ConsolePages, html_page
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.experiments.exposure import ExperimentSpec, summarize
 from flagstaff.http.admin_experiments import results_json
-from flagstaff.store.base import Store
+from flagstaff.store.base import EventQuery, Store
 from flagstaff.store.experiment_batch import ExperimentRecord, sum_totals
 
 EVENT_SCAN = 500
@@ -130,15 +130,7 @@ class StoreExperimentData:
         cached = self._seen.get(project_id)
         if cached is not None and time.monotonic() - cached[0] < EVENTS_SEEN_TTL_S:
             return cached[1]
-        rows = await self.store.list_events(
-            project_id,
-            distinct_id=None,
-            event=None,
-            after_ms=None,
-            before_ms=None,
-            cursor=None,
-            limit=EVENT_SCAN,
-        )
+        rows = await self.store.list_events(project_id, EventQuery(limit=EVENT_SCAN))
         events: set[str] = set()
         properties: set[str] = set()
         for row in rows:
