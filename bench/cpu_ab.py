@@ -124,6 +124,12 @@ def main() -> None:
         help="move the person version before each /flags run (a $set event), so each request "
         "of a run that does fewer requests than there are persons reads a person not cached",
     )
+    parser.add_argument(
+        "--zipf",
+        type=float,
+        default=None,
+        help="/flags bodies drawn with Zipf weights of exponent S (repeat visits), not in turn",
+    )
     parser.add_argument("--spread", action="store_true", help="/flags over all persons at random")
     parser.add_argument("--pss", action="store_true", help="memory per process after the rounds")
     parser.add_argument("--warm", type=int, default=1, help="seconds of warm-up per route")
@@ -164,7 +170,7 @@ def main() -> None:
                         script = (
                             spread_script(people, root)
                             if args.spread
-                            else lua_post("/flags/?v=2", bodies, root)
+                            else lua_post("/flags/?v=2", bodies, root, zipf=args.zipf)
                         )
                         url = srv.url + "/flags/?v=2"
                         per = 1

@@ -177,20 +177,40 @@ def lua_post(
     *,
     delay_ms: float = 0.0,
     headers: dict[str, str] | None = None,
+    zipf: float | None = None,
 ) -> Path:
-    """A wrk script that POSTs the given bodies round-robin (optionally with a pause, and
-    with more request headers)."""
+    """A wrk script that POSTs the given bodies round-robin, or drawn with Zipf weights
+    (``zipf`` = s: the body of rank r with weight 1 / r**s, how often people come back: a
+    few very often, most rarely), optionally with a pause and more request headers."""
     entries = ",\n".join("[==[" + b.decode() + "]==]" for b in bodies)
+    pick = "bodies[(n % #bodies) + 1]"
+    draw = ""
+    if zipf is not None:
+        # Cumulative weights built once per thread; each request draws by binary search.
+        draw = (
+            "local cum = {}\nlocal total = 0\n"
+            f"for r = 1, #bodies do total = total + 1 / r ^ {zipf}; cum[r] = total end\n"
+            "math.randomseed(7)\n"
+            "local function draw()\n"
+            "  local u = math.random() * total\n"
+            "  local lo, hi = 1, #cum\n"
+            "  while lo < hi do\n"
+            "    local mid = math.floor((lo + hi) / 2)\n"
+            "    if cum[mid] < u then lo = mid + 1 else hi = mid end\n"
+            "  end\n"
+            "  return bodies[lo]\n"
+            "end\n"
+        )
+        pick = "draw()"
     delay = f"function delay() return {delay_ms} end\n" if delay_ms else ""
     extra = "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in (headers or {}).items())
-    script = folder / f"post-{abs(hash(path))}-{len(bodies)}.lua"
+    script = folder / f"post-{abs(hash(path))}-{len(bodies)}-{zipf or 0}.lua"
     script.write_text(
-        f"local bodies = {{\n{entries}\n}}\n"
-        "local n = 0\n"
+        f"local bodies = {{\n{entries}\n}}\n" + draw + "local n = 0\n"
         'wrk.method = "POST"\n'
         'wrk.headers["Content-Type"] = "application/json"\n' + extra + "request = function()\n"
         "  n = n + 1\n"
-        f'  return wrk.format(nil, "{path}", nil, bodies[(n % #bodies) + 1])\n'
+        f'  return wrk.format(nil, "{path}", nil, {pick})\n'
         "end\n" + delay
     )
     return script

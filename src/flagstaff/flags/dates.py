@@ -21,6 +21,24 @@ _MIN_EPOCH = -62_135_596_800.0
 _MAX_EPOCH = 253_402_300_799.0
 
 
+class ClockReads:
+    """How many times an evaluation compared against the current time (a relative date).
+
+    Evaluation is synchronous, so a caller that reads ``count`` before and after one
+    evaluation learns whether its answer depends on the clock (``server/answers.py`` keeps
+    such answers only within the second they were computed in, as the relative bounds
+    themselves are resolved once a second).
+    """
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+CLOCK = ClockReads()
+
+
 def parse_relative(text: str) -> tuple[int, str] | None:
     """(amount, unit) for a relative date expression, else None."""
     match = _RELATIVE.fullmatch(text)
@@ -108,6 +126,7 @@ def parse_property_date(value: object) -> datetime | None:
         return None
     parsed = _parse_date_text(value)
     if isinstance(parsed, tuple):
+        CLOCK.count += 1
         return resolve_relative(parsed[0], parsed[1], datetime.now(UTC))
     return parsed
 

@@ -188,6 +188,7 @@ def _date_bound(value: Any) -> Callable[[], datetime | None] | None:
     cache: list[Any] = [None, None]
 
     def bound() -> datetime | None:
+        dates.CLOCK.count += 1
         second = int(time.time())
         if cache[0] != second:
             cache[0] = second

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import uuid_utils
 
 from flagstaff.accounts.keys import check_project_token
 from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate_checked
+from flagstaff.flags.dates import CLOCK
 from flagstaff.flags.values import json_text
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.auth import check_personal_key
@@ -128,15 +129,17 @@ _KEY_TYPES = (str, int, float)
 """JSON values that are group keys (``type(True)`` is bool, not int: booleans are left out)."""
 
 
-def _geoip_properties(
-    svc: Services, request: Request, payload: Mapping[str, Any]
-) -> dict[str, Any]:
+def _geoip_ip(svc: Services, request: Request, payload: Mapping[str, Any]) -> str | None:
+    """The client IP whose GeoIP properties the request gets, or None (none, or GeoIP off)."""
     if svc.geoip is None or payload.get("geoip_disable") is True:
-        return {}
-    ip = client_ip(
+        return None
+    return client_ip(
         request.forwarded_for, request.peer, trust_forwarded=svc.settings.trust_forwarded_for
     )
-    return svc.geoip.lookup(ip) if ip else {}
+
+
+def _geoip_properties(svc: Services, ip: str | None) -> dict[str, Any]:
+    return svc.geoip.lookup(ip) if ip and svc.geoip is not None else {}
 
 
 async def _context(
@@ -263,10 +266,40 @@ def _runtime(request: Request, payload: Mapping[str, Any]) -> str | None:
     )
 
 
+class Inputs(NamedTuple):
+    """What a request's answer takes from its headers and connection."""
+
+    runtime: str | None
+    """The evaluation runtime detected from the headers (or named in the body)."""
+    ip: str | None
+    """The client IP whose GeoIP properties fill gaps, when GeoIP is on."""
+
+
+def request_inputs(svc: Services, request: Request, payload: Mapping[str, Any]) -> Inputs:
+    return Inputs(_runtime(request, payload), _geoip_ip(svc, request, payload))
+
+
+class Computed(NamedTuple):
+    """The flags of one request, evaluated."""
+
+    results: list[FlagResult]
+    errors: bool
+    """Some could not be computed (store unreachable, a dependency cycle, a failed flag)."""
+    reads_clock: bool
+    """The evaluation compared against the current time (a relative date)."""
+
+
 async def compute_flags(
-    svc: Services, request: Request, payload: dict[str, Any], project: Project, pf: ProjectFlags
-) -> tuple[list[FlagResult], bool]:
-    """Evaluate every flag the request asks for; the bool says some could not be computed."""
+    svc: Services,
+    request: Request,
+    payload: dict[str, Any],
+    project: Project,
+    pf: ProjectFlags,
+    inputs: Inputs | None = None,
+) -> Computed:
+    """Evaluate every flag the request asks for (``inputs`` when the caller has them)."""
+    if inputs is None:
+        inputs = request_inputs(svc, request, payload)
     distinct_id = _distinct_id(payload)
     requested_groups = _dict_of(payload, "groups")
     groups = group_keys(requested_groups)
@@ -282,7 +315,7 @@ async def compute_flags(
         distinct_id=distinct_id,
         person_properties=person_properties_for(
             ctx.person_properties,
-            _geoip_properties(svc, request, payload),
+            _geoip_properties(svc, inputs.ip),
             _dict_of(payload, "person_properties"),
         ),
         groups=groups,
@@ -296,14 +329,18 @@ async def compute_flags(
         hash_key_overrides=overrides,
         static_cohort_ids=ctx.static_cohort_ids,
         flag_keys=_string_list(payload, "flag_keys_to_evaluate", "flag_keys"),
-        runtime=_runtime(request, payload),
+        runtime=inputs.runtime,
         contexts=_string_list(payload, "evaluation_contexts", "evaluation_environments"),
     )
+    clock = CLOCK.count
     results, failed = evaluate_checked(pf.compiled, eval_request)
+    reads_clock = CLOCK.count != clock  # evaluation is synchronous: only this request counted
     if store_failed:
         results = [_failed_if_stored(r, pf) for r in results]
     svc.metrics.flag_evaluations += len(results)
-    return results, store_failed or failed or pf.compiled.has_dependency_cycle
+    return Computed(
+        results, store_failed or failed or pf.compiled.has_dependency_cycle, reads_clock
+    )
 
 
 def _failed_if_stored(result: FlagResult, pf: ProjectFlags) -> FlagResult:
@@ -334,14 +371,14 @@ def _v2_flag(r: FlagResult) -> dict[str, Any]:
     return out
 
 
-def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes) -> bytes:
-    """The v2 answer: ``{"flags":{...}`` then ``rest`` (its other fields and the closing
-    brace), joined from per-result JSON fragments into one new buffer.
+def v2_parts(results: list[FlagResult], fragments: Fragments) -> tuple[bytes | memoryview, ...]:
+    """The v2 answer's ``{"flags":{...}`` as parts to join: per-result JSON fragments.
 
     The engine shares one result object per outcome of a flag, so each outcome is encoded
     once per definitions version. Fragments (each ``,"key":{...}``) are found by the result's
     identity; ``fragments`` keeps every such result alive, so no other object can have its
-    id meanwhile.
+    id meanwhile. The parts are shared, not copied: an answer kept by the answer cache costs
+    a pointer per flag.
     """
     by_id = fragments.by_id
     try:
@@ -357,8 +394,14 @@ def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes)
                 fragments.owners.append(r)
             parts.append(part)
     if not parts:
-        return b'{"flags":{}' + rest
-    return b"".join([b'{"flags":{', memoryview(parts[0])[1:], *parts[1:], b"}", rest])
+        return (b'{"flags":{}',)
+    return (b'{"flags":{', memoryview(parts[0])[1:], *parts[1:], b"}")
+
+
+def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes) -> bytes:
+    """The v2 answer: ``{"flags":{...}`` then ``rest`` (its other fields and the closing
+    brace), joined into one new buffer."""
+    return b"".join((*v2_parts(results, fragments), rest))
 
 
 def config_fields(has_flags: bool, surveys: bool = False) -> dict[str, Any]:
@@ -383,6 +426,65 @@ def config_fields(has_flags: bool, surveys: bool = False) -> dict[str, Any]:
     }
 
 
+def _legacy_head(results: list[FlagResult]) -> bytes:
+    """The legacy answer up to its other fields (``featureFlags``, ``featureFlagPayloads``)."""
+    return _encode(
+        {
+            "featureFlags": {r.key: (r.variant or True) if r.enabled else False for r in results},
+            "featureFlagPayloads": {
+                r.key: r.payload for r in results if r.enabled and r.payload is not None
+            },
+        }
+    )[:-1]
+
+
+async def _flags_head(
+    svc: Services,
+    request: Request,
+    payload: dict[str, Any],
+    project: Project,
+    pf: ProjectFlags,
+    legacy: bool,
+) -> tuple[tuple[bytes | memoryview, ...], bool]:
+    """The answer's flags part (parts to join) and whether some flags failed: reused from
+    this worker's answer cache when the same request was answered since anything it read last moved
+    (``server/answers.py``), else evaluated (and kept when nothing failed)."""
+    cache = svc.answers
+    version = svc.store.answers_version() if cache is not None else None
+    inputs = request_inputs(svc, request, payload)
+    if cache is None or version is None:
+        computed = await compute_flags(svc, request, payload, project, pf, inputs)
+        return _head(computed.results, pf, legacy), computed.errors
+    headers = request.headers
+    key = (
+        project.id,
+        legacy,
+        inputs.runtime,
+        inputs.ip,
+        headers.get("content-type"),
+        headers.get("content-encoding"),
+        request.query.get("compression"),
+        request.body,
+    )
+    definitions = pf.definitions.version
+    hit = cache.get(key, definitions, version)
+    if hit is not None:
+        svc.metrics.flag_answers_reused += 1
+        svc.metrics.flag_evaluations += hit.count
+        return hit.head, False
+    computed = await compute_flags(svc, request, payload, project, pf, inputs)
+    head = _head(computed.results, pf, legacy)
+    if not computed.errors:
+        cache.put(key, head, len(computed.results), definitions, version, computed.reads_clock)
+    return head, computed.errors
+
+
+def _head(
+    results: list[FlagResult], pf: ProjectFlags, legacy: bool
+) -> tuple[bytes | memoryview, ...]:
+    return (_legacy_head(results),) if legacy else v2_parts(results, pf.fragments)
+
+
 async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     payload = _decode_request(svc, request)
     token = payload.get("api_key") or payload.get("token") or payload.get("$token")
@@ -392,13 +494,11 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
     want_config = request.query.get("config") in ("true", "1", "True")
     pf = await svc.definitions.get(project.id)
 
-    if limited:
-        results: list[FlagResult] = []
+    if limited or payload.get("disable_flags") is True:
+        head = _head([], pf, legacy)
         errors = False
-    elif payload.get("disable_flags") is True:
-        results, errors = [], False
     else:
-        results, errors = await compute_flags(svc, request, payload, project, pf)
+        head, errors = await _flags_head(svc, request, payload, project, pf, legacy)
     if errors:
         svc.metrics.flag_errors += 1
 
@@ -409,25 +509,22 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
         extra.update(
             config_fields(bool(pf.definitions.flags), await svc.surveys.any_active(project.id))
         )
-    if legacy:
-        body = {
-            "featureFlags": {r.key: (r.variant or True) if r.enabled else False for r in results},
-            "featureFlagPayloads": {
-                r.key: r.payload for r in results if r.enabled and r.payload is not None
-            },
-            "errorsWhileComputingFlags": errors,
-            "requestId": request_id,
-            **extra,
-        }
-        return Response(_encode(body))
     # Built by hand: msgspec would copy the ~10 kB flags object into a growing buffer.
-    rest = b',"errorsWhileComputingFlags":%s,"requestId":%s,"evaluatedAt":%d%s' % (
-        b"true" if errors else b"false",
-        _encode(request_id),
-        int(time.time() * 1000),
-        (b"," + _encode(extra)[1:]) if extra else b"}",
-    )
-    return Response(encode_v2_body(results, pf.fragments, rest))
+    tail = (b"," + _encode(extra)[1:]) if extra else b"}"
+    if legacy:
+        rest = b',"errorsWhileComputingFlags":%s,"requestId":%s%s' % (
+            b"true" if errors else b"false",
+            _encode(request_id),
+            tail,
+        )
+    else:
+        rest = b',"errorsWhileComputingFlags":%s,"requestId":%s,"evaluatedAt":%d%s' % (
+            b"true" if errors else b"false",
+            _encode(request_id),
+            int(time.time() * 1000),
+            tail,
+        )
+    return Response(b"".join((*head, rest)))
 
 
 def _version(request: Request) -> int:

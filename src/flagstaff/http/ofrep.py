@@ -133,7 +133,9 @@ async def _evaluate_one(svc: Services, request: Request, key: str) -> Response:
     if not flag.active:
         await _record_read(svc, project, ctx, key, False)
         return Response(_encode(ofrep.disabled(key)))
-    results, errors = await compute_flags(svc, request, ofrep.flags_payload(ctx, key), project, pf)
+    results, errors, _ = await compute_flags(
+        svc, request, ofrep.flags_payload(ctx, key), project, pf
+    )
     if errors:
         svc.metrics.flag_errors += 1
     for result in results:
@@ -207,7 +209,7 @@ async def _evaluate_all(svc: Services, request: Request) -> Response:
     _admit(svc, project, None)
     ctx = _context(request, None)
     pf = await svc.definitions.get(project.id)
-    results, errors = await compute_flags(svc, request, ofrep.flags_payload(ctx), project, pf)
+    results, errors, _ = await compute_flags(svc, request, ofrep.flags_payload(ctx), project, pf)
     if errors:
         svc.metrics.flag_errors += 1
     body = _bulk_body(results, pf)

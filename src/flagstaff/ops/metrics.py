@@ -32,6 +32,7 @@ class Metrics:
         self.flag_requests = 0
         self.flag_evaluations = 0
         self.flag_errors = 0
+        self.flag_answers_reused = 0
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         key = f"{route}\x00{status}"
@@ -67,6 +68,7 @@ class Metrics:
             "flag_requests": self.flag_requests,
             "flag_evaluations": self.flag_evaluations,
             "flag_errors": self.flag_errors,
+            "flag_answers_reused": self.flag_answers_reused,
         }
 
 
@@ -189,6 +191,10 @@ def render(snapshots: Iterable[dict[str, Any]]) -> str:
         "# HELP flagstaff_flag_errors_total Flag requests answered with errorsWhileComputingFlags.",
         "# TYPE flagstaff_flag_errors_total counter",
         f"flagstaff_flag_errors_total {m.get('flag_errors', 0)}",
+        "# HELP flagstaff_flag_answers_reused_total Flag requests answered from a worker's"
+        " answer cache (the same request since nothing it read changed).",
+        "# TYPE flagstaff_flag_answers_reused_total counter",
+        f"flagstaff_flag_answers_reused_total {m.get('flag_answers_reused', 0)}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -97,6 +97,9 @@ class Settings:
     """How much of the SQLite file each connection maps into memory; 0 (the default) reads
     pages through SQLite's own page cache instead (``store.sqlite.writer.READ_CACHE_KB`` and
     ``WRITE_CACHE_KB``)."""
+    flags_answer_cache_mb: int = 16
+    """Encoded /flags answers each worker keeps for repeated requests (SQLite store; see
+    ``server/answers.py``); 0 turns the cache off."""
     ingest_socket: str | None = None
     """Set by ``flagstaff serve``: the Unix socket of the SQLite ingest writer process."""
     disk_reserve_mb: int | None = None
@@ -176,6 +179,11 @@ class Settings:
         if not 0 <= self.sqlite_mmap_mb <= MAX_MMAP_MB:
             raise ConfigError(
                 f"sqlite mmap must be between 0 and {MAX_MMAP_MB} MB, got {self.sqlite_mmap_mb}"
+            )
+        if not 0 <= self.flags_answer_cache_mb <= 4096:
+            raise ConfigError(
+                "flags answer cache must be between 0 and 4096 MB, "
+                f"got {self.flags_answer_cache_mb}"
             )
         if self.body_limit < 1024:
             raise ConfigError("body limit must be at least 1024 bytes")

@@ -15,6 +15,7 @@ from flagstaff.experiments.warm import warm_results
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ops import logs
 from flagstaff.ops.metrics import Metrics, MetricsFiles
+from flagstaff.server.answers import AnswerCache
 from flagstaff.server.caches import DefinitionsCache, ProjectCache, SurveysCache
 from flagstaff.server.config import Settings
 from flagstaff.server.disk import data_volume, reserve_reason
@@ -69,6 +70,12 @@ class Services:
         self.definitions = DefinitionsCache(
             self.store, settings.definitions_refresh_seconds, self.changes
         )
+        self.answers: AnswerCache | None = (
+            AnswerCache(settings.flags_answer_cache_mb * 1024 * 1024)
+            if settings.flags_answer_cache_mb
+            else None
+        )
+        """Whole /flags answers for repeated requests (``server/answers.py``)."""
         self.surveys = SurveysCache(self.store, settings.definitions_refresh_seconds, self.changes)
         self.quotas = Quotas(
             settings.flag_quota_per_minute, settings.event_quota_per_minute, settings.workers

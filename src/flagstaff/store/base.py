@@ -83,6 +83,13 @@ class Store(ManagementMethods, Protocol):
         self, project_id: int, distinct_id: str, groups: dict[int, str], *,
         overrides: bool = False, static_cohorts: bool = False,
     ) -> FlagContext: ...  # fmt: skip
+    def answers_version(self) -> int | None:
+        """A number that moves with every commit changing what ``flag_context`` reads
+        (persons, distinct ids, groups, overrides, static cohort members), by any process,
+        before that commit is acknowledged; None when this store cannot tell (then /flags
+        answers are not reused, see ``server/answers.py``)."""
+        ...
+
     async def add_hash_key_overrides(
         self, project_id: int, distinct_id: str, hash_key: str, flag_keys: list[str]
     ) -> None: ...

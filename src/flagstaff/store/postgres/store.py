@@ -217,6 +217,9 @@ class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixi
 
     # what /flags reads -----------------------------------------------------------------
 
+    def answers_version(self) -> int | None:
+        return None  # other nodes write persons; nothing here learns of it
+
     async def flag_context(
         self, project_id: int, distinct_id: str, groups: dict[int, str], *,
         overrides: bool = False, static_cohorts: bool = False,

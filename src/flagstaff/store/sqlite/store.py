@@ -126,6 +126,10 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
 
     # what /flags reads -----------------------------------------------------------------
 
+    def answers_version(self) -> int | None:
+        version = self._person_version
+        return None if version is None else version.cell.value
+
     async def flag_context(
         self, project_id: int, distinct_id: str, groups: dict[int, str], *,
         overrides: bool = False, static_cohorts: bool = False,
