@@ -52,4 +52,4 @@ def test_the_bound_in_bytes_drops_the_oldest_first() -> None:
 def test_parts_shared_with_the_definitions_cost_a_pointer() -> None:
     fragment = b"," + b"x" * 200
     head = (b'{"flags":{', memoryview(fragment)[1:], fragment, b"}")
-    assert parts_size(head) == 4 * PART_OVERHEAD + len(b'{"flags":{') + 1
+    assert parts_size(head) == 4 * PART_OVERHEAD + len(b'{"flags":{') + len(b"}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from flagstaff.store.base import FlagContext
-from flagstaff.store.sqlite.person_version import MAX_CONTEXTS, FlagContextCache, person_version
+from flagstaff.store.sqlite.person_version import FlagContextCache, context_size, person_version
+
+LIMIT = 1 << 20
 
 
 def _context(plan: str) -> FlagContext:
@@ -25,9 +27,9 @@ def test_every_opening_of_a_database_shares_one_version(tmp_path: Path) -> None:
 
 def test_a_context_is_served_until_the_version_moves(tmp_path: Path) -> None:
     version = person_version(tmp_path / "db")
-    cache = FlagContextCache(version)
+    cache = FlagContextCache(version, LIMIT)
     assert cache.get("u") is None
-    cache.put("u", _context("free"), cache.version)
+    cache.put("u", _context("free"), cache.version, 100)
     assert cache.get("u") == _context("free")
     person_version(tmp_path / "db").bump()
     assert cache.get("u") is None
@@ -36,19 +38,26 @@ def test_a_context_is_served_until_the_version_moves(tmp_path: Path) -> None:
 
 def test_a_context_read_before_a_change_is_not_kept(tmp_path: Path) -> None:
     version = person_version(tmp_path / "db")
-    cache = FlagContextCache(version)
+    cache = FlagContextCache(version, LIMIT)
     assert cache.get("u") is None
     seen = cache.version
     version.bump()  # a commit lands while the context is being read
     assert cache.get("v") is None  # another request notices the move first
-    cache.put("u", _context("free"), seen)
+    cache.put("u", _context("free"), seen, 100)
     assert cache.get("u") is None
 
 
-def test_the_cache_starts_over_when_full(tmp_path: Path) -> None:
-    cache = FlagContextCache(person_version(tmp_path / "db"))
+def test_the_cache_starts_over_past_its_bytes(tmp_path: Path) -> None:
+    size = context_size(1000)
+    cache = FlagContextCache(person_version(tmp_path / "db"), size * 3)
     cache.get("first")
-    for n in range(MAX_CONTEXTS):
-        cache.put(n, _context("x"), cache.version)
-    cache.put("last", _context("y"), cache.version)
+    for n in range(3):
+        cache.put(n, _context("x"), cache.version, size)
+    assert cache.bytes == size * 3 and cache.get(2) == _context("x")
+    cache.put(2, _context("z"), cache.version, size)  # the same key again: not counted twice
+    assert cache.bytes == size * 3
+    cache.put("last", _context("y"), cache.version, size)
     assert cache.get(0) is None and cache.get("last") == _context("y")
+    assert cache.bytes == size
+    cache.put("huge", _context("h"), cache.version, size * 4)  # larger than the whole cache
+    assert cache.get("huge") is None and cache.get("last") == _context("y")

@@ -31,7 +31,7 @@ def _state(conn: sqlite3.Connection) -> list[Any]:
     ]
 
 
-@pytest.mark.parametrize("cache_size", [7, 100_000])
+@pytest.mark.parametrize("cache_size", [5_000, 100_000_000])
 @pytest.mark.parametrize("seed", range(6))
 def test_cached_and_uncached_writers_store_the_same_persons(
     tmp_path: Path, seed: int, cache_size: int
@@ -41,7 +41,7 @@ def test_cached_and_uncached_writers_store_the_same_persons(
         [random_person_event(rng, b * 50 + i) for i in range(rng.randint(1, 50))] for b in range(40)
     ]
     results = []
-    for name, cache in (("plain", None), ("cached", PersonCache(max_persons=cache_size))):
+    for name, cache in (("plain", None), ("cached", PersonCache(limit_bytes=cache_size))):
         path = tmp_path / f"{name}.sqlite3"
         migrate(path)
         conn = connect(path)
@@ -125,3 +125,21 @@ def test_apply_many_isolates_a_failing_request(tmp_path: Path) -> None:
     assert not isinstance(results[2], Exception) and results[2].ingested == 1
     stored = conn.execute("SELECT project_id, COUNT(*) FROM events GROUP BY 1").fetchall()
     assert stored == [(1, 5), (2, 1)]
+
+
+def test_the_person_cache_starts_over_past_its_bytes() -> None:
+    from flagstaff.ingest.persons import PersonState
+    from flagstaff.store.sqlite.person_cache import DISTINCT_ID_BYTES, person_size
+
+    def state(n: int) -> PersonState:
+        return PersonState(n, f"uuid-{n}", {"plan": "pro", "n": n}, True, 0)
+
+    one = person_size(state(1)) + DISTINCT_ID_BYTES
+    cache = PersonCache(limit_bytes=one * 3)
+    cache.remember(1, {f"d{n}": state(n) for n in range(1, 4)})
+    assert len(cache) == 3 and cache.bytes == one * 3
+    cache.remember(1, {"d1": state(1)})  # known: costs nothing more
+    assert cache.bytes == one * 3 and cache.get(1, "d1") is not None
+    cache.remember(1, {"d4": state(4)})  # past the bound: starts over with the new batch
+    assert len(cache) == 1 and cache.get(1, "d4") is not None and cache.get(1, "d1") is None
+    assert cache.bytes == one

@@ -31,9 +31,6 @@ ENTRY_OVERHEAD = 240
 """Bytes an entry costs beyond its key's body and its parts (key tuple, record, dict slot)."""
 PART_OVERHEAD = 8
 """Bytes a part shared with the definitions' fragments costs (a pointer in the tuple)."""
-SHARED_PART = 64
-"""Parts at least this long are fragments shared with the definitions (``v2_parts``), whose
-memory the cache does not own; shorter ones are counted in full."""
 
 
 class CachedAnswer:
@@ -126,7 +123,9 @@ class AnswerCache:
 
 def parts_size(head: tuple[bytes | memoryview, ...]) -> int:
     """What a kept answer's parts cost the cache: a pointer each, plus the bytes of those it
-    owns (the legacy shape's one buffer, the short framing parts)."""
+    owns. A one-part answer (the legacy shape, no flags) owns its buffer; a v2 answer owns its
+    two framing parts, every part between them being a fragment of the definitions'
+    (``http.flags.v2_parts``)."""
     if len(head) == 1:
         return len(head[0]) + PART_OVERHEAD
-    return sum(PART_OVERHEAD + (0 if len(p) >= SHARED_PART else len(p)) for p in head)
+    return PART_OVERHEAD * len(head) + len(head[0]) + len(head[-1])

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from flagstaff.activity.webhooks import RETRY_DELAYS_S, parse_retry_delays
+from flagstaff.store.sqlite.person_cache import DEFAULT_PERSON_CACHE_MB
+from flagstaff.store.sqlite.person_version import DEFAULT_CONTEXT_CACHE_MB
 from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, MAX_MMAP_MB
 
 ENV_PREFIX = "FLAGSTAFF_"
@@ -98,6 +100,12 @@ class Settings:
     pages through SQLite's own page cache instead (``store.sqlite.writer.READ_CACHE_KB`` and
     ``WRITE_CACHE_KB``)."""
     flags_answer_cache_mb: int = 16
+    flag_context_cache_mb: int = DEFAULT_CONTEXT_CACHE_MB
+    """Stored persons and groups each worker keeps for /flags while nothing changes them
+    (SQLite store; estimated from their JSON); 0 reads them every time."""
+    person_cache_mb: int = DEFAULT_PERSON_CACHE_MB
+    """Persons the SQLite ingest writer keeps in memory (estimated); past it, it starts over
+    and reads them again as events name them."""
     """Encoded /flags answers each worker keeps for repeated requests (SQLite store; see
     ``server/answers.py``); 0 turns the cache off."""
     ingest_socket: str | None = None
@@ -180,6 +188,12 @@ class Settings:
             raise ConfigError(
                 f"sqlite mmap must be between 0 and {MAX_MMAP_MB} MB, got {self.sqlite_mmap_mb}"
             )
+        for name in ("flag_context_cache_mb", "person_cache_mb"):
+            if not 0 <= getattr(self, name) <= 65536:
+                raise ConfigError(
+                    f"{name.removesuffix('_mb').replace('_', ' ')} must be between 0 and "
+                    f"65536 MB, got {getattr(self, name)}"
+                )
         if not 0 <= self.flags_answer_cache_mb <= 4096:
             raise ConfigError(
                 "flags answer cache must be between 0 and 4096 MB, "

@@ -138,6 +138,7 @@ def _start_ingest_writer(settings: Settings, children: Supervisor) -> str:
             str(settings.sqlite_path),
             socket_path,
             str(settings.sqlite_mmap_mb),
+            str(settings.person_cache_mb),
         ],
         stop=_stop_ingest_writer,
     )

@@ -55,7 +55,12 @@ def make_store(settings: Settings) -> Store:
         return PostgresStore(settings.database_url or "")
     from flagstaff.store.sqlite.store import SQLiteStore
 
-    return SQLiteStore(path, ingest_socket=settings.ingest_socket, mmap_mb=settings.sqlite_mmap_mb)
+    return SQLiteStore(
+        path,
+        ingest_socket=settings.ingest_socket,
+        mmap_mb=settings.sqlite_mmap_mb,
+        context_cache_mb=settings.flag_context_cache_mb,
+    )
 
 
 class Services:

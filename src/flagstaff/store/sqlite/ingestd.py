@@ -20,7 +20,7 @@ finish their in-flight requests first) and exits once its standard input is clos
 worker has disconnected: the serving process closes it after the workers stopped, or the
 kernel does when that process died.
 
-Run: ``python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH [MMAP_MB]``
+Run: ``python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH [MMAP_MB [PERSON_CACHE_MB]]``
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import NamedTuple
 import msgspec
 
 from flagstaff.ops import logs
+from flagstaff.ops.allocator import tune_allocator
 from flagstaff.store.records import IngestResult
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.ingest import (
@@ -54,7 +55,7 @@ from flagstaff.store.sqlite.ingest import (
     execute_plan,
     plan_ingest,
 )
-from flagstaff.store.sqlite.person_cache import PersonCache
+from flagstaff.store.sqlite.person_cache import DEFAULT_PERSON_CACHE_MB, PersonCache
 from flagstaff.store.sqlite.person_version import person_version
 from flagstaff.store.sqlite.protocol import HEADER, request_decoder, request_encoder, take_frames
 from flagstaff.store.sqlite.retention import RetentionRunner
@@ -136,11 +137,17 @@ def _size(frames: list[tuple[Peer, bytes]]) -> int:
 
 
 class IngestServer:
-    def __init__(self, db_path: Path, socket_path: Path, mmap_mb: int = DEFAULT_MMAP_MB) -> None:
+    def __init__(
+        self,
+        db_path: Path,
+        socket_path: Path,
+        mmap_mb: int = DEFAULT_MMAP_MB,
+        person_cache_mb: int = DEFAULT_PERSON_CACHE_MB,
+    ) -> None:
         self.db_path = db_path
         self.mmap_mb = mmap_mb
         self.socket_path = socket_path
-        self.cache = PersonCache()
+        self.cache = PersonCache(person_cache_mb * 1024 * 1024)
         self.person_version = person_version(db_path)
         self.conn: sqlite3.Connection | None = None
         self._lock_fd = -1
@@ -448,9 +455,10 @@ def _request_id(payload: bytes) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (2, 3) or (len(args) == 3 and not args[2].isdigit()):
+    if len(args) not in (2, 3, 4) or not all(a.isdigit() for a in args[2:]):
         print(
-            "usage: python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH [MMAP_MB]",
+            "usage: python -m flagstaff.store.sqlite.ingestd DB_PATH SOCKET_PATH "
+            "[MMAP_MB [PERSON_CACHE_MB]]",
             file=sys.stderr,
         )
         return 2
@@ -458,10 +466,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logs.configure(os.environ.get("FLAGSTAFF_LOG_LEVEL", "info"))
     db_path, socket_path = Path(args[0]), Path(args[1])
-    mmap_mb = int(args[2]) if len(args) == 3 else DEFAULT_MMAP_MB
+    mmap_mb = int(args[2]) if len(args) >= 3 else DEFAULT_MMAP_MB
+    person_cache_mb = int(args[3]) if len(args) == 4 else DEFAULT_PERSON_CACHE_MB
+    tune_allocator()  # freed bursts (large frames, a cache started over) go back to the system
     lock = lock_data_dir(db_path)
     try:
-        IngestServer(db_path, socket_path, mmap_mb).serve()
+        IngestServer(db_path, socket_path, mmap_mb, person_cache_mb).serve()
     finally:
         os.close(lock)
     return 0

@@ -10,10 +10,29 @@ from __future__ import annotations
 from flagstaff.ingest.persons import PersonState
 from flagstaff.store.sqlite.experiment_memory import ExperimentMemory
 
+DEFAULT_PERSON_CACHE_MB = 64
+"""Memory the ingest writer's cached persons may take (estimated), by default."""
+PERSON_OVERHEAD = 500
+"""Estimated bytes of a cached person besides its properties (state, uuid, dict slots)."""
+PROPERTY_BYTES = 150
+"""Estimated bytes of one stored property (key, value, dict slot)."""
+DISTINCT_ID_BYTES = 150
+"""Estimated bytes of one more distinct id pointing at a cached person."""
+
+
+def person_size(state: PersonState) -> int:
+    """The estimated memory of a cached person, from its number of properties."""
+    return PERSON_OVERHEAD + PROPERTY_BYTES * len(state.properties)
+
 
 class PersonCache:
-    def __init__(self, max_persons: int = 200_000) -> None:
-        self.max_persons = max_persons
+    """Persons by distinct id, bounded by an estimate of their memory: past ``limit_bytes``
+    it starts over (the persons are read again as events name them). A person's estimate is
+    taken when it is first remembered."""
+
+    def __init__(self, limit_bytes: int = DEFAULT_PERSON_CACHE_MB * 1024 * 1024) -> None:
+        self.limit = limit_bytes
+        self.bytes = 0
         self._by_distinct_id: dict[tuple[int, str], PersonState] = {}
         self._by_id: dict[int, PersonState] = {}
         self.hits = 0
@@ -35,15 +54,25 @@ class PersonCache:
         return self._by_id
 
     def remember(self, project_id: int, states: dict[str, PersonState]) -> None:
-        if len(self._by_distinct_id) + len(states) > self.max_persons:
-            self.clear()
+        by_distinct_id, by_id = self._by_distinct_id, self._by_id
+        added = 0
         for distinct_id, state in states.items():
             while state.merged_into is not None:
                 state = state.merged_into
             if state.id is None:
                 continue
-            self._by_distinct_id[(project_id, distinct_id)] = state
-            self._by_id[state.id] = state
+            key = (project_id, distinct_id)
+            if key not in by_distinct_id:
+                added += DISTINCT_ID_BYTES
+            by_distinct_id[key] = state
+            if state.id not in by_id:
+                added += person_size(state)
+            by_id[state.id] = state
+        self.bytes += added
+        if self.bytes > self.limit:
+            self.clear()
+            if added <= self.limit:  # start over with this batch's persons
+                self.remember(project_id, states)
 
     def forget(self, person_id: int) -> None:
         self._by_id.pop(person_id, None)
@@ -51,6 +80,7 @@ class PersonCache:
     def clear(self) -> None:
         self._by_distinct_id.clear()
         self._by_id.clear()
+        self.bytes = 0
         self.experiments.clear()
 
     def __len__(self) -> int:

@@ -17,8 +17,17 @@ from typing import Any
 from flagstaff.store.changes import ChangeCounter
 from flagstaff.store.records import FlagContext
 
-MAX_CONTEXTS = 20_000
-"""Flag contexts one worker keeps (a few KB each); the cache starts over beyond it."""
+DEFAULT_CONTEXT_CACHE_MB = 16
+"""Memory one worker's flag contexts may take (estimated); the cache starts over beyond it."""
+CONTEXT_OVERHEAD = 600
+"""Bytes a context costs besides its stored JSON (record, key, dict slot, empty dicts)."""
+JSON_EXPANSION = 4
+"""Decoded properties take about this many times the bytes of their JSON text."""
+
+
+def context_size(json_bytes: int) -> int:
+    """The estimated memory of a flag context read from ``json_bytes`` of stored JSON."""
+    return CONTEXT_OVERHEAD + JSON_EXPANSION * json_bytes
 
 
 def person_version(db_path: Path) -> ChangeCounter:
@@ -29,12 +38,15 @@ def person_version(db_path: Path) -> ChangeCounter:
 class FlagContextCache:
     """A worker's stored flag contexts, valid while the person version has not moved."""
 
-    __slots__ = ("_cell", "_contexts", "_seen", "hits", "misses")
+    __slots__ = ("_cell", "_contexts", "_seen", "bytes", "hits", "limit", "misses")
 
-    def __init__(self, version: ChangeCounter) -> None:
+    def __init__(self, version: ChangeCounter, limit_bytes: int) -> None:
         self._cell = version.cell
         self._seen = -1
         self._contexts: dict[Any, FlagContext] = {}
+        self.limit = limit_bytes
+        """Estimated bytes the contexts may take (:func:`context_size`); 0 keeps none."""
+        self.bytes = 0
         self.hits = 0
         self.misses = 0
 
@@ -43,6 +55,7 @@ class FlagContextCache:
         now = self._cell.value
         if now != self._seen:
             self._contexts.clear()
+            self.bytes = 0
             self._seen = now
             self.misses += 1
             return None
@@ -53,13 +66,17 @@ class FlagContextCache:
             self.hits += 1
         return context
 
-    def put(self, key: Any, context: FlagContext, version: int) -> None:
-        """Remember a context read after the counter showed ``version``."""
-        if version != self._seen:
+    def put(self, key: Any, context: FlagContext, version: int, size: int) -> None:
+        """Remember a context read after the counter showed ``version``, of ``size``
+        estimated bytes; past the limit the cache starts over."""
+        if version != self._seen or size > self.limit:
             return
         contexts = self._contexts
-        if len(contexts) >= MAX_CONTEXTS:
-            contexts.clear()
+        if key not in contexts:
+            if self.bytes + size > self.limit:
+                contexts.clear()
+                self.bytes = 0
+            self.bytes += size
         contexts[key] = context
 
     @property

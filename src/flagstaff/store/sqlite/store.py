@@ -36,7 +36,12 @@ from flagstaff.store.sqlite.dialect import SQLiteConnection, SQLiteDb
 from flagstaff.store.sqlite.enrollment import EnrollmentMixin
 from flagstaff.store.sqlite.experiments import recompute_experiment
 from flagstaff.store.sqlite.ingest import apply_ingest
-from flagstaff.store.sqlite.person_version import FlagContextCache, person_version
+from flagstaff.store.sqlite.person_version import (
+    DEFAULT_CONTEXT_CACHE_MB,
+    FlagContextCache,
+    context_size,
+    person_version,
+)
 from flagstaff.store.sqlite.retention import RetentionMixin
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.team_store import TeamStoreMixin
@@ -60,10 +65,15 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
     """The :class:`~flagstaff.store.base.Store` (and the accounts' store) on an SQLite file."""
 
     def __init__(
-        self, path: Path, ingest_socket: str | None = None, mmap_mb: int = DEFAULT_MMAP_MB
+        self,
+        path: Path,
+        ingest_socket: str | None = None,
+        mmap_mb: int = DEFAULT_MMAP_MB,
+        context_cache_mb: int = DEFAULT_CONTEXT_CACHE_MB,
     ) -> None:
         self.path = path
         self.mmap_mb = mmap_mb
+        self.context_cache_mb = context_cache_mb
         self._writer = Writer(path, mmap_mb)
         self._db: sqlite3.Connection | None = None
         self._ingest_client = IngestClient(ingest_socket) if ingest_socket else None
@@ -84,7 +94,7 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
         migrate(self.path)
         self._db = connect(self.path, readonly=True, mmap_mb=self.mmap_mb)
         self._person_version = person_version(self.path)
-        self._contexts = FlagContextCache(self._person_version)
+        self._contexts = FlagContextCache(self._person_version, self.context_cache_mb * 1024 * 1024)
         # Any write of this process may touch persons, overrides or cohort members.
         self._writer.after_commit = self._person_version.bump
         self._writer.start(asyncio.get_running_loop())
@@ -140,15 +150,15 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
         if cache is None:
             return self._read_flag_context(
                 project_id, distinct_id, groups, overrides, static_cohorts
-            )
+            )[0]
         key = (project_id, distinct_id, overrides, static_cohorts, *groups.items())
         context = cache.get(key)
         if context is None:
             version = cache.version
-            context = self._read_flag_context(
+            context, json_bytes = self._read_flag_context(
                 project_id, distinct_id, groups, overrides, static_cohorts
             )
-            cache.put(key, context, version)
+            cache.put(key, context, version, context_size(json_bytes))
         return context
 
     def _read_flag_context(
@@ -158,7 +168,8 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
         groups: dict[int, str],
         overrides: bool,
         static_cohorts: bool,
-    ) -> FlagContext:
+    ) -> tuple[FlagContext, int]:
+        """The context, and the bytes of stored JSON it was decoded from (its size)."""
         db = self.db
         row = db.execute(
             "SELECT p.id, p.properties FROM person_distinct_ids d JOIN persons p "
@@ -169,8 +180,10 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
         properties: dict[str, Any] = {}
         hash_keys: dict[str, str] = {}
         cohort_ids: frozenset[int] = frozenset()
+        json_bytes = 0
         if row is not None:
             person_id = row[0]
+            json_bytes = len(row[1])
             properties = _decode(row[1])
             if overrides:
                 hash_keys = dict(
@@ -200,8 +213,10 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
                 (project_id, index, key),
             ).fetchone()
             if grow is not None:
+                json_bytes += len(grow[0])
                 group_props[str(index)] = _decode(grow[0])
-        return FlagContext(properties, group_props, hash_keys, cohort_ids, person_id)
+        context = FlagContext(properties, group_props, hash_keys, cohort_ids, person_id)
+        return context, json_bytes
 
     async def add_hash_key_overrides(
         self, project_id: int, distinct_id: str, hash_key: str, flag_keys: list[str]
