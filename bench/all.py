@@ -8,8 +8,8 @@ thread on the same two cores), one after another:
 1. Flagstaff on SQLite with the 50 flags of ``bench.engine`` and 10,000 stored persons:
    ``POST /flags`` with people coming back (bodies drawn with Zipf weights over all persons:
    the answer cache's warm case; full rate, then paced to half of it for the p99), ``/flags``
-   cold (every person in turn, the answer cache off), ``POST /i/v0/e/`` single events and ``POST /batch/`` 100-event batches (durably
-   acknowledged).
+   cold (every person in turn, the answer cache off), ``POST /i/v0/e/`` single events and
+   ``POST /batch/`` 100-event batches (durably acknowledged).
 2. The floors: bare granian apps (``bench.floor_apps``, ASGI and RSGI) answering the same POST
    with an answer of the size Flagstaff's ``/flags`` answer had, and with ``{"status":1}``; and
    SQLite's raw durable insert rate of the same ~600-byte event rows (WAL, ``synchronous=FULL``,
@@ -707,7 +707,7 @@ ZIPF = 1.0
 
 def main_rows(args: argparse.Namespace, report: Report) -> None:
     """The targets of issue 28, each against its floor measured in this run."""
-    full, half, answer_bytes, _, flags_cpu = measure_flags(args, zipf=ZIPF)
+    full, half, answer_bytes, rss, flags_cpu = measure_flags(args, zipf=ZIPF)
     cold, _, _, _, cold_cpu = measure_flags(
         args, paced=False, env={"FLAGSTAFF_FLAGS_ANSWER_CACHE_MB": "0"}
     )
@@ -789,6 +789,7 @@ def main_rows(args: argparse.Namespace, report: Report) -> None:
         + f"; SQLite raw insert {insert_floor:,.0f} rows/s ({insert_cpu:.1f} µs CPU/row)."
     )
     report.notes.append(f"/batch/ goal of 100,000 events/s: {batch.requests_per_s * 100:,.0f}.")
+    report.notes.append(f"RSS per process after the warm /flags row (10k persons): {rss}.")
 
 
 if __name__ == "__main__":

@@ -34,10 +34,11 @@ also holds the file's pages it touched (256 MB each took a node with 1M persons 
 WRITE_CACHE_KB = 65536
 """SQLite's page cache of a writing connection (the ingest writer's, a worker's writer): large,
 as the ingest writer's steps over the growing indexes depend on it."""
-READ_CACHE_KB = 32768
+READ_CACHE_KB = 8192
 """The page cache of a worker's read connections. Another connection's commit empties it, so
-under ingestion a larger one buys nothing; 64 MB a connection kept a node at 1M persons at
-~300 MB PSS, 32 MB at ~234 MB for the same CPU per ``/flags`` request (docs/benchmarks.md)."""
+under ingestion a larger one buys nothing, and pages it misses come from the system's file
+cache; 64 MB a connection kept a node at 1M persons at ~300 MB PSS, 32 MB at ~224-234 MB,
+8 MB at ~198 MB for no more CPU per ``/flags`` request (docs/benchmarks.md)."""
 MAX_MMAP_MB = 2047
 """SQLite's own ceiling (``SQLITE_MAX_MMAP_SIZE``, 0x7fff0000 bytes): it lowers larger values."""
 
