@@ -715,6 +715,7 @@ def main_rows(args: argparse.Namespace, report: Report) -> None:
     floors, floor_cpu = measure_floors(args, answer_bytes)
     insert_floor, insert_cpu = sqlite_floor()
     peer = None if args.no_unleash else unleash.measure(args.seconds, args.connections)
+    plain = None if args.no_unleash else unleash.measure(args.seconds, args.connections, plain=True)
 
     best_answer = max(("asgi answer", "rsgi answer"), key=lambda k: floors[k].requests_per_s)
     best_status = max(("asgi status", "rsgi status"), key=lambda k: floors[k].requests_per_s)
@@ -765,14 +766,27 @@ def main_rows(args: argparse.Namespace, report: Report) -> None:
     if peer is not None:
         report.rows.append(
             Row(
-                "/flags against Unleash /api/frontend",
-                full.requests_per_s,
+                "/flags cold against Unleash /api/frontend",
+                cold.requests_per_s,
                 "req/s",
                 "Unleash",
                 peer.requests_per_s,
                 10,
                 10,
                 _latency(peer) + " (Unleash)",
+            )
+        )
+    if plain is not None:
+        report.rows.append(
+            Row(
+                "/flags cold against Unleash, plain constraints (no regex, no dependencies)",
+                cold.requests_per_s,
+                "req/s",
+                "Unleash",
+                plain.requests_per_s,
+                10,
+                10,
+                _latency(plain) + " (Unleash)",
             )
         )
     if half is not None:
