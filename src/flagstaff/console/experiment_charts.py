@@ -169,7 +169,8 @@ def lines(
         points = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(counts))
         out.append(
             f'<polyline points="{points}" fill="none" stroke="{colour(s)}" stroke-width="2" '
-            f'stroke-linejoin="round" data-series="{escape(name)}"/>'
+            f'stroke-linejoin="round" data-series="{escape(name)}" '
+            f'data-last="{counts[-1] if counts else 0}"/>'
         )
         out.extend(
             f'<circle cx="{x_of(i):.1f}" cy="{y_of(v):.1f}" r="2.5" fill="{colour(s)}">'
