@@ -129,3 +129,6 @@ def test_the_exposure_chart_draws_cumulative_unique_persons_per_variant() -> Non
     lasts = dict(re.findall(r'data-series="([^"]+)" data-last="(\d+)"', chart))
     assert lasts == {"control": "4", "test": "3"}  # each line ends at the variant's persons
     assert ">01-06<" in chart  # the first day (18,998) on the axis
+    assert chart.count("<circle") == 4  # a point where a line rises: 0-3-4 and 1-3
+    long = experiment_views.exposure_days_span(days, start, None, start + 900 * day)
+    assert str(experiment_views.exposure_chart(days, long)).count("<circle") == 0

@@ -218,6 +218,7 @@ def exposure_chart(days: dict[str, dict[int, int]], span: range) -> Markup:
         series,
         y_title="Persons exposed",
         tick_every=1 if n <= 10 else 7 * math.ceil(n / 56),
+        changes_only=True,
     )
 
 
