@@ -130,5 +130,12 @@ def test_the_exposure_chart_draws_cumulative_unique_persons_per_variant() -> Non
     assert lasts == {"control": "4", "test": "3"}  # each line ends at the variant's persons
     assert ">01-06<" in chart  # the first day (18,998) on the axis
     assert chart.count("<circle") == 4  # a point where a line rises: 0-3-4 and 1-3
+    # years of days: drawn every few days back from the last, which ends each line
+    days["test"][19_500] = 5
     long = experiment_views.exposure_days_span(days, start, None, start + 900 * day)
-    assert str(experiment_views.exposure_chart(days, long)).count("<circle") == 0
+    drawn = str(experiment_views.exposure_chart(days, long))
+    assert drawn.count("<circle") <= 4 and "drawn every 8 days" in drawn
+    lasts = dict(re.findall(r'data-series="([^"]+)" data-last="(\d+)"', drawn))
+    assert lasts == {"control": "4", "test": "8"}
+    points = re.findall(r'<polyline points="([^"]+)"', drawn)[0].split()
+    assert len(points) <= experiment_views.MAX_POINTS

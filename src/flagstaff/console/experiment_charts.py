@@ -121,10 +121,6 @@ def delta_bars(chart_id: str, title: str, deltas: Sequence[Delta], width: int = 
     return Markup("".join(out))
 
 
-MAX_MARKED = 366
-"""A cumulative line longer than this (days) is drawn without its points' tooltips."""
-
-
 def lines(
     chart_id: str,
     title: str,
@@ -140,7 +136,7 @@ def lines(
 ) -> Markup:
     """A line per series over the x labels (oldest first), the y axis in round ticks from 0,
     a legend above; each point carries a tooltip (``changes_only``: each point that differs
-    from the one before, for a cumulative line; none past :data:`MAX_MARKED` labels)."""
+    from the one before, for a cumulative line)."""
     left, right, top, bottom = 56, 24, 8, 30
     plot_w = width - left - right
     legend, legend_h = _legend([name for name, _ in series], left, plot_w, top)
@@ -178,8 +174,6 @@ def lines(
             f'stroke-linejoin="round" data-series="{escape(name)}" '
             f'data-last="{counts[-1] if counts else 0}"/>'
         )
-        if changes_only and n > MAX_MARKED:
-            continue
         out.extend(
             f'<circle cx="{x_of(i):.1f}" cy="{y_of(v):.1f}" r="2.5" fill="{colour(s)}">'
             f"<title>{escape(x_labels[i])}, {escape(name)}: {number(v)}</title></circle>"

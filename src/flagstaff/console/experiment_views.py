@@ -204,20 +204,34 @@ def cumulative(counts: dict[int, int], span: range) -> list[int]:
     return out
 
 
+MAX_POINTS = 120
+"""A longer span is drawn every few days (counted back from its last day, which is always
+drawn): the page's cost stays bounded however long an experiment has run."""
+
+
 def exposure_chart(days: dict[str, dict[int, int]], span: range) -> Markup:
     """Unique persons exposed per variant, cumulative by the day of their first exposure
     (the totals' day histograms: the last point of a line is the variant's exposures)."""
-    series = [(key, cumulative(counts, span)) for key, counts in days.items()]
+    step = math.ceil(len(span) / MAX_POINTS)
+    shown = span[::-1][::step][::-1]
+    picked = range(len(span))[::-1][::step][::-1]
+    series = []
+    for key, counts in days.items():
+        running = cumulative(counts, span)
+        series.append((key, [running[i] for i in picked] if step > 1 else running))
     totals = ", ".join(f"{key} {counts[-1] if counts else 0:,}" for key, counts in series)
-    n = len(span)
+    n = len(shown)
+    every = "" if step == 1 else f", drawn every {step} days"
     return experiment_charts.lines(
         "exposures-over-time",
         "Unique persons exposed per variant, cumulative by day",
-        f"Persons exposed by their first exposure's day (UTC), cumulative: {totals}.",
-        [day_label(d) for d in span],
+        f"Persons exposed by their first exposure's day (UTC), cumulative{every}: {totals}.",
+        [day_label(d) for d in shown],
         series,
         y_title="Persons exposed",
-        tick_every=1 if n <= 10 else 7 * math.ceil(n / 56),
+        tick_every=1
+        if n <= 10
+        else (7 if step == 1 else 1) * math.ceil(n / (56 if step == 1 else 8)),
         changes_only=True,
     )
 
