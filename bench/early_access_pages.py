@@ -7,7 +7,7 @@ The server (``flagstaff serve``, 2 workers, SQLite or a fresh PostgreSQL databas
 ``--features`` early access features through the API. Persons are then written by direct SQL
 while the server is stopped (``bench.console_http``'s properties), each enrolled
 (``$feature_enrollment/<key>: true``) in the first feature and every tenth one in each other
-feature too, and the database is set back to before migration 0131 (its table dropped, the
+feature too, and the database is set back to before migration 0131 (its tables dropped, the
 migration forgotten): starting again applies it, and its backfill of the enrolled persons is
 timed (the server's start). A console user logs in and the list and two features' pages (1M
 and 100k persons enrolled) are fetched ``--repeat`` times after one warm-up
@@ -31,6 +31,11 @@ from bench.load import CpuMeter, start_server
 
 P = "/api/projects/@current"
 PREFIX = "$feature_enrollment/"
+UNDO_0131 = (
+    "DROP TABLE person_enrollments; DROP TABLE enrollment_counts; "
+    "DELETE FROM schema_migrations WHERE version = 131"
+)
+"""The database as it was before migration 0131."""
 ENROLL = (
     "UPDATE persons SET properties = json_set(properties, '$.\"' || ?1 || '\"', json('true')) "
     "WHERE (id % ?2) = 0"
@@ -56,9 +61,8 @@ def _enroll_sqlite(db: Path, keys: list[str]) -> None:
         conn.execute("PRAGMA synchronous=OFF")
         for n, key in enumerate(keys):
             conn.execute(ENROLL, (PREFIX + key, 1 if n == 0 else 10))
-        conn.execute("DROP TABLE person_enrollments")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 131")
         conn.commit()
+        conn.executescript(UNDO_0131)
     finally:
         conn.close()
 
@@ -75,8 +79,7 @@ async def _enroll_postgres(url: str, keys: list[str]) -> None:
                 PREFIX + key,
                 1 if n == 0 else 10,
             )
-        await conn.execute("DROP TABLE person_enrollments")
-        await conn.execute("DELETE FROM schema_migrations WHERE version = 131")
+        await conn.execute(UNDO_0131 + "; DROP FUNCTION person_enrollments_count()")
         await conn.execute("VACUUM ANALYZE persons")
     finally:
         await conn.close()

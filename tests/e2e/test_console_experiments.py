@@ -198,6 +198,7 @@ def test_an_experiment_from_the_form_to_a_shipped_variant(page: Any, seeded: See
         for i in range(2)
     }
     assert ends == results["exposures"] and sum(ends.values()) == 140
+    assert page.locator("[data-undated]").count() == 0
     screenshot(page, "console-experiment")
     metrics = page.locator("section", has=page.locator("#metrics-heading"))
     metrics.screenshot(path=str(SCREENSHOTS / "console-experiment-metrics.png"))

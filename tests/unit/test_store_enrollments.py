@@ -20,6 +20,11 @@ from tests.unit.test_experiments_store import open_store, run
 __all__ = ["open_store"]
 
 UPDATE = "$feature_enrollment_update"
+UNDO_0131 = (
+    "DROP TABLE person_enrollments; DROP TABLE enrollment_counts; "
+    "DELETE FROM schema_migrations WHERE version = 131"
+)
+"""A database as it was before migration 0131."""
 
 
 def _opt(distinct_id: str, flag: str, value: Any, ts: int) -> Any:
@@ -106,6 +111,8 @@ def test_random_persons_enrollments_match_their_properties(
             await store.ingest(pid, batch, [])
             truth = await _truth(store, pid)
             assert await _rows(store, pid) == truth, n
+            counted = await store.enrollment_counts(pid, ["x", "y"])
+            assert counted == {k: sum(1 for f, _ in truth if f == k) for k in "xy"}, n
             enrolled.append(len(truth))
         return enrolled
 
@@ -126,17 +133,13 @@ def test_the_migration_enrolls_the_persons_enrolled_before_it(
         await store.ingest(pid, events, [])
         before = await _rows(store, pid)
         # as a database before migration 0131: no table, the migration not applied
-        drop = "DROP TABLE person_enrollments"
-        forget = "DELETE FROM schema_migrations WHERE version = 131"
         if isinstance(store, PostgresStore):
             async with store._pool.acquire() as conn:
-                await conn.execute(drop)
-                await conn.execute(forget)
+                await conn.execute(UNDO_0131 + "; DROP FUNCTION person_enrollments_count()")
         else:
             assert isinstance(store, SQLiteStore)
             with sqlite3.connect(store.path) as conn:
-                conn.execute(drop)
-                conn.execute(forget)
+                conn.executescript(UNDO_0131)
         return pid, before
 
     async def reopened(store: Store) -> tuple[set[tuple[str, int]], dict[str, int]]:

@@ -211,6 +211,10 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
                 pages.clock(),
             )
             timeline = experiment_views.exposure_chart(read.exposure_days, span)
+        undated = any(
+            sum(read.exposure_days.get(key, {}).values()) != count
+            for key, count in read.body["exposures"].items()
+        )
         can_edit = can(principal.role, Action.EDIT)
         body = templates.render(
             "experiment.html",
@@ -228,6 +232,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
                 for i, m in enumerate(results["metrics_secondary"])
             ],
             timeline=timeline,
+            undated=undated,
             can_edit=can_edit,
             seen=await data.events_seen(project.id) if can_edit else None,
             metrics_json=json.dumps(experiment_views.form_metrics(definition)),

@@ -1,8 +1,9 @@
 """Persons enrolled in an early access feature: those whose person property
 ``$feature_enrollment/<flag key>`` is true (posthog-js sets it on opt-in), kept one row per
-flag key and person in ``person_enrollments`` by ingestion (migration 0131). A mixin of
-:class:`~flagstaff.store.postgres.store.PostgresStore`: counts and lists read that table's
-primary key, never the persons' properties."""
+flag key and person in ``person_enrollments`` by ingestion, and counted per flag key in
+``enrollment_counts`` by that table's trigger (migration 0131). A mixin of
+:class:`~flagstaff.store.postgres.store.PostgresStore`: counts are one row per feature, the
+newest enrolled persons a walk of the primary key; never the persons' properties."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class EnrollmentMixin:
     async def enrolled_persons(self, project_id: int, flag_key: str, limit: int) -> Enrolled:
         key = pg_text(flag_key)
         count = await self.pool.fetchval(
-            "SELECT count(*) FROM person_enrollments WHERE project_id = $1 AND flag_key = $2",
+            "SELECT persons FROM enrollment_counts WHERE project_id = $1 AND flag_key = $2",
             project_id,
             key,
         )
@@ -33,15 +34,15 @@ class EnrollmentMixin:
             key,
             limit,
         )
-        return Enrolled(int(count), [str(r[0]) for r in rows if r[0] is not None])
+        return Enrolled(int(count or 0), [str(r[0]) for r in rows if r[0] is not None])
 
     async def enrollment_counts(self, project_id: int, flag_keys: list[str]) -> dict[str, int]:
         out = dict.fromkeys(flag_keys, 0)
         if not flag_keys:
             return out
         rows = await self.pool.fetch(
-            "SELECT x.k, (SELECT count(*) FROM person_enrollments e WHERE e.project_id = $1 "
-            "AND e.flag_key = x.k) FROM unnest($2::text[]) AS x(k)",
+            "SELECT flag_key, persons FROM enrollment_counts WHERE project_id = $1 "
+            "AND flag_key = ANY($2::text[])",
             project_id,
             sorted({pg_text(k) for k in flag_keys}),
         )

@@ -1,8 +1,9 @@
 """Persons enrolled in an early access feature: those whose person property
 ``$feature_enrollment/<flag key>`` is true (posthog-js sets it on opt-in), kept one row per
-flag key and person in ``person_enrollments`` by ingestion (migration 0131). A mixin of
-:class:`~flagstaff.store.sqlite.store.SQLiteStore`: counts and lists read that table's
-primary key, never the persons' properties."""
+flag key and person in ``person_enrollments`` by ingestion, and counted per flag key in
+``enrollment_counts`` by that table's triggers (migration 0131). A mixin of
+:class:`~flagstaff.store.sqlite.store.SQLiteStore`: counts are one row per feature, the
+newest enrolled persons a walk of the primary key; never the persons' properties."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ class EnrollmentMixin:
 
     async def enrolled_persons(self, project_id: int, flag_key: str, limit: int) -> Enrolled:
         args = (project_id, flag_key)
-        (count,) = self.db.execute(
-            "SELECT count(*) FROM person_enrollments WHERE project_id = ? AND flag_key = ?", args
+        row = self.db.execute(
+            "SELECT persons FROM enrollment_counts WHERE project_id = ? AND flag_key = ?", args
         ).fetchone()
+        count = row[0] if row is not None else 0
         rows = self.db.execute(
             "SELECT (SELECT min(d.distinct_id) FROM person_distinct_ids d "
             "WHERE d.project_id = e.project_id AND d.person_id = e.person_id) "
@@ -39,8 +41,8 @@ class EnrollmentMixin:
             chunk = keys[start : start + _CHUNK]
             marks = ",".join("?" * len(chunk))
             for key, count in self.db.execute(
-                "SELECT flag_key, count(*) FROM person_enrollments WHERE project_id = ? "
-                f"AND flag_key IN ({marks}) GROUP BY flag_key",
+                "SELECT flag_key, persons FROM enrollment_counts WHERE project_id = ? "
+                f"AND flag_key IN ({marks})",
                 (project_id, *chunk),
             ):
                 out[key] = int(count)

@@ -87,5 +87,17 @@ def _incremental_vacuum(conn: sqlite3.Connection) -> None:
 
 
 def _split_sql(script: str) -> list[str]:
+    """The script's statements; a trigger's body keeps its own semicolons."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    statements: list[str] = []
+    pending = ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            statement = pending.strip().removesuffix(";").strip()
+            if statement:
+                statements.append(statement)
+            pending = ""
+    if pending.strip().removesuffix(";").strip():
+        statements.append(pending.strip().removesuffix(";").strip())
+    return statements
