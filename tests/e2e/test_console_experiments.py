@@ -101,6 +101,24 @@ def _visit(server: Server) -> None:
         client.shutdown()
 
 
+def _check_again(server: Server, distinct_ids: list[str]) -> None:
+    """A second $feature_flag_called of the same day by each of these visitors (another
+    client: posthog-python reports a flag once per person and value)."""
+    client = Posthog(PROJECT_TOKEN, host=server.url, max_retries=0)
+    try:
+        for distinct_id in distinct_ids:
+            answer = httpx.post(
+                f"{server.url}/flags?v=2",
+                json={"api_key": PROJECT_TOKEN, "distinct_id": distinct_id},
+            )
+            variant = answer.json()["flags"][FLAG]["variant"]
+            properties = {"$feature_flag": FLAG, "$feature_flag_response": variant}
+            client.capture("$feature_flag_called", distinct_id=distinct_id, properties=properties)
+    finally:
+        client.flush()
+        client.shutdown()
+
+
 def _percent(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
@@ -155,8 +173,10 @@ def test_an_experiment_from_the_form_to_a_shipped_variant(page: Any, seeded: See
     page.locator("[data-too-few]").first.wait_for()  # nobody exposed yet
 
     _visit(seeded.server)
+    _check_again(seeded.server, VISITORS[:10])
     results_url = f"{P}/experiments/{experiment_id}/results/"
     _wait(lambda: sum(seeded.api.get(results_url).json()["exposures"].values()) == 140)
+    _wait(lambda: _events(seeded, "$feature_flag_called") == 150)
     buyers = len(VISITORS[::3])
     _wait(lambda: _events(seeded, "purchase") == buyers + 1)
     results = seeded.api.get(results_url).json()
@@ -170,7 +190,15 @@ def test_an_experiment_from_the_form_to_a_shipped_variant(page: Any, seeded: See
                 assert row.locator(f'[data-cell="{cell}"]').inner_text() == text, (cell, variant)
         chart = section.locator("[data-delta-chart] svg")
         assert chart.locator('rect[data-variant="test"]').count() == 1
-    assert page.locator("[data-exposure-chart] polyline").count() == 2
+    # the lines count persons, not checks: 150 $feature_flag_called, 140 persons
+    lines = page.locator("[data-exposure-chart] polyline")
+    assert lines.count() == 2
+    ends = {
+        lines.nth(i).get_attribute("data-series"): int(lines.nth(i).get_attribute("data-last"))
+        for i in range(2)
+    }
+    assert ends == results["exposures"] and sum(ends.values()) == 140
+    assert page.locator("[data-undated]").count() == 0
     screenshot(page, "console-experiment")
     metrics = page.locator("section", has=page.locator("#metrics-heading"))
     metrics.screenshot(path=str(SCREENSHOTS / "console-experiment-metrics.png"))

@@ -231,10 +231,24 @@ def test_an_early_access_feature_gets_enrolled_persons(page: Any, seeded: Seeded
     page.goto(f"{url}/early_access")
     row = page.locator(f'tr[data-feature="{feature_id}"]')
     assert "Beta" in row.inner_text() and key in row.inner_text()
+    assert row.locator("[data-enrolled-count]").inner_text() == "1"
     screenshot(page, "console-early-access-list")
 
-    assert _flags(seeded, "someone-else")[key] is False
+    # opting out (posthog-js sets the property false) takes the person off both pages
+    _visit(seeded.server, "early-bird", feature=key, enroll=False)
+
+    def listed(count: str) -> bool:
+        page.reload()
+        return row.locator("[data-enrolled-count]").inner_text() == count
+
+    assert _until(lambda: listed("0"), timeout=15)
     page.goto(f"{url}/early_access/{feature_id}")
+    assert page.locator("[data-enrolled-count]").inner_text() == "0"
+    assert page.locator("[data-enrolled]").count() == 0
+    _visit(seeded.server, "early-bird", feature=key, enroll=True)  # and back in
+    assert _until(enrolled, timeout=15)
+
+    assert _flags(seeded, "someone-else")[key] is False
     page.on("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Move to general availability").click()
     page.locator("[data-stage]", has_text="General availability").wait_for()

@@ -108,3 +108,34 @@ def test_the_favicon_is_an_ico_of_one_32px_image() -> None:
     width, height, _, _, _, bits, size, offset = struct.unpack_from("<BBBBHHII", data, 6)
     assert (reserved, kind, count, width, height, bits) == (0, 1, 1, 32, 32, 32)
     assert offset + size == len(data)
+
+
+def test_the_exposure_chart_draws_cumulative_unique_persons_per_variant() -> None:
+    day = 86_400_000
+    start = 19_000 * day
+    days = {"control": {19_000: 3, 19_002: 1}, "test": {19_001: 2, 18_999: 1}}
+    # from the day before the start date (an exposure before it widens it) to today
+    span = experiment_views.exposure_days_span(days, start + 5, None, start + 3 * day)
+    assert span == range(18_999, 19_004)
+    assert experiment_views.cumulative(days["control"], span) == [0, 3, 3, 4, 4]
+    days["test"] = {19_001: 2, 18_998: 1}
+    span = experiment_views.exposure_days_span(days, start + 5, None, start + 3 * day)
+    assert span == range(18_998, 19_004)
+    assert experiment_views.cumulative(days["test"], span) == [1, 1, 1, 3, 3, 3]
+    assert experiment_views.cumulative(days["test"], range(19_001, 19_003)) == [3, 3]
+    ended = experiment_views.exposure_days_span({}, start, start + day, start + 9 * day)
+    assert ended == range(18_999, 19_002)  # stops at the end date
+    chart = str(experiment_views.exposure_chart(days, span))
+    lasts = dict(re.findall(r'data-series="([^"]+)" data-last="(\d+)"', chart))
+    assert lasts == {"control": "4", "test": "3"}  # each line ends at the variant's persons
+    assert ">01-06<" in chart  # the first day (18,998) on the axis
+    assert chart.count("<circle") == 4  # a point where a line rises: 0-3-4 and 1-3
+    # years of days: drawn every few days back from the last, which ends each line
+    days["test"][19_500] = 5
+    long = experiment_views.exposure_days_span(days, start, None, start + 900 * day)
+    drawn = str(experiment_views.exposure_chart(days, long))
+    assert drawn.count("<circle") <= 4 and "drawn every 8 days" in drawn
+    lasts = dict(re.findall(r'data-series="([^"]+)" data-last="(\d+)"', drawn))
+    assert lasts == {"control": "4", "test": "8"}
+    points = re.findall(r'<polyline points="([^"]+)"', drawn)[0].split()
+    assert len(points) <= experiment_views.MAX_POINTS

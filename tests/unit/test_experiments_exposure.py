@@ -427,3 +427,78 @@ def test_merging_excluded_persons_keeps_one_excluded_person() -> None:
     assert by_key(summary.metrics["revenue"])["test"].sum == 0.0
     acc.merge_persons("nobody", "d")  # unknown source: nothing changes
     assert acc.summary(7).exposures == {"control": 1, "test": 0}
+
+
+DAY = 86_400_000
+
+
+def reference_days(events: list[ExperimentEvent]) -> dict[str, dict[int, int]]:
+    """Per variant, the persons counted in its exposures by the UTC day of their first
+    exposure, written plainly over the whole history."""
+    first: dict[str, tuple[str, int]] = {}
+    excluded: set[str] = set()
+    for item in sorted(events, key=lambda e: e.timestamp_ms):
+        if item.event != CALLED or item.properties.get("$feature_flag") != "checkout":
+            continue
+        variant = item.properties.get("$feature_flag_response")
+        if variant not in ("control", "test") or not START <= item.timestamp_ms <= END:
+            continue
+        if item.person_id not in first:
+            first[item.person_id] = (variant, item.timestamp_ms)
+        elif first[item.person_id][0] != variant:
+            excluded.add(item.person_id)
+    days: dict[str, dict[int, int]] = {"control": {}, "test": {}}
+    for person, (variant, at) in first.items():
+        if person not in excluded:
+            days[variant][at // DAY] = days[variant].get(at // DAY, 0) + 1
+    return {key: dict(sorted(counts.items())) for key, counts in days.items()}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_exposure_days_count_each_person_once_on_their_first_day(seed: int) -> None:
+    events = random_history(seed)
+    acc = ExperimentAccumulator([spec_of()])
+    acc.add_many(events)
+    summary = acc.summary(7)
+    assert summary.exposure_days == reference_days(events)
+    for variant, days in summary.exposure_days.items():
+        assert sum(days.values()) == summary.exposures[variant]
+
+    # the same history in batches, each a fresh accumulator adding its increment (PostgreSQL)
+    stored = ExperimentTotals()
+    persons: dict[str, Any] = {}
+    for begin in range(0, len(events), 41):
+        batch = events[begin : begin + 41]
+        part = ExperimentAccumulator([spec_of()])
+        part.load_persons(
+            7, {p.person_id: persons[p.person_id] for p in batch if p.person_id in persons}
+        )
+        part.add_many(batch)
+        for change in part.drain():
+            persons.update(change.persons)
+            add_totals(stored, change.totals)
+    assert summarize(spec_of(), stored).exposure_days == summary.exposure_days
+
+
+def test_a_late_earlier_exposure_moves_the_person_to_its_day() -> None:
+    acc = ExperimentAccumulator([spec_of()])
+    day0 = START // DAY
+    acc.add_many(
+        [
+            called("a", "test", 2 * DAY),
+            called("a", "test", 3 * DAY),  # a second check the same person: still one
+            called("b", "test", 2 * DAY + 5),
+            called("c", "control", DAY),
+        ]
+    )
+    assert acc.summary(7).exposure_days == {"control": {day0 + 1: 1}, "test": {day0 + 2: 2}}
+    acc.add(called("a", "test", 10))  # an earlier check, sent late
+    assert acc.summary(7).exposure_days == {
+        "control": {day0 + 1: 1},
+        "test": {day0: 1, day0 + 2: 1},
+    }
+    acc.add(called("b", "control", 3 * DAY))  # b seen with both variants: excluded
+    assert acc.summary(7).exposure_days == {"control": {day0 + 1: 1}, "test": {day0: 1}}
+    acc.add(called("d", "control", 4 * DAY))
+    acc.merge_persons("c", "d")  # one person, first exposed on c's day
+    assert acc.summary(7).exposure_days == {"control": {day0 + 1: 1}, "test": {day0: 1}}

@@ -13,11 +13,15 @@ from typing import Any, TypeVar
 
 import pytest
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals
 from flagstaff.experiments.model import experiment_flag, parse_experiment
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.base import IngestResult, Store
+from flagstaff.store.experiment_batch import decode_totals, encode_totals
+from flagstaff.store.postgres import experiments as postgres_experiments
 from flagstaff.store.postgres.store import PostgresStore
+from flagstaff.store.sqlite import experiments as sqlite_experiments
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_cache import PersonCache
 from flagstaff.store.sqlite.store import SQLiteStore
@@ -97,7 +101,7 @@ def _exposure(distinct_id: str, variant: str, ts: int) -> Any:
 
 def _plain(totals: ExperimentTotals) -> dict[str, Any]:
     return {
-        key: (v.exposed, v.metrics[0].sum, v.metrics[0].sum_squares)
+        key: (v.exposed, v.metrics[0].sum, v.metrics[0].sum_squares, v.days)
         for key, v in sorted(totals.variants.items())
         if v.exposed or v.metrics[0].sum
     } | {"excluded": totals.multiple_variant_persons}
@@ -151,9 +155,83 @@ def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> 
         return kept, again, read
 
     kept, recomputed, read = run(open_store, scenario)
-    assert kept == {"test": (1, 13.0, 169.0), "excluded": 1}
+    # one person exposed (first on a1's day: T0), with its day whatever the lanes
+    assert kept == {"test": (1, 13.0, 169.0, {T0 // DAY_MS: 1}), "excluded": 1}
     assert recomputed == kept
     assert read == 9  # four exposures and five buys, the retried ones stored once
+
+
+async def _strip_days(store: Store, experiment_id: int) -> None:
+    """Rewrite the experiment's totals as stored before they had day histograms."""
+    query = "SELECT lane, totals FROM experiment_totals WHERE experiment_id = "
+    update = "UPDATE experiment_totals SET totals = {0}3 WHERE experiment_id = {0}1 AND lane = {0}2"
+
+    def stripped(data: bytes) -> bytes:
+        totals = decode_totals(bytes(data))
+        for variant in totals.variants.values():
+            variant.days = {}
+        return encode_totals(totals)
+
+    if isinstance(store, PostgresStore):
+        async with store._pool.acquire() as conn:
+            rows = await conn.fetch(query + "$1", experiment_id)
+            await conn.executemany(
+                update.format("$"), [(experiment_id, r[0], stripped(r[1])) for r in rows]
+            )
+        return
+    assert isinstance(store, SQLiteStore)
+    with sqlite3.connect(store.path) as conn:
+        rows = conn.execute(query + "?", (experiment_id,)).fetchall()
+        conn.executemany(update.format("?"), [(experiment_id, r[0], stripped(r[1])) for r in rows])
+
+
+async def _backfill(store: Store) -> None:
+    """Migration 0130's data step, run again on the store's database."""
+    if isinstance(store, PostgresStore):
+        async with store._pool.acquire() as conn, conn.transaction():
+            await postgres_experiments.backfill_exposure_days(conn)
+        return
+    assert isinstance(store, SQLiteStore)
+    with sqlite3.connect(store.path) as conn:
+        sqlite_experiments.backfill_exposure_days(conn)
+
+
+def test_the_migration_dates_exposures_stored_before_the_day_histograms(
+    open_store: Callable[[], Store],
+) -> None:
+    async def scenario(store: Store) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        project = await store.create_project("p")
+        definition = _definition("exp")
+        record = await store.create_experiment(project.id, definition, experiment_flag(definition))
+        fingerprint = ExperimentSpec(record.id, definition).fingerprint
+        day = 86_400_000
+        await store.ingest(
+            project.id,
+            [
+                _exposure("a", "test", T0),
+                _exposure("b", "test", T0 + day),
+                _exposure("c", "control", T0 + day),
+                _exposure("c", "control", T0 + 2 * day),  # c again: still its first day
+                _exposure("d", "control", T0),
+                _exposure("d", "test", T0 + day),  # d: both variants, excluded
+            ],
+            [],
+        )
+        kept = _plain(await store.experiment_totals(record.id, fingerprint))
+        await _strip_days(store, record.id)
+        old = _plain(await store.experiment_totals(record.id, fingerprint))
+        await _backfill(store)
+        return kept, old, _plain(await store.experiment_totals(record.id, fingerprint))
+
+    kept, old, backfilled = run(open_store, scenario)
+    first = T0 // DAY_MS
+    assert kept == {
+        "control": (1, 0.0, 0.0, {first + 1: 1}),
+        "test": (2, 0.0, 0.0, {first: 1, first + 1: 1}),
+        "excluded": 1,
+    }
+    assert old["test"][3] == {}
+    assert backfilled == kept
 
 
 def test_draft_and_deleted_experiments_do_not_count(open_store: Callable[[], Store]) -> None:

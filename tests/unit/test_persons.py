@@ -259,3 +259,24 @@ def test_person_uuids_are_the_standard_version_5_uuids() -> None:
     for project_id, distinct_id in ((1, "u1"), (7, "é-ü 🎉"), (2, "")):
         expected = str(uuid.uuid5(namespace, f"{project_id}:{distinct_id}"))
         assert p.person_uuid(project_id, distinct_id) == expected
+
+
+def test_only_enrollment_changes_and_merges_mark_a_person_for_its_enrollments() -> None:
+    book = p.PersonBook(1, {})
+    key = p.ENROLLMENT_PREFIX + "dark"
+    p.apply_event(book, ev("$pageview", "a", set={"plan": "pro"}))
+    p.apply_event(book, ev("$pageview", "b", set={key: True}))
+    p.apply_event(book, ev("$pageview", "c", set_once={"x": 1}, unset=["plan"]))
+    a, b, c = (book.get(d) for d in "abc")
+    assert a is not None and b is not None and c is not None
+    assert (a.enrollment, b.enrollment, c.enrollment) == (False, True, False)
+    b.enrollment = False
+    p.apply_event(book, ev("$pageview", "b", set={key: True}))  # unchanged: nothing to do
+    assert not b.enrollment
+    p.apply_event(book, ev("$pageview", "b", unset=[key]))
+    assert b.enrollment and p.enrolled_flags(b.properties) == []
+    p.apply_event(book, ev("$pageview", "c", set={key: "true"}))
+    p.apply_event(book, ev("$identify", "a", props={"$anon_distinct_id": "c"}))  # c into a
+    assert a.enrollment and c.enrollment  # c's rows go, a's are written again
+    assert p.enrolled_flags(a.properties) == ["dark"]
+    assert p.enrolled_flags({key: 1, p.ENROLLMENT_PREFIX: True, "other": True}) == []

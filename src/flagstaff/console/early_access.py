@@ -1,7 +1,8 @@
 """The early access pages: ``/early_access`` (the list), ``/early_access/new`` (the form) and
-``/early_access/{id}`` (details, the persons enrolled (counted there only: the count scans the
-project's persons), stage changes and "move to general
+``/early_access/{id}`` (details, the persons enrolled, stage changes and "move to general
 availability", which also rolls the flag out to everyone through the flag's own update).
+Enrolled persons are counted (on both pages) and listed from ``person_enrollments``, kept by
+ingestion.
 Changes are made by ``static/early_access.js`` through the management API."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from flagstaff.console import templates
 from flagstaff.console.routes import ConsolePages, html_page
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.store.base import Enrolled, Store
-from flagstaff.surveys.early_access import EarlyAccessFeature, enrollment_property
+from flagstaff.surveys.early_access import EarlyAccessFeature
 
 MAX_LISTED = 1000
 ENROLLED_SHOWN = 100
@@ -39,6 +40,7 @@ class FeatureRow(msgspec.Struct, frozen=True):
     stage: str
     flag_key: str
     flag_id: int | None
+    enrolled: int
 
 
 class EarlyAccessData(Protocol):
@@ -53,6 +55,8 @@ class EarlyAccessData(Protocol):
         ...
 
     async def enrolled(self, project_id: int, flag_key: str) -> Enrolled: ...
+
+    async def enrolled_counts(self, project_id: int, flag_keys: list[str]) -> dict[str, int]: ...
 
 
 class StoreEarlyAccessData:
@@ -84,9 +88,10 @@ class StoreEarlyAccessData:
         )
 
     async def enrolled(self, project_id: int, flag_key: str) -> Enrolled:
-        return await self.store.enrolled_persons(
-            project_id, enrollment_property(flag_key), ENROLLED_SHOWN
-        )
+        return await self.store.enrolled_persons(project_id, flag_key, ENROLLED_SHOWN)
+
+    async def enrolled_counts(self, project_id: int, flag_keys: list[str]) -> dict[str, int]:
+        return await self.store.enrollment_counts(project_id, flag_keys)
 
 
 def _valid_id(raw: str) -> bool:
@@ -99,12 +104,22 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
         if isinstance(context, Response):
             return context
         auth, principal, project = context
-        rows = []
+        found = []
         for feature in await data.features(project.id):
             flag = await data.flag(project.id, feature.feature_flag_id)
-            key = str(flag["key"]) if flag else ""
-            stage = STAGE_LABELS.get(feature.stage, feature.stage)
-            rows.append(FeatureRow(feature.id, feature.name, stage, key, feature.feature_flag_id))
+            found.append((feature, str(flag["key"]) if flag else ""))
+        counts = await data.enrolled_counts(project.id, [key for _, key in found if key])
+        rows = [
+            FeatureRow(
+                feature.id,
+                feature.name,
+                STAGE_LABELS.get(feature.stage, feature.stage),
+                key,
+                feature.feature_flag_id,
+                counts.get(key, 0) if key else 0,
+            )
+            for feature, key in found
+        ]
         body = templates.render(
             "early_access.html",
             **pages._base(auth, principal, project),

@@ -132,9 +132,11 @@ def lines(
     width: int = 640,
     height: int = 240,
     tick_every: int = 7,
+    changes_only: bool = False,
 ) -> Markup:
     """A line per series over the x labels (oldest first), the y axis in round ticks from 0,
-    a legend above; each point carries a tooltip."""
+    a legend above; each point carries a tooltip (``changes_only``: each point that differs
+    from the one before, for a cumulative line)."""
     left, right, top, bottom = 56, 24, 8, 30
     plot_w = width - left - right
     legend, legend_h = _legend([name for name, _ in series], left, plot_w, top)
@@ -169,13 +171,14 @@ def lines(
         points = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(counts))
         out.append(
             f'<polyline points="{points}" fill="none" stroke="{colour(s)}" stroke-width="2" '
-            f'stroke-linejoin="round" data-series="{escape(name)}"/>'
+            f'stroke-linejoin="round" data-series="{escape(name)}" '
+            f'data-last="{counts[-1] if counts else 0}"/>'
         )
         out.extend(
             f'<circle cx="{x_of(i):.1f}" cy="{y_of(v):.1f}" r="2.5" fill="{colour(s)}">'
             f"<title>{escape(x_labels[i])}, {escape(name)}: {number(v)}</title></circle>"
             for i, v in enumerate(counts)
-            if v
+            if (v != counts[i - 1] if changes_only and i else v)
         )
     axis_y = plot_top + plot_h
     out.append(

@@ -4,16 +4,17 @@ response's, only formatted here. Pure: no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
 from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
 from markupsafe import Markup
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.console import experiment_charts
 from flagstaff.console.experiment_charts import Delta, percent
-from flagstaff.console.usage import FlagChecks
+from flagstaff.console.usage import day_label
 from flagstaff.experiments.model import ExperimentDefinition
 from flagstaff.store.experiment_batch import ExperimentRecord
 
@@ -178,19 +179,60 @@ def metric_view(position: int, metric: dict[str, Any], secondary: bool = False) 
     )
 
 
-def exposure_chart(checks: FlagChecks, variants: Sequence[str]) -> Markup:
-    """Exposure events per variant per day over the last 30 days (the flag's
-    ``$feature_flag_called`` rollup, by the value the flag answered)."""
-    by_value = {s.value: s.counts for s in checks.series}
-    series = [(key, by_value.get(key, [0] * len(checks.days))) for key in variants]
-    totals = ", ".join(f"{key} {sum(counts):,}" for key, counts in series)
+def exposure_days_span(
+    days: dict[str, dict[int, int]], start_ms: int, end_ms: int | None, now_ms: int
+) -> range:
+    """The days the chart covers: from the day before the start date (nobody exposed yet:
+    each line rises from zero) to today (or the end date, if earlier), widened to any day
+    with exposures (a clock or an event time off)."""
+    first = start_ms // DAY_MS - 1
+    last = max(first + 1, (now_ms if end_ms is None else min(end_ms, now_ms)) // DAY_MS)
+    seen = [day for counts in days.values() for day in counts]
+    if seen:
+        first, last = min(first, *seen), max(last, *seen)
+    return range(first, last + 1)
+
+
+def cumulative(counts: dict[int, int], span: range) -> list[int]:
+    """Persons exposed up to and including each day of ``span`` (days before it count on
+    its first day)."""
+    running = sum(n for day, n in counts.items() if day < span.start)
+    out = []
+    for day in span:
+        running += counts.get(day, 0)
+        out.append(running)
+    return out
+
+
+MAX_POINTS = 120
+"""A longer span is drawn every few days (counted back from its last day, which is always
+drawn): the page's cost stays bounded however long an experiment has run."""
+
+
+def exposure_chart(days: dict[str, dict[int, int]], span: range) -> Markup:
+    """Unique persons exposed per variant, cumulative by the day of their first exposure
+    (the totals' day histograms: the last point of a line is the variant's exposures)."""
+    step = math.ceil(len(span) / MAX_POINTS)
+    shown = span[::-1][::step][::-1]
+    picked = range(len(span))[::-1][::step][::-1]
+    series = []
+    for key, counts in days.items():
+        running = cumulative(counts, span)
+        series.append((key, [running[i] for i in picked] if step > 1 else running))
+    totals = ", ".join(f"{key} {counts[-1] if counts else 0:,}" for key, counts in series)
+    n = len(shown)
+    every = "" if step == 1 else f", drawn every {step} days"
     return experiment_charts.lines(
         "exposures-over-time",
-        "Exposure events per variant per day, last 30 days",
-        f"Exposure events ($feature_flag_called) in the last 30 days: {totals}.",
-        checks.day_labels(),
+        "Unique persons exposed per variant, cumulative by day",
+        f"Persons exposed by their first exposure's day (UTC), cumulative{every}: {totals}.",
+        [day_label(d) for d in shown],
         series,
-        y_title="Exposure events",
+        y_title="Persons exposed",
+        tick_every=1
+        if n <= 10
+        else (7 if step == 1 else 1) * math.ceil(n / (56 if step == 1 else 8)),
+        changes_only=True,
     )
 
 

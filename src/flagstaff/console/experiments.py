@@ -20,11 +20,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from flagstaff.accounts.roles import Action, can
-from flagstaff.console import experiment_views, templates, usage
+from flagstaff.console import experiment_views, templates
 from flagstaff.console.routes import ConsolePages, html_page
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.experiments.exposure import ExperimentSpec, summarize
-from flagstaff.http.admin_experiments import results_json
+from flagstaff.http.admin_experiments import experiment_summary, results_json
 from flagstaff.store.base import EventQuery, Store
 from flagstaff.store.experiment_batch import ExperimentRecord, sum_totals
 
@@ -42,6 +42,14 @@ class EventsSeen(msgspec.Struct, frozen=True):
     properties: list[str]
 
 
+class Results(msgspec.Struct, frozen=True):
+    body: dict[str, Any]
+    """The results endpoint's body."""
+    exposure_days: dict[str, dict[int, int]]
+    """Per variant (holdouts included), its exposed persons by their first exposure's day;
+    each adds up to the body's exposures of the variant."""
+
+
 class ExperimentData(Protocol):
     async def experiments(self, project_id: int) -> list[ExperimentRecord]:
         """Not deleted, newest first."""
@@ -54,8 +62,8 @@ class ExperimentData(Protocol):
         totals."""
         ...
 
-    async def results(self, record: ExperimentRecord) -> dict[str, Any]:
-        """The results endpoint's body."""
+    async def results(self, record: ExperimentRecord) -> Results:
+        """The results endpoint's body and the exposure days, from one read of the totals."""
         ...
 
     async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
@@ -63,10 +71,6 @@ class ExperimentData(Protocol):
     async def multivariate_flags(self, project_id: int) -> list[str]:
         """Keys of the flags an experiment can use: control first and two variants or more."""
         ...
-
-    async def flag_checks(
-        self, project_id: int, flag: dict[str, Any], now_ms: int
-    ) -> usage.FlagChecks: ...
 
     async def events_seen(self, project_id: int) -> EventsSeen: ...
 
@@ -105,8 +109,9 @@ class StoreExperimentData:
             out[record.id] = summarize(spec, totals).exposures
         return out
 
-    async def results(self, record: ExperimentRecord) -> dict[str, Any]:
-        return await results_json(self.store, record)
+    async def results(self, record: ExperimentRecord) -> Results:
+        summary = await experiment_summary(self.store, record)
+        return Results(await results_json(self.store, record, summary), summary.exposure_days)
 
     async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         return await self.store.get_flag(project_id, flag_id)
@@ -120,11 +125,6 @@ class StoreExperimentData:
             if isinstance(variants[0], dict) and variants[0].get("key") == "control":
                 keys.append(str(flag["key"]))
         return sorted(keys)
-
-    async def flag_checks(
-        self, project_id: int, flag: dict[str, Any], now_ms: int
-    ) -> usage.FlagChecks:
-        return await self.console.flag_checks(project_id, flag, now_ms)
 
     async def events_seen(self, project_id: int) -> EventsSeen:
         cached = self._seen.get(project_id)
@@ -197,13 +197,24 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
         if record is None:
             return pages._error_page(auth, 404, "Not found", "No such experiment.")
         definition = record.definition
-        results = await data.results(record)
+        read = await data.results(record)
+        results = read.body
         flag = await data.flag(project.id, record.feature_flag_id)
         variants = [v.key for v in definition.variants]
         timeline = None
-        if flag is not None:
-            checks = await data.flag_checks(project.id, flag, pages.clock())
-            timeline = experiment_views.exposure_chart(checks, variants)
+        if definition.start_date is not None:
+            end = definition.end_date
+            span = experiment_views.exposure_days_span(
+                read.exposure_days,
+                int(definition.start_date.timestamp() * 1000),
+                None if end is None else int(end.timestamp() * 1000),
+                pages.clock(),
+            )
+            timeline = experiment_views.exposure_chart(read.exposure_days, span)
+        undated = any(
+            sum(read.exposure_days.get(key, {}).values()) != count
+            for key, count in read.body["exposures"].items()
+        )
         can_edit = can(principal.role, Action.EDIT)
         body = templates.render(
             "experiment.html",
@@ -221,6 +232,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
                 for i, m in enumerate(results["metrics_secondary"])
             ],
             timeline=timeline,
+            undated=undated,
             can_edit=can_edit,
             seen=await data.events_seen(project.id) if can_edit else None,
             metrics_json=json.dumps(experiment_views.form_metrics(definition)),

@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.experiments.model import (
     DEFAULT_EXPOSURE_EVENT,
     EventsNode,
@@ -113,6 +114,11 @@ class MetricTotals(msgspec.Struct, array_like=True):
 class VariantTotals(msgspec.Struct, array_like=True):
     exposed: int
     metrics: list[MetricTotals]
+    days: dict[int, int] = msgspec.field(default_factory=dict)
+    """The ``exposed`` persons by the UTC day of their first exposure (days since 1970-01-01):
+    what the exposures-over-time chart draws. Its values add up to ``exposed``; in an
+    increment (a lane's row) a day may be negative, and days at zero are left out. Totals
+    stored before it existed hold none (migration 0130 fills them from the persons)."""
 
 
 class ExperimentTotals(msgspec.Struct):
@@ -155,6 +161,8 @@ class ExperimentSummary(msgspec.Struct, kw_only=True):
     multiple_variant_persons: int
     holdout_variants: list[str]
     metrics: dict[str, list[VariantStatistics]]
+    exposure_days: dict[str, dict[int, int]] = msgspec.field(default_factory=dict)
+    """Per variant (as ``exposures``), its exposed persons by the day of their first exposure."""
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -378,6 +386,21 @@ class _Rule:
         return MetricTotals(step_counts=[0] * len(self.steps))
 
 
+def _add_day(days: dict[int, int], day: int, persons: int) -> None:
+    """Add to a day's persons, leaving out a day that comes to zero."""
+    count = days.get(day, 0) + persons
+    if count:
+        days[day] = count
+    else:
+        days.pop(day, None)
+
+
+def add_days(into: dict[int, int], more: Mapping[int, int], sign: int = 1) -> None:
+    """Add (``sign`` -1: subtract) one day histogram to another, in place."""
+    for day, persons in more.items():
+        _add_day(into, day, sign * persons)
+
+
 def _add_contribution(totals: MetricTotals, contribution: Contribution, sign: int) -> None:
     value, denominator, reached = contribution
     if value:
@@ -511,12 +534,14 @@ class _Running:
     def _remove(self, person: PersonState) -> None:
         totals = self.variant_totals(person.variant)
         totals.exposed -= 1
+        _add_day(totals.days, person.exposed_ms // DAY_MS, -1)
         for rule in self.spec.rules:
             _add_contribution(totals.metrics[rule.index], rule.contribution(person.slots), -1)
 
     def _insert(self, person: PersonState) -> None:
         totals = self.variant_totals(person.variant)
         totals.exposed += 1
+        _add_day(totals.days, person.exposed_ms // DAY_MS, 1)
         for rule in self.spec.rules:
             _add_contribution(totals.metrics[rule.index], rule.contribution(person.slots), 1)
 
@@ -525,7 +550,9 @@ class _Running:
         person = persons.get(person_id)
         if person is None:
             persons[person_id] = PersonState(variant, timestamp_ms, False, [0.0] * self.spec.width)
-            self.variant_totals(variant).exposed += 1  # zero values add nothing else
+            totals = self.variant_totals(variant)
+            totals.exposed += 1  # zero values add nothing else
+            _add_day(totals.days, timestamp_ms // DAY_MS, 1)
         elif person.excluded:
             return
         elif person.variant != variant:
@@ -535,6 +562,11 @@ class _Running:
             person.excluded = True
             self.state.totals.multiple_variant_persons += 1
         elif timestamp_ms < person.exposed_ms:
+            before, after = person.exposed_ms // DAY_MS, timestamp_ms // DAY_MS
+            if after != before:  # an earlier exposure arrived late: the person's day moves
+                days = self.variant_totals(variant).days
+                _add_day(days, before, -1)
+                _add_day(days, after, 1)
             person.exposed_ms = timestamp_ms
         else:
             return
@@ -810,7 +842,9 @@ def _difference(current: ExperimentTotals, before: ExperimentTotals) -> Experime
             )
             for a, b in zip(now.metrics, then.metrics, strict=True)
         ]
-        variants[key] = VariantTotals(now.exposed - then.exposed, metrics)
+        days = dict(now.days)
+        add_days(days, then.days, -1)
+        variants[key] = VariantTotals(now.exposed - then.exposed, metrics, days)
     return ExperimentTotals(
         variants, current.multiple_variant_persons - before.multiple_variant_persons
     )
@@ -825,6 +859,7 @@ def add_totals(into: ExperimentTotals, increment: ExperimentTotals) -> None:
             into.variants[key] = _copy(extra, VariantTotals)
             continue
         totals.exposed += extra.exposed
+        add_days(totals.days, extra.days)
         for metric, more in zip(totals.metrics, extra.metrics, strict=True):
             metric.sum += more.sum
             metric.sum_squares += more.sum_squares
@@ -843,10 +878,12 @@ def summarize(spec: ExperimentSpec, totals: ExperimentTotals) -> ExperimentSumma
     if spec.holdout_key is not None:
         keys.append(spec.holdout_key)
     exposures: dict[str, int] = {}
+    days: dict[str, dict[int, int]] = {}
     metrics: dict[str, list[VariantStatistics]] = {uuid: [] for uuid in spec.metric_uuids}
     for key in keys:
         variant = totals.variants.get(key) or spec.empty_variant()
         exposures[key] = variant.exposed
+        days[key] = dict(sorted(variant.days.items()))
         for rule, metric in zip(spec.rules, variant.metrics, strict=True):
             ratio = rule.metric_type == "ratio"
             metrics[spec.metric_uuids[rule.index]].append(
@@ -868,4 +905,5 @@ def summarize(spec: ExperimentSpec, totals: ExperimentTotals) -> ExperimentSumma
         multiple_variant_persons=totals.multiple_variant_persons,
         holdout_variants=[spec.holdout_key] if spec.holdout_key else [],
         metrics=metrics,
+        exposure_days=days,
     )

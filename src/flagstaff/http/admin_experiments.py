@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 
-from flagstaff.experiments.exposure import ExperimentSpec, summarize
+from flagstaff.experiments.exposure import ExperimentSpec, ExperimentSummary, summarize
 from flagstaff.experiments.model import (
     ExperimentDefinition,
     ExperimentInvalid,
@@ -239,16 +239,25 @@ async def delete_experiment(ctx: AdminContext, request: Request) -> Any:
     return 204, None
 
 
-async def results_json(store: Store, record: ExperimentRecord) -> dict[str, Any]:
-    """The results response of one experiment (the endpoint's body; the console shows it)."""
+async def results_json(
+    store: Store, record: ExperimentRecord, summary: ExperimentSummary | None = None
+) -> dict[str, Any]:
+    """The results response of one experiment (the endpoint's body; the console shows it),
+    from ``summary`` when the caller read the totals already."""
     # off the event loop: other requests go on while a cold worker imports scipy
     results_module = await asyncio.to_thread(importlib.import_module, RESULTS_MODULE)
     build_results, to_json = results_module.build_results, results_module.to_json
-    spec = ExperimentSpec(record.id, record.definition)
-    totals = await store.experiment_totals(record.id, spec.fingerprint)
-    results: dict[str, Any] = to_json(build_results(record.definition, summarize(spec, totals)))
+    if summary is None:
+        summary = await experiment_summary(store, record)
+    results: dict[str, Any] = to_json(build_results(record.definition, summary))
     results["experiment_id"] = record.id
     return results
+
+
+async def experiment_summary(store: Store, record: ExperimentRecord) -> ExperimentSummary:
+    """The experiment's stored totals (one read), summed over the lanes, per variant."""
+    spec = ExperimentSpec(record.id, record.definition)
+    return summarize(spec, await store.experiment_totals(record.id, spec.fingerprint))
 
 
 async def experiment_results(ctx: AdminContext, request: Request) -> Any:

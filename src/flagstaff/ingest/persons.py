@@ -7,6 +7,7 @@ recorded: persons created, distinct ids assigned, persons merged, persons change
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import msgspec
@@ -152,6 +153,7 @@ class PersonState:
     __slots__ = (
         "created_at_ms",
         "dirty",
+        "enrollment",
         "id",
         "is_identified",
         "is_new",
@@ -177,6 +179,10 @@ class PersonState:
         self.created_at_ms = created_at_ms
         self.is_new = is_new
         self.dirty = False
+        self.enrollment = False
+        """An ``$feature_enrollment/<flag key>`` property of the person was set or unset by
+        the batch, or a merge brought it some: the store rewrites its enrollments (and
+        clears this once planned)."""
         self.merged_into: PersonState | None = None
 
 
@@ -253,6 +259,8 @@ class PersonBook:
         target.properties = {**source.properties, **target.properties}
         target.created_at_ms = min(target.created_at_ms, source.created_at_ms)
         target.dirty = True
+        if source.enrollment or any(map(_is_enrollment, source.properties)):
+            source.enrollment = target.enrollment = True  # the source's enrollments move
         source.merged_into = target
         for did, state in self.by_distinct_id.items():
             if state is source:
@@ -275,6 +283,25 @@ class PersonBook:
 
 
 _MISSING = object()
+_KEY = operator.itemgetter(0)
+
+ENROLLMENT_PREFIX = "$feature_enrollment/"
+"""The person property an early access opt-in sets (posthog-js:
+``$set: {"$feature_enrollment/<flag key>": true}``)."""
+_is_enrollment = operator.methodcaller("startswith", ENROLLMENT_PREFIX)
+
+
+def enrolled_flags(properties: dict[str, Any]) -> list[str]:
+    """The flag keys a person is enrolled in: its ``$feature_enrollment/<flag key>``
+    properties that are true (or the text "true")."""
+    start = len(ENROLLMENT_PREFIX)
+    return [
+        key[start:]
+        for key, value in properties.items()
+        if len(key) > start
+        and key.startswith(ENROLLMENT_PREFIX)
+        and (value is True or value == "true")
+    ]
 
 
 def apply_updates(state: PersonState, event: Event) -> None:
@@ -328,6 +355,11 @@ def apply_updates(state: PersonState, event: Event) -> None:
         props.pop(key, None)
     if changes or removed:
         state.dirty = True
+        # only explicit $set/$set_once/$unset can name an enrollment property
+        if (explicit_set or explicit_once or removed) and (
+            any(map(_is_enrollment, map(_KEY, changes))) or any(map(_is_enrollment, removed))
+        ):
+            state.enrollment = True
 
 
 def _get_or_create(book: PersonBook, distinct_id: str, event: Event) -> PersonState:

@@ -125,9 +125,14 @@ class Store(ManagementMethods, Protocol):
         and always on SQLite, whose ingest writer process deletes)."""
         ...
 
-    # early access: who opted in (a person property; the JSON operators differ per engine)
-    async def enrolled_persons(self, project_id: int, property_key: str, limit: int) -> Enrolled:
-        """Persons whose property ``property_key`` is true (``$feature_enrollment/<flag>``)."""
+    # early access: who opted in (person_enrollments, kept by ingestion)
+    async def enrolled_persons(self, project_id: int, flag_key: str, limit: int) -> Enrolled:
+        """Persons whose property ``$feature_enrollment/<flag_key>`` is true: how many, and
+        a distinct id of each of the newest ``limit``."""
+        ...
+
+    async def enrollment_counts(self, project_id: int, flag_keys: list[str]) -> dict[str, int]:
+        """Per flag key, how many persons are enrolled (0 for none)."""
         ...
 
     # what the console's team pages read (store/<engine>/team_store.py)

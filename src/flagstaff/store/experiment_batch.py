@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from flagstaff.common.units import DAY_MS
 from flagstaff.experiments.exposure import (
     ExperimentAccumulator,
     ExperimentChanges,
@@ -565,6 +566,45 @@ def recompute(spec: ExperimentSpec, rows: Iterable[ExperimentEvent]) -> Experime
     accumulator = ExperimentAccumulator([spec])
     accumulator.add_many(rows)
     return accumulator.state(spec.experiment_id)
+
+
+def days_complete(lanes: Iterable[ExperimentTotals]) -> bool:
+    """Whether the lanes' day histograms add up to their exposed persons, per variant (not
+    so for totals stored before the histograms existed)."""
+    exposed: Counter[str] = Counter()
+    dated: Counter[str] = Counter()
+    for totals in lanes:
+        for key, variant in totals.variants.items():
+            exposed[key] += variant.exposed
+            dated[key] += sum(variant.days.values())
+    return all(dated[key] == count for key, count in exposed.items())
+
+
+def backfill_days(
+    spec: ExperimentSpec, lanes: list[tuple[int, bytes]], persons: Iterable[bytes]
+) -> list[tuple[int, bytes]]:
+    """The lanes' totals (``(lane, totals)``, all built for ``spec``) with their day
+    histograms rebuilt from the experiment's stored persons (msgpack ``PersonState``): the
+    first lane gets every person counted in the totals (not excluded), the others none.
+    Empty when the histograms are complete already (nothing to write)."""
+    decoded = [(lane, decode_totals(data)) for lane, data in lanes]
+    if not decoded or days_complete(totals for _, totals in decoded):
+        return []
+    days: dict[str, Counter[int]] = {}
+    for data in persons:
+        person = decode_person(data)
+        if not person.excluded:
+            days.setdefault(person.variant, Counter())[person.exposed_ms // DAY_MS] += 1
+    for _, totals in decoded:
+        for variant in totals.variants.values():
+            variant.days = {}
+    first = decoded[0][1]
+    for key, counted in days.items():
+        variant = first.variants.get(key)
+        if variant is None:
+            variant = first.variants[key] = spec.empty_variant()
+        variant.days = dict(sorted(counted.items()))
+    return [(lane, encode_totals(totals)) for lane, totals in decoded]
 
 
 def add_increment(stored: bytes | None, change: ExperimentChanges) -> bytes:

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Iterable
 
 import asyncpg
+import msgspec
 import orjson
 
 from flagstaff.experiments.exposure import (
@@ -21,6 +22,7 @@ from flagstaff.experiments.exposure import (
     ExperimentSpec,
     PersonState,
 )
+from flagstaff.experiments.model import ExperimentDefinition
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Event
 from flagstaff.store.experiment_batch import (
@@ -28,8 +30,11 @@ from flagstaff.store.experiment_batch import (
     SpecCache,
     add_increment,
     apply_work,
+    backfill_days,
     batch_work,
+    days_complete,
     decode_person,
+    decode_totals,
     encode_person,
     encode_totals,
     merged_away,
@@ -265,3 +270,33 @@ async def recompute_experiment(
         _UPSERT_TOTALS, [eid], LANE, [spec.fingerprint], [encode_totals(state.totals)]
     )
     return count
+
+
+async def backfill_exposure_days(conn: asyncpg.Connection) -> None:
+    """Migration 0130's data step: the day histograms of the totals stored before they
+    existed, from the experiments' stored persons (in the migration's transaction)."""
+    for eid, definition in await conn.fetch("SELECT id, definition FROM experiments"):
+        spec = ExperimentSpec(eid, msgspec.json.decode(definition, type=ExperimentDefinition))
+        lanes = [
+            (int(lane), bytes(totals))
+            for lane, totals in await conn.fetch(
+                "SELECT lane, totals FROM experiment_totals WHERE experiment_id = $1 "
+                "AND fingerprint = $2 ORDER BY lane FOR UPDATE",
+                eid,
+                spec.fingerprint,
+            )
+        ]
+        if not lanes or days_complete(decode_totals(totals) for _, totals in lanes):
+            continue
+        states = [
+            bytes(r[0])
+            for r in await conn.fetch(
+                "SELECT state FROM experiment_person_state WHERE experiment_id = $1", eid
+            )
+        ]
+        rows = backfill_days(spec, lanes, states)
+        if rows:
+            await conn.executemany(
+                "UPDATE experiment_totals SET totals = $3 WHERE experiment_id = $1 AND lane = $2",
+                [(eid, lane, totals) for lane, totals in rows],
+            )

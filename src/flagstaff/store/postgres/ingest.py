@@ -288,6 +288,38 @@ async def _write_persons(
             [s.is_identified for s in changed],
             [s.created_at_ms for s in changed],
         )
+    enrollments = [s for s in created if s.enrollment]
+    enrollments.extend(m.source for m in merged if m.source.enrollment)
+    enrollments.extend(s for s in changed if s.enrollment)
+    if enrollments:
+        await _write_enrollments(conn, project_id, enrollments)
+
+
+_DROP_ENROLLMENTS = "DELETE FROM person_enrollments WHERE person_id = ANY($1::bigint[])"
+_ENROLL = (
+    "INSERT INTO person_enrollments (project_id, flag_key, person_id) "
+    "SELECT $1, k, p FROM unnest($2::text[], $3::bigint[]) AS x(k, p) ON CONFLICT DO NOTHING"
+)
+
+
+async def _write_enrollments(
+    conn: asyncpg.Connection, project_id: int, states: list[person_rules.PersonState]
+) -> None:
+    """The early access enrollments of the persons whose enrollment properties the batch
+    changed, as their properties now say (a person merged away keeps none); their persons
+    are locked or new, so no other batch writes these rows meanwhile."""
+    for state in states:
+        state.enrollment = False
+    await conn.execute(_DROP_ENROLLMENTS, sorted({s.id for s in states}))
+    keys: list[str] = []
+    persons: list[int] = []
+    for state in states:
+        if state.merged_into is None:
+            for flag_key in person_rules.enrolled_flags(state.properties):
+                keys.append(pg_text(flag_key))
+                persons.append(state.id)
+    if keys:
+        await conn.execute(_ENROLL, project_id, keys, persons)
 
 
 async def _write_groups(

@@ -6,9 +6,18 @@ applies what is missing and the others then find it done.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import asyncpg
 
 from flagstaff.store import schema_files
+from flagstaff.store.postgres.experiments import backfill_exposure_days
+
+DATA_STEPS: dict[int, Callable[[asyncpg.Connection], Awaitable[None]]] = {
+    130: backfill_exposure_days
+}
+"""Migrations whose data SQL cannot rewrite (msgpack aggregates): run after the migration's
+SQL, in the same transaction."""
 
 MIGRATION_LOCK = 0x666C6167_6D696772  # "flagmigr"
 
@@ -26,6 +35,9 @@ async def migrate(conn: asyncpg.Connection) -> int:
         for migration in schema_files.pending("flagstaff.store.postgres", done):
             async with conn.transaction():
                 await conn.execute(migration.sql)
+                step = DATA_STEPS.get(migration.number)
+                if step is not None:
+                    await step(conn)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
                     migration.number,

@@ -1,14 +1,17 @@
 """Persons enrolled in an early access feature: those whose person property
-``$feature_enrollment/<flag key>`` is true (posthog-js sets it on opt-in). A mixin of
-:class:`~flagstaff.store.sqlite.store.SQLiteStore`. A read scans the project's persons (2 s
-for 1M persons on a loaded 2-core VM): there is no index on a property."""
+``$feature_enrollment/<flag key>`` is true (posthog-js sets it on opt-in), kept one row per
+flag key and person in ``person_enrollments`` by ingestion, and counted per flag key in
+``enrollment_counts`` by that table's triggers (migration 0131). A mixin of
+:class:`~flagstaff.store.sqlite.store.SQLiteStore`: counts are one row per feature, the
+newest enrolled persons a walk of the primary key; never the persons' properties."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
 from flagstaff.store.records import Enrolled
+
+_CHUNK = 400
 
 
 class EnrollmentMixin:
@@ -16,19 +19,31 @@ class EnrollmentMixin:
     def db(self) -> sqlite3.Connection:  # provided by SQLiteStore
         raise NotImplementedError
 
-    async def enrolled_persons(self, project_id: int, property_key: str, limit: int) -> Enrolled:
-        path = "$." + json.dumps(property_key)
-        where = (  # the key's text first: a string search is cheaper than parsing each JSON
-            "FROM persons p WHERE p.project_id = ? AND instr(p.properties, ?) > 0 "
-            "AND json_extract(p.properties, ?) IN (1, 'true') AND json_type(p.properties, ?) "
-            "IN ('true', 'text')"
-        )
-        args = (project_id, json.dumps(property_key), path, path)
-        (count,) = self.db.execute(f"SELECT count(*) {where}", args).fetchone()
+    async def enrolled_persons(self, project_id: int, flag_key: str, limit: int) -> Enrolled:
+        args = (project_id, flag_key)
+        row = self.db.execute(
+            "SELECT persons FROM enrollment_counts WHERE project_id = ? AND flag_key = ?", args
+        ).fetchone()
+        count = row[0] if row is not None else 0
         rows = self.db.execute(
             "SELECT (SELECT min(d.distinct_id) FROM person_distinct_ids d "
-            f"WHERE d.project_id = p.project_id AND d.person_id = p.id) {where} "
-            "ORDER BY p.id DESC LIMIT ?",
+            "WHERE d.project_id = e.project_id AND d.person_id = e.person_id) "
+            "FROM person_enrollments e WHERE e.project_id = ? AND e.flag_key = ? "
+            "ORDER BY e.person_id DESC LIMIT ?",
             (*args, limit),
         ).fetchall()
         return Enrolled(int(count), [str(r[0]) for r in rows if r[0] is not None])
+
+    async def enrollment_counts(self, project_id: int, flag_keys: list[str]) -> dict[str, int]:
+        out = dict.fromkeys(flag_keys, 0)
+        keys = sorted(set(flag_keys))
+        for start in range(0, len(keys), _CHUNK):
+            chunk = keys[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for key, count in self.db.execute(
+                "SELECT flag_key, persons FROM enrollment_counts WHERE project_id = ? "
+                f"AND flag_key IN ({marks})",
+                (project_id, *chunk),
+            ):
+                out[key] = int(count)
+        return out

@@ -23,6 +23,7 @@ from flagstaff.experiments.exposure import (
     ExperimentState,
     PersonState,
 )
+from flagstaff.experiments.model import ExperimentDefinition
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Event
 from flagstaff.store.experiment_batch import (
@@ -30,6 +31,7 @@ from flagstaff.store.experiment_batch import (
     Running,
     SpecCache,
     apply_work,
+    backfill_days,
     batch_work,
     decode_person,
     decode_totals,
@@ -319,3 +321,26 @@ def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: Experi
         (eid, LANE, spec.fingerprint, encode_totals(state.totals)),
     )
     return count
+
+
+def backfill_exposure_days(conn: sqlite3.Connection) -> None:
+    """Migration 0130's data step: the day histograms of the totals stored before they
+    existed, from the experiments' stored persons (in the migration's transaction)."""
+    for eid, definition in conn.execute("SELECT id, definition FROM experiments").fetchall():
+        spec = ExperimentSpec(eid, msgspec.json.decode(definition, type=ExperimentDefinition))
+        lanes = conn.execute(
+            "SELECT lane, totals FROM experiment_totals WHERE experiment_id = ? "
+            "AND fingerprint = ? ORDER BY lane",
+            (eid, spec.fingerprint),
+        ).fetchall()
+
+        def states(eid: int = eid) -> Iterator[bytes]:
+            for (state,) in conn.execute(
+                "SELECT state FROM experiment_person_state WHERE experiment_id = ?", (eid,)
+            ):
+                yield state
+
+        conn.executemany(
+            "UPDATE experiment_totals SET totals = ? WHERE experiment_id = ? AND lane = ?",
+            [(totals, eid, lane) for lane, totals in backfill_days(spec, lanes, states())],
+        )

@@ -226,6 +226,7 @@ def _plan_persons(
                 cache is not None and source.id is not None
             ):
                 cache.forget(source.id)
+    enrollments: list[person_rules.PersonState] = []
     for op in book.ops:
         match op:
             case person_rules.CreatePerson(state=state):
@@ -240,6 +241,8 @@ def _plan_persons(
                         state.created_at_ms,
                     ),
                 )
+                if state.enrollment:
+                    enrollments.append(state)
             case person_rules.AssignDistinctId(distinct_id=distinct_id, state=state):
                 plan.add(_ASSIGN, (project_id, distinct_id, state.id))
             case person_rules.MergePersons(source=source, target=target):
@@ -247,13 +250,39 @@ def _plan_persons(
                 plan.add(_COPY_OVERRIDES, (target.id, project_id, source.id))
                 plan.add(_DROP_OVERRIDES, (project_id, source.id))
                 plan.add(_DELETE_PERSON, (source.id,))
+                if source.enrollment:
+                    enrollments.append(source)
     for s in book.changed():
         plan.add(
             _UPDATE_PERSON, (_encode(s.properties), int(s.is_identified), s.created_at_ms, s.id)
         )
+        if s.enrollment:
+            enrollments.append(s)
+    if enrollments:
+        _plan_enrollments(plan, project_id, enrollments)
     for state in book.by_distinct_id.values():
         state.dirty = False
         state.is_new = False
+
+
+_DROP_ENROLLMENTS = "DELETE FROM person_enrollments WHERE person_id = ?"
+_ENROLL = (
+    "INSERT OR IGNORE INTO person_enrollments (project_id, flag_key, person_id) VALUES (?, ?, ?)"
+)
+
+
+def _plan_enrollments(
+    plan: WritePlan, project_id: int, states: list[person_rules.PersonState]
+) -> None:
+    """The early access enrollments of the persons whose enrollment properties the batch
+    changed, as their properties now say (a person merged away keeps none)."""
+    for state in states:
+        state.enrollment = False
+        plan.add(_DROP_ENROLLMENTS, (state.id,))
+    for state in states:
+        if state.merged_into is None:
+            for flag_key in person_rules.enrolled_flags(state.properties):
+                plan.add(_ENROLL, (project_id, flag_key, state.id))
 
 
 def _plan_groups(plan: WritePlan, project_id: int, book: group_rules.GroupBook) -> None:

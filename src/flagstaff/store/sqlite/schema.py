@@ -9,12 +9,18 @@ so that the space of deleted events can be handed back (``store/sqlite/retention
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from flagstaff.ops import logs
 from flagstaff.store import schema_files
 from flagstaff.store.rows import now_iso
+from flagstaff.store.sqlite.experiments import backfill_exposure_days
 from flagstaff.store.sqlite.writer import connect
+
+DATA_STEPS: dict[int, Callable[[sqlite3.Connection], None]] = {130: backfill_exposure_days}
+"""Migrations whose data SQL cannot rewrite (msgpack aggregates): run after the migration's
+SQL, in the same transaction."""
 
 
 def migrate(path: Path) -> int:
@@ -34,6 +40,9 @@ def migrate(path: Path) -> int:
         for migration in schema_files.pending("flagstaff.store.sqlite", done):
             for statement in _split_sql(migration.sql):
                 conn.execute(statement)
+            step = DATA_STEPS.get(migration.number)
+            if step is not None:
+                step(conn)
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                 (migration.number, migration.name, now_iso()),
@@ -78,5 +87,17 @@ def _incremental_vacuum(conn: sqlite3.Connection) -> None:
 
 
 def _split_sql(script: str) -> list[str]:
+    """The script's statements; a trigger's body keeps its own semicolons."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    statements: list[str] = []
+    pending = ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            statement = pending.strip().removesuffix(";").strip()
+            if statement:
+                statements.append(statement)
+            pending = ""
+    if pending.strip().removesuffix(";").strip():
+        statements.append(pending.strip().removesuffix(";").strip())
+    return statements
