@@ -9,9 +9,10 @@ Each reader runs two loops, so that the delay from capture's acknowledgement to 
 is one transaction's time when the consumer keeps up, and batches grow only with the lag:
 
 - the fetcher keeps a pull open on the shard and puts what arrives into the reader's
-  :class:`Inbox` (at most ``batch`` messages ahead). Once a message came, the stream says how
-  many more wait (``num_pending`` of its metadata): those are fetched at once, the exact
-  count, so no pull lingers to fill a batch; with none waiting it goes back to one open pull;
+  :class:`Inbox` (at most ``batch`` messages and a transaction's worth of events ahead).
+  Once a message came, the stream says how many more wait (``num_pending`` of its
+  metadata): those are fetched at once, the exact count, so no pull lingers to fill a batch;
+  with none waiting it goes back to one open pull;
 - the committer takes everything fetched so far (at most ``batch`` messages) and applies it in
   transactions of at most :data:`TXN_EVENTS` events
   (:func:`~flagstaff.stream.apply.apply_batches`). A lone message is committed alone, at
@@ -120,26 +121,43 @@ class ConsumerStats(msgspec.Struct):
     """``time.monotonic()`` of the last commit."""
 
 
+Fetched = tuple[Msg, codec.StreamBatch | str]
+"""A message and what it holds, or why it does not decode."""
+
+
 class Inbox:
-    """Messages of one shard fetched ahead of the transactions, in stream order: at most
-    ``limit`` wait. The fetcher puts, the committer takes all there is."""
+    """Messages of one shard fetched ahead of the transactions, decoded, in stream order: at
+    most ``limit`` messages and about :data:`TXN_EVENTS` events (one transaction's worth:
+    more would only sit in memory, and 8 shards fetching thousands of messages each at once
+    overran the client's socket until the server cut it). The fetcher puts, the committer
+    takes all there is."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._msgs: list[Msg] = []
+        self._msgs: list[Fetched] = []
+        self._events = 0
+        self._per_message = 1.0
+        """Events per message lately: how many messages make a transaction's worth."""
         self._error: BaseException | None = None
         self._closed = False
         self._changed = asyncio.Condition()
 
+    def _full(self) -> bool:
+        return len(self._msgs) >= self.limit or self._events >= TXN_EVENTS
+
     async def room(self) -> int:
         """How many messages may be fetched now (waits until at least one may)."""
         async with self._changed:
-            await self._changed.wait_for(lambda: len(self._msgs) < self.limit or self._closed)
-            return max(self.limit - len(self._msgs), 1)
+            await self._changed.wait_for(lambda: not self._full() or self._closed)
+            by_events = int((TXN_EVENTS - self._events) / self._per_message)
+            return max(1, min(self.limit - len(self._msgs), by_events))
 
-    async def put(self, msgs: list[Msg]) -> None:
+    async def put(self, msgs: list[Fetched]) -> None:
+        events = sum(len(b.events) if not isinstance(b, str) else 1 for _, b in msgs)
         async with self._changed:
             self._msgs += msgs
+            self._events += events
+            self._per_message = 0.8 * self._per_message + 0.2 * max(1.0, events / len(msgs))
             self._changed.notify_all()
 
     async def fail(self, error: BaseException) -> None:
@@ -154,7 +172,7 @@ class Inbox:
             self._closed = True
             self._changed.notify_all()
 
-    async def take(self) -> list[Msg]:
+    async def take(self) -> list[Fetched]:
         """Every message fetched so far (at most ``limit``), once there is one; [] once
         closed."""
         async with self._changed:
@@ -164,8 +182,18 @@ class Inbox:
             if self._closed:
                 return []
             msgs, self._msgs = self._msgs[: self.limit], self._msgs[self.limit :]
+            self._events = sum(
+                len(b.events) if not isinstance(b, str) else 1 for _, b in self._msgs
+            )
             self._changed.notify_all()
             return msgs
+
+
+def decoded(msg: Msg) -> Fetched:
+    try:
+        return msg, codec.decode(msg.data)
+    except msgspec.DecodeError as exc:
+        return msg, f"undecodable message: {exc}"
 
 
 def pending_after(msg: Msg) -> int:
@@ -282,7 +310,8 @@ class ShardReader:
         With nothing known to wait, one pull of one message stays open for
         ``spec.fetch_wait`` seconds (and is renewed): it returns as soon as a message is
         published. Once one came, its ``num_pending`` says how many more wait in the stream;
-        exactly those are fetched (as many as ``inbox`` has room for), which returns as soon
+        exactly those are fetched (as many as ``inbox`` has room for: about a transaction's
+        worth), which returns as soon
         as they arrived: no pull waits for a batch to fill.
         """
         waiting = 0
@@ -297,24 +326,25 @@ class ShardReader:
                 except TimeoutError:  # nothing within the wait (nats-py raises asyncio's)
                     waiting = 0
                     continue
+                if not msgs:
+                    waiting = 0
+                    continue
                 waiting = pending_after(msgs[-1])
-                await inbox.put(msgs)
+                await inbox.put([decoded(m) for m in msgs])
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             await inbox.fail(exc)
 
-    async def _apply(self, msgs: list[Msg]) -> None:
+    async def _apply(self, msgs: list[Fetched]) -> None:
         chunk: list[tuple[Msg, codec.StreamBatch]] = []
         size = 0
-        for msg in msgs:
-            try:
-                batch = codec.decode(msg.data)
-            except msgspec.DecodeError as exc:
+        for msg, batch in msgs:
+            if isinstance(batch, str):
                 if chunk:
                     await self._commit(chunk)
                     chunk, size = [], 0
-                await self._dead_letter(msg, f"undecodable message: {exc}")
+                await self._dead_letter(msg, batch)
                 continue
             if chunk and size + len(batch.events) > TXN_EVENTS:
                 await self._commit(chunk)
@@ -471,12 +501,20 @@ class Consumers:
             await self.leases.leave()
 
     async def _tick(self) -> None:
-        for shard, reader in list(self.readers.items()):
-            if await self.leases.renew(reader.lease):
+        readers = list(self.readers.items())
+        # at once: one after another, eight round trips to a busy cluster outlasted the fence
+        renewed = await asyncio.gather(
+            *(self.leases.renew(r.lease) for _, r in readers), return_exceptions=True
+        )
+        for (shard, reader), kept in zip(readers, renewed, strict=True):
+            if kept is True:
                 reader.renewed = time.monotonic()
-            else:
+            elif kept is False:
                 logs.log(logging.WARNING, "lost the lease of a shard", shard=shard)
                 await self._drop(shard)
+        failed = [e for e in renewed if isinstance(e, BaseException)]
+        if failed:
+            raise failed[0]  # the round failed: the fence decides (renewed stays old)
         members, held = await self.leases.heartbeat()
         share = target_share(self.spec.shards, members)
         extra = sorted(self.readers)[share:]
