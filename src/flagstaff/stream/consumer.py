@@ -464,6 +464,7 @@ class Consumers:
         self.readers: dict[int, ShardReader] = {}
         self.stats = ConsumerStats()
         self.js = nc.jetstream(timeout=5)
+        self._lag: asyncio.Task[None] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease rounds until ``stop``; then finish the shards' current transactions and give
@@ -496,6 +497,8 @@ class Consumers:
                     reader.task.cancel()
 
     async def _leave(self) -> None:
+        if self._lag is not None:
+            self._lag.cancel()
         await asyncio.gather(*(self._release(shard) for shard in list(self.readers)))
         with contextlib.suppress(Exception):
             await self.leases.leave()
@@ -529,7 +532,10 @@ class Consumers:
                 if lease is not None:
                     self._start(lease)
         self.stats.shards = sorted(self.readers)
-        await self._measure_lag()
+        if self._lag is None or self._lag.done():
+            # apart from the round: a slow cluster answering eight questions in turn delayed
+            # the next renewal past the fence
+            self._lag = asyncio.create_task(self._measure_lag())
 
     def _start(self, lease: Lease) -> None:
         reader = ShardReader(self.nc, self.store, self.spec, lease, self.stats)
@@ -566,15 +572,19 @@ class Consumers:
         await self.leases.release(reader.lease)
 
     async def _measure_lag(self) -> None:
-        lag = 0
-        for shard in range(self.spec.shards):
-            try:
-                info = await self.js.consumer_info(STREAM_NAME, durable_name(shard))
-            except js_errors.NotFoundError:
-                lag += await self._subject_count(shard)
-                continue
-            lag += (info.num_pending or 0) + (info.num_ack_pending or 0)
-        self.stats.lag = lag
+        try:
+            counts = await asyncio.gather(*(self._shard_lag(n) for n in range(self.spec.shards)))
+        except Exception as exc:
+            logs.log(logging.WARNING, "lag not measured", error=repr(exc))
+            return
+        self.stats.lag = sum(counts)
+
+    async def _shard_lag(self, shard: int) -> int:
+        try:
+            info = await self.js.consumer_info(STREAM_NAME, durable_name(shard))
+        except js_errors.NotFoundError:
+            return await self._subject_count(shard)
+        return (info.num_pending or 0) + (info.num_ack_pending or 0)
 
     async def _subject_count(self, shard: int) -> int:
         """Messages of a shard no consumer was ever made for (all of them wait)."""
