@@ -1,6 +1,7 @@
 """Capture through the NATS JetStream stream against the direct PostgreSQL path, same run.
 
-Run: ``python -m bench.stream_capture [--seconds 10] [--workers 1] [--probes 200]``
+Run: ``python -m bench.stream_capture [--seconds 10] [--workers 1] [--probes 200]
+[--probes-only]``
 
 Starts a 3-server NATS cluster (tests/nats_cluster.py, replicas 3) and a PostgreSQL
 (tests/pg.py), then:
@@ -12,13 +13,18 @@ Starts a 3-server NATS cluster (tests/nats_cluster.py, replicas 3) and a Postgre
 3. CPU per event of each part (HTTP workers, NATS servers, consumer, PostgreSQL);
 4. under a steady background load (``--background`` events/s), ``--probes`` times: a
    ``$set`` sent to capture, then ``/flags`` polled until the flag that reads it turns on:
-   the delay from capture's 200 to a flag seeing the ``$set``, p50/p99.
+   the delay from capture's 200 to a flag seeing the ``$set``, p50/p99 (``--probes-only``:
+   this part alone, on an empty database).
+
+The machine's load average is printed with each part: on a shared machine it says how far
+the figures are to be trusted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import tempfile
@@ -52,6 +58,11 @@ def _count(url: str) -> int:
             await conn.close()
 
     return asyncio.run(run())
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min)"
 
 
 def _probe_flags(node: Server, probes: int, background: int) -> list[float]:
@@ -114,6 +125,18 @@ def _probe_flags(node: Server, probes: int, background: int) -> list[float]:
     return delays
 
 
+def _report_probes(node: Server, probes: int, background: int) -> None:
+    before = _load()
+    delays = sorted(_probe_flags(node, probes, background))
+    p50 = statistics.median(delays) * 1000
+    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
+    print(
+        f"$set acknowledged by capture -> seen by /flags, {len(delays)} probes under "
+        f"~{background} events/s: p50 {p50:.0f} ms, p99 {p99:.0f} ms, max "
+        f"{delays[-1] * 1000:.0f} ms ({before} before, {_load()} after)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=1)
@@ -121,6 +144,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--background", type=int, default=500, help="events/s while probing")
+    parser.add_argument(
+        "--probes-only", action="store_true", help="skip the capture and drain throughput parts"
+    )
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="flagstaff-bench-stream-"))
@@ -133,6 +159,11 @@ def main() -> None:
     streamed = Server(data_dir=root / "stream", workers=args.workers, env=env).start(timeout=60)
     consumer: ConsumerProcess | None = None
     try:
+        if args.probes_only:
+            consumer = ConsumerProcess(root / "consumer.log", env).start()
+            _report_probes(streamed, args.probes, args.background)
+            return
+        print(f"capture and drain: {_load()}")
         postmaster = asyncio.run(postmaster_of(direct_db))
         run_id = random.randrange(1, 60000)
         results = {}
@@ -202,14 +233,7 @@ def main() -> None:
             f"{applied / drained:,.0f} events/s; CPU per event: consumer "
             f"{c_spent / applied * 1e6:.1f} us, PostgreSQL {pg_spent / applied * 1e6:.1f} us"
         )
-        delays = sorted(_probe_flags(streamed, args.probes, args.background))
-        p50 = statistics.median(delays) * 1000
-        p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
-        print(
-            f"$set acknowledged by capture -> seen by /flags, {len(delays)} probes under "
-            f"~{args.background} events/s: p50 {p50:.0f} ms, p99 {p99:.0f} ms, max "
-            f"{delays[-1] * 1000:.0f} ms"
-        )
+        _report_probes(streamed, args.probes, args.background)
     finally:
         if consumer is not None:
             consumer.stop()

@@ -24,7 +24,7 @@ from flagstaff.stream import codec
 from flagstaff.stream.client import STREAM_NAME
 from flagstaff.stream.shards import DEAD_LETTER_SUBJECT, shard_of, subject
 from tests.nats_cluster import NatsCluster
-from tests.pg import PrivateServer
+from tests.pg import PrivateServer, new_database
 from tests.server import PROJECT_TOKEN, Api, Server
 from tests.stream_nodes import ConsumerProcess, stream_env
 
@@ -211,6 +211,7 @@ def test_a_shard_taken_over_twice_resumes_after_its_last_acknowledgement() -> No
             for n in range(6):
                 await js.publish(subject(0), b"%d" % n)
             pending = []
+            late = None
             for _ in range(3):  # three owners in turn: acks 2, then none, then none
                 reader = ShardReader(nc, None, spec, Lease(0, 1), ConsumerStats())  # type: ignore[arg-type]
                 sub = await reader._subscribe()
@@ -219,7 +220,17 @@ def test_a_shard_taken_over_twice_resumes_after_its_last_acknowledgement() -> No
                 if len(pending) == 1:
                     msgs = await sub.fetch(2, timeout=2)
                     await msgs[-1].ack_sync()
-                await sub.unsubscribe()
+                elif len(pending) == 2:
+                    late = (await sub.fetch(1, timeout=2))[0]  # read, acknowledged too late
+            # the second owner's acknowledgement arrives after the third took over: it moves
+            # nothing of the third's consumer (acknowledgements run in the background now)
+            assert late is not None
+            await late.ack()
+            await nc.flush()
+            info = await js.consumer_info(STREAM_NAME, durable_name(0))
+            assert (info.num_ack_pending, info.num_pending) == (0, 4)
+            first = (await sub.fetch(1, timeout=2))[0]
+            assert first.data == b"2"  # the message the second owner read comes again
             return pending
         finally:
             await nc.close()
@@ -227,6 +238,75 @@ def test_a_shard_taken_over_twice_resumes_after_its_last_acknowledgement() -> No
     try:
         assert asyncio.run(run()) == [6, 4, 4]
     finally:
+        lone.stop()
+
+
+LONG_PULL = 10.0
+"""A reader's open pull in the test below: anything that waited for a pull to expire or a
+batch to fill would take this long."""
+
+
+def test_a_lone_set_is_committed_at_once_not_when_a_batch_fills(tmp_path: Path) -> None:
+    """With pulls open for 10 s and batches of 2,000 messages, each lone ``$set`` reaches
+    ``/flags`` well before a pull could expire, in a transaction of its own: a reader commits
+    what it has instead of waiting to fill a batch. Stopping does not wait for the open pull
+    either."""
+    lone = NatsCluster(1).start()
+    env = stream_env(
+        new_database(),
+        lone.url,
+        FLAGSTAFF_STREAM_SHARDS="2",
+        FLAGSTAFF_STREAM_BATCH="2000",
+        FLAGSTAFF_STREAM_FETCH_WAIT=str(LONG_PULL),
+    )
+    capture = Server(data_dir=tmp_path / "capture", env=env).start(timeout=60)
+    consumer = ConsumerProcess(tmp_path / "consumer.log", env).start()
+    try:
+        _until(lambda: consumer.ready()["shards"] == [0, 1], 20, "the consumer holds both shards")
+        Api(capture.url).create_flag(
+            key="lone-set",
+            filters={
+                "groups": [
+                    {
+                        "properties": [
+                            {"key": "lone", "value": ["yes"], "operator": "exact", "type": "person"}
+                        ],
+                        "rollout_percentage": 100,
+                    }
+                ]
+            },
+        )
+        before = consumer.metrics()
+        seen: list[float] = []
+        for i in range(4):  # each shard's pull had time to be open, then both again
+            time.sleep(0.5)
+            did = f"lone-{i}"
+            event = {"event": "$set", "distinct_id": did, "properties": {"$set": {"lone": "yes"}}}
+            r = httpx.post(f"{capture.url}/i/v0/e/", json={"api_key": PROJECT_TOKEN, **event})
+            assert r.status_code == 200, r.text
+            acked = time.monotonic()
+
+            def enabled(did: str = did) -> bool:
+                body = {"api_key": PROJECT_TOKEN, "distinct_id": did}
+                flags = httpx.post(f"{capture.url}/flags?v=2", json=body, timeout=10).json()
+                return bool(flags["flags"]["lone-set"]["enabled"])
+
+            _until(enabled, LONG_PULL / 2, f"/flags sees {did}'s $set")
+            seen.append(time.monotonic() - acked)
+        after = consumer.metrics()
+        transactions = "flagstaff_stream_transactions_total"
+        assert (
+            after["flagstaff_stream_messages_total"] - before["flagstaff_stream_messages_total"]
+            == 4
+        )
+        assert after[transactions] - before[transactions] == 4, "one transaction per lone $set"
+        assert max(seen) < LONG_PULL / 2
+        stopping = time.monotonic()
+        consumer.stop()
+        assert time.monotonic() - stopping < LONG_PULL / 2, "stopping waited for the open pull"
+    finally:
+        consumer.stop()
+        capture.stop()
         lone.stop()
 
 

@@ -78,6 +78,12 @@ def test_stream_settings_are_checked() -> None:
         Settings.from_env({}, database_url=pg, stream_url="http://a:4222")
     with pytest.raises(ConfigError, match="shards"):
         Settings.from_env({"FLAGSTAFF_STREAM_SHARDS": "0"}, database_url=pg, stream_url="nats://a")
+    with pytest.raises(ConfigError, match="fetch wait"):
+        Settings.from_env(
+            {"FLAGSTAFF_STREAM_FETCH_WAIT": "61"}, database_url=pg, stream_url="nats://a"
+        )
+    wait = {"FLAGSTAFF_STREAM_FETCH_WAIT": "10"}
+    assert Settings.from_env(wait, database_url=pg, stream_url="nats://a").stream_fetch_wait == 10
     assert Settings.from_env({}).stream_url is None
 
 

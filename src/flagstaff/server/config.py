@@ -134,6 +134,9 @@ class Settings:
     after a consumer dies."""
     stream_batch: int = 2000
     """Messages a consumer reads from one shard per PostgreSQL transaction at most."""
+    stream_fetch_wait: float = 0.5
+    """Seconds a consumer's open pull on a shard lasts before it is renewed. Not a delay: a
+    message is delivered as soon as it is published (the pull returns at once)."""
 
     @property
     def sqlite_path(self) -> Path:
@@ -212,6 +215,8 @@ class Settings:
                 raise ConfigError("stream replicas must be between 0 (automatic) and 5")
             if self.stream_batch < 1:
                 raise ConfigError("stream batch must be at least 1")
+            if not 0.01 <= self.stream_fetch_wait <= 60:
+                raise ConfigError("stream fetch wait must be between 0.01 and 60 seconds")
         if self.webhook_retry_delays is not None:
             try:
                 parse_retry_delays(self.webhook_retry_delays)

@@ -36,6 +36,9 @@ class StreamSpec:
     publish_timeout: float
     lease_seconds: float
     batch: int
+    fetch_wait: float = 0.5
+    """Seconds one open pull of a reader lasts before it is renewed (a message published
+    meanwhile is delivered at once, whatever this is)."""
 
     @classmethod
     def of(cls, settings: Settings) -> StreamSpec:
@@ -46,6 +49,7 @@ class StreamSpec:
             publish_timeout=settings.stream_publish_timeout,
             lease_seconds=settings.stream_lease_seconds,
             batch=settings.stream_batch,
+            fetch_wait=settings.stream_fetch_wait,
         )
 
 

@@ -3,12 +3,28 @@
 One :class:`ShardReader` task per shard this process holds a lease on (:mod:`.leases`). On
 claiming a shard it recreates the shard's durable pull consumer to start right after the
 last acknowledged message (its ack floor), so messages a dead owner read but never
-acknowledged come again first, in order, instead of after newer ones. It then loops: fetch up
-to ``batch`` messages, apply them in transactions of at most :data:`TXN_EVENTS` events
-(:func:`~flagstaff.stream.apply.apply_batches`), acknowledge the last message of each
-committed transaction (the consumer acknowledges everything up to it). While PostgreSQL is
-down the transaction is retried with backoff; the messages wait in the stream meanwhile
-(capture keeps acknowledging).
+acknowledged come again first, in order, instead of after newer ones.
+
+Each reader runs two loops, so that the delay from capture's acknowledgement to the commit
+is one transaction's time when the consumer keeps up, and batches grow only with the lag:
+
+- the fetcher keeps a pull open on the shard and puts what arrives into the reader's
+  :class:`Inbox` (at most ``batch`` messages and a transaction's worth of events ahead).
+  Once a message came, the stream says how many more wait (``num_pending`` of its
+  metadata): those are fetched at once, the exact count, so no pull lingers to fill a batch;
+  with none waiting it goes back to one open pull;
+- the committer takes everything fetched so far (at most ``batch`` messages) and applies it in
+  transactions of at most :data:`TXN_EVENTS` events
+  (:func:`~flagstaff.stream.apply.apply_batches`). A lone message is committed alone, at
+  once; what arrives meanwhile is already in memory when the transaction ends and goes into
+  the next one, so under a lag transactions grow up to the batch, as throughput wants.
+
+After each commit the last message of the transaction is acknowledged (the consumer
+acknowledges everything up to it) in the background: the next transaction does not wait for
+the stream's answer. A lost acknowledgement only means a redelivery, which stores nothing
+twice (uuid check in :mod:`.apply`); a reader waits for its last one before recreating its
+consumer or giving the shard up. While PostgreSQL is down the transaction is retried with
+backoff; the messages wait in the stream meanwhile (capture keeps acknowledging).
 
 A message PostgreSQL refuses (not a connection failure: a value it cannot take, a bug) is
 isolated and moved to the dead-letter subject ``flagstaff.events.dead`` of the same stream
@@ -48,17 +64,13 @@ TXN_EVENTS = 2_000
 """Events one consumer transaction takes at most (a larger message goes alone): as the direct
 path's group commit (``GROUP_EVENTS``). The rules run on the event loop, so a transaction
 holds it for its rules' time; larger ones starved the lease renewals on a loaded machine."""
-FETCH_WAIT_SECONDS = 0.5
-"""A reader waits this long for a shard's next message (one lingering pull), then asks at once
-for whatever else is there (:data:`MORE_WAIT_SECONDS` at most when nothing is): a pull for a
-whole batch would linger until the batch is full or the wait is over, adding that wait to
-every event's delay under light load."""
-MORE_WAIT_SECONDS = 0.005
 ACK_WAIT_SECONDS = 3600
 """Never reached by a live reader: a reader retries its batch in memory until it commits,
 and a shard's next owner recreates the consumer instead of waiting for redelivery."""
 
 
+ACK_SECONDS = 5.0
+"""How long a reader waits for the stream to confirm an acknowledgement."""
 STOP_SECONDS = 10.0
 """The longest a stopping process spends finishing transactions and returning leases."""
 REFUSALS = 3
@@ -109,6 +121,89 @@ class ConsumerStats(msgspec.Struct):
     """``time.monotonic()`` of the last commit."""
 
 
+Fetched = tuple[Msg, codec.StreamBatch | str]
+"""A message and what it holds, or why it does not decode."""
+
+
+class Inbox:
+    """Messages of one shard fetched ahead of the transactions, decoded, in stream order: at
+    most ``limit`` messages and about :data:`TXN_EVENTS` events (one transaction's worth:
+    more would only sit in memory, and 8 shards fetching thousands of messages each at once
+    overran the client's socket until the server cut it). The fetcher puts, the committer
+    takes all there is."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._msgs: list[Fetched] = []
+        self._events = 0
+        self._per_message = 1.0
+        """Events per message lately: how many messages make a transaction's worth."""
+        self._error: BaseException | None = None
+        self._closed = False
+        self._changed = asyncio.Condition()
+
+    def _full(self) -> bool:
+        return len(self._msgs) >= self.limit or self._events >= TXN_EVENTS
+
+    async def room(self) -> int:
+        """How many messages may be fetched now (waits until at least one may)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self._full() or self._closed)
+            by_events = int((TXN_EVENTS - self._events) / self._per_message)
+            return max(1, min(self.limit - len(self._msgs), by_events))
+
+    async def put(self, msgs: list[Fetched]) -> None:
+        events = sum(len(b.events) if not isinstance(b, str) else 1 for _, b in msgs)
+        async with self._changed:
+            self._msgs += msgs
+            self._events += events
+            self._per_message = 0.8 * self._per_message + 0.2 * max(1.0, events / len(msgs))
+            self._changed.notify_all()
+
+    async def fail(self, error: BaseException) -> None:
+        """The fetcher stopped on ``error``: the next :meth:`take` raises it."""
+        async with self._changed:
+            self._error = error
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        """Wake a waiting :meth:`take` with nothing (the reader is stopping)."""
+        async with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    async def take(self) -> list[Fetched]:
+        """Every message fetched so far (at most ``limit``), once there is one; [] once
+        closed."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._msgs or self._error or self._closed)
+            if self._error is not None and not self._msgs:
+                raise self._error
+            if self._closed:
+                return []
+            msgs, self._msgs = self._msgs[: self.limit], self._msgs[self.limit :]
+            self._events = sum(
+                len(b.events) if not isinstance(b, str) else 1 for _, b in self._msgs
+            )
+            self._changed.notify_all()
+            return msgs
+
+
+def decoded(msg: Msg) -> Fetched:
+    try:
+        return msg, codec.decode(msg.data)
+    except msgspec.DecodeError as exc:
+        return msg, f"undecodable message: {exc}"
+
+
+def pending_after(msg: Msg) -> int:
+    """Messages of the shard that waited in the stream when ``msg`` was delivered."""
+    try:
+        return int(msg.metadata.num_pending or 0)
+    except Exception:  # not a JetStream message: no count
+        return 0
+
+
 class ShardReader:
     def __init__(
         self, nc: Client, store: PostgresStore, spec: StreamSpec, lease: Lease, stats: ConsumerStats
@@ -123,6 +218,16 @@ class ShardReader:
         self.stopping = False
         self.task: asyncio.Task[None] | None = None
         self._sub: nats.js.JetStreamContext.PullSubscription | None = None
+        self._inbox: Inbox | None = None
+        self._to_ack: Msg | None = None
+        self._acking: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        """Stop after the current transaction (messages fetched ahead are left unacknowledged:
+        the shard's next owner reads them again)."""
+        self.stopping = True
+        if self._inbox is not None:
+            await self._inbox.close()
 
     async def _subscribe(self) -> nats.js.JetStreamContext.PullSubscription:
         shard = self.lease.shard
@@ -153,6 +258,13 @@ class ShardReader:
     async def run(self) -> None:
         try:
             await self._loop()
+            await self._settle_acks()
+        except asyncio.CancelledError:
+            # Stopped from outside (the lease may be gone): an acknowledgement sent now could
+            # reach the consumer the next owner is making, so none is.
+            if self._acking is not None:
+                self._acking.cancel()
+            raise
         finally:
             if self._sub is not None:
                 with contextlib.suppress(Exception):
@@ -161,18 +273,20 @@ class ShardReader:
     async def _loop(self) -> None:
         sub = None
         while not self.stopping:
+            fetcher: asyncio.Task[None] | None = None
             try:
                 if sub is None:
+                    await self._settle_acks()  # none may reach the consumer made next
                     sub = self._sub = await self._subscribe()
                     logs.log(logging.INFO, "reading shard", shard=self.lease.shard)
-                try:
-                    msgs = await sub.fetch(1, timeout=FETCH_WAIT_SECONDS)
-                except TimeoutError:  # nothing new within the wait (nats-py raises asyncio's)
-                    continue
-                if self.spec.batch > 1:
-                    with contextlib.suppress(TimeoutError):
-                        msgs += await sub.fetch(self.spec.batch - 1, timeout=MORE_WAIT_SECONDS)
-                await self._apply(msgs)
+                inbox = self._inbox = Inbox(self.spec.batch)
+                if self.stopping:
+                    break
+                fetcher = asyncio.create_task(self._fetch(sub, inbox))
+                while not self.stopping:
+                    msgs = await inbox.take()
+                    if msgs:
+                        await self._apply(msgs)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # NATS unreachable for a while: start again
@@ -184,18 +298,53 @@ class ShardReader:
                     if sub is not None:
                         await sub.unsubscribe()
                 sub = None
+            finally:
+                if fetcher is not None:
+                    fetcher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await fetcher
 
-    async def _apply(self, msgs: list[Msg]) -> None:
+    async def _fetch(self, sub: nats.js.JetStreamContext.PullSubscription, inbox: Inbox) -> None:
+        """Fetch the shard's messages into ``inbox`` as they come, until cancelled.
+
+        With nothing known to wait, one pull of one message stays open for
+        ``spec.fetch_wait`` seconds (and is renewed): it returns as soon as a message is
+        published. Once one came, its ``num_pending`` says how many more wait in the stream;
+        exactly those are fetched (as many as ``inbox`` has room for: about a transaction's
+        worth), which returns as soon
+        as they arrived: no pull waits for a batch to fill.
+        """
+        waiting = 0
+        try:
+            while True:
+                room = await inbox.room()
+                try:
+                    if waiting:
+                        msgs = await sub.fetch(min(waiting, room), timeout=self.spec.fetch_wait)
+                    else:
+                        msgs = await sub.fetch(1, timeout=self.spec.fetch_wait)
+                except TimeoutError:  # nothing within the wait (nats-py raises asyncio's)
+                    waiting = 0
+                    continue
+                if not msgs:
+                    waiting = 0
+                    continue
+                waiting = pending_after(msgs[-1])
+                await inbox.put([decoded(m) for m in msgs])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await inbox.fail(exc)
+
+    async def _apply(self, msgs: list[Fetched]) -> None:
         chunk: list[tuple[Msg, codec.StreamBatch]] = []
         size = 0
-        for msg in msgs:
-            try:
-                batch = codec.decode(msg.data)
-            except msgspec.DecodeError as exc:
+        for msg, batch in msgs:
+            if isinstance(batch, str):
                 if chunk:
                     await self._commit(chunk)
                     chunk, size = [], 0
-                await self._dead_letter(msg, f"undecodable message: {exc}")
+                await self._dead_letter(msg, batch)
                 continue
             if chunk and size + len(batch.events) > TXN_EVENTS:
                 await self._commit(chunk)
@@ -240,7 +389,7 @@ class ShardReader:
                     return
                 await self._dead_letter(chunk[0][0], repr(exc))
                 return
-        await chunk[-1][0].ack_sync(timeout=5)
+        self._acknowledge(chunk[-1][0])
         stats = self.stats
         stats.events_ingested += applied.ingested
         stats.events_duplicate += applied.duplicates
@@ -251,6 +400,39 @@ class ShardReader:
         stats.queue_delay_seconds = time.time() - chunk[-1][1].queued_ms / 1000
         stats.store_failing = False
         stats.last_commit = time.monotonic()
+
+    def _acknowledge(self, msg: Msg) -> None:
+        """Acknowledge ``msg`` and all before it, in the background; while one
+        acknowledgement is on its way, the newest one to send waits (it covers the others)."""
+        self._to_ack = msg
+        if self._acking is None or self._acking.done():
+            self._acking = asyncio.create_task(self._send_acks())
+
+    async def _send_acks(self) -> None:
+        while self._to_ack is not None:
+            msg, self._to_ack = self._to_ack, None
+            try:
+                await msg.ack_sync(timeout=ACK_SECONDS)
+            except Exception as exc:  # the stream redelivers it to the next reader: no harm
+                logs.log(
+                    logging.WARNING,
+                    "acknowledgement not confirmed",
+                    shard=self.lease.shard,
+                    error=repr(exc),
+                )
+
+    async def _settle_acks(self) -> None:
+        """Wait for the acknowledgements on their way (a bounded time)."""
+        task = self._acking
+        if task is None or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), ACK_SECONDS * 2)
+        except TimeoutError:
+            task.cancel()
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
 
     async def _dead_letter(self, msg: Msg, reason: str) -> None:
         """Keep ``msg`` on the dead-letter subject (same stream), then acknowledge it."""
@@ -282,6 +464,7 @@ class Consumers:
         self.readers: dict[int, ShardReader] = {}
         self.stats = ConsumerStats()
         self.js = nc.jetstream(timeout=5)
+        self._lag: asyncio.Task[None] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease rounds until ``stop``; then finish the shards' current transactions and give
@@ -314,17 +497,27 @@ class Consumers:
                     reader.task.cancel()
 
     async def _leave(self) -> None:
+        if self._lag is not None:
+            self._lag.cancel()
         await asyncio.gather(*(self._release(shard) for shard in list(self.readers)))
         with contextlib.suppress(Exception):
             await self.leases.leave()
 
     async def _tick(self) -> None:
-        for shard, reader in list(self.readers.items()):
-            if await self.leases.renew(reader.lease):
+        readers = list(self.readers.items())
+        # at once: one after another, eight round trips to a busy cluster outlasted the fence
+        renewed = await asyncio.gather(
+            *(self.leases.renew(r.lease) for _, r in readers), return_exceptions=True
+        )
+        for (shard, reader), kept in zip(readers, renewed, strict=True):
+            if kept is True:
                 reader.renewed = time.monotonic()
-            else:
+            elif kept is False:
                 logs.log(logging.WARNING, "lost the lease of a shard", shard=shard)
                 await self._drop(shard)
+        failed = [e for e in renewed if isinstance(e, BaseException)]
+        if failed:
+            raise failed[0]  # the round failed: the fence decides (renewed stays old)
         members, held = await self.leases.heartbeat()
         share = target_share(self.spec.shards, members)
         extra = sorted(self.readers)[share:]
@@ -339,7 +532,10 @@ class Consumers:
                 if lease is not None:
                     self._start(lease)
         self.stats.shards = sorted(self.readers)
-        await self._measure_lag()
+        if self._lag is None or self._lag.done():
+            # apart from the round: a slow cluster answering eight questions in turn delayed
+            # the next renewal past the fence
+            self._lag = asyncio.create_task(self._measure_lag())
 
     def _start(self, lease: Lease) -> None:
         reader = ShardReader(self.nc, self.store, self.spec, lease, self.stats)
@@ -365,7 +561,7 @@ class Consumers:
     async def _release(self, shard: int) -> None:
         """Finish the current transaction of the shard, then give its lease back."""
         reader = self.readers.pop(shard)
-        reader.stopping = True
+        await reader.stop()
         if reader.task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(reader.task), self.spec.lease_seconds / 2)
@@ -376,15 +572,19 @@ class Consumers:
         await self.leases.release(reader.lease)
 
     async def _measure_lag(self) -> None:
-        lag = 0
-        for shard in range(self.spec.shards):
-            try:
-                info = await self.js.consumer_info(STREAM_NAME, durable_name(shard))
-            except js_errors.NotFoundError:
-                lag += await self._subject_count(shard)
-                continue
-            lag += (info.num_pending or 0) + (info.num_ack_pending or 0)
-        self.stats.lag = lag
+        try:
+            counts = await asyncio.gather(*(self._shard_lag(n) for n in range(self.spec.shards)))
+        except Exception as exc:
+            logs.log(logging.WARNING, "lag not measured", error=repr(exc))
+            return
+        self.stats.lag = sum(counts)
+
+    async def _shard_lag(self, shard: int) -> int:
+        try:
+            info = await self.js.consumer_info(STREAM_NAME, durable_name(shard))
+        except js_errors.NotFoundError:
+            return await self._subject_count(shard)
+        return (info.num_pending or 0) + (info.num_ack_pending or 0)
 
     async def _subject_count(self, shard: int) -> int:
         """Messages of a shard no consumer was ever made for (all of them wait)."""
