@@ -221,11 +221,27 @@ class ShardReader:
         self._inbox: Inbox | None = None
         self._to_ack: Msg | None = None
         self._acking: asyncio.Task[None] | None = None
+        self._fetcher: asyncio.Task[None] | None = None
+
+    def halt_fetching(self) -> None:
+        """Send no more pulls for the shard, now. The next owner deletes and makes the shard's
+        consumer again; a pull of this reader reaching the new one would have a message
+        delivered here that nobody commits or acknowledges (held by the consumer's
+        acknowledgement wait, an hour)."""
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+
+    def cancel(self) -> None:
+        """Stop at once (the lease may be gone): fetching first, then the task."""
+        self.halt_fetching()
+        if self.task is not None:
+            self.task.cancel()
 
     async def stop(self) -> None:
         """Stop after the current transaction (messages fetched ahead are left unacknowledged:
         the shard's next owner reads them again)."""
         self.stopping = True
+        self.halt_fetching()
         if self._inbox is not None:
             await self._inbox.close()
 
@@ -282,7 +298,7 @@ class ShardReader:
                 inbox = self._inbox = Inbox(self.spec.batch)
                 if self.stopping:
                     break
-                fetcher = asyncio.create_task(self._fetch(sub, inbox))
+                fetcher = self._fetcher = asyncio.create_task(self._fetch(sub, inbox))
                 while not self.stopping:
                     msgs = await inbox.take()
                     if msgs:
@@ -462,6 +478,9 @@ class Consumers:
         self.member = uuid.uuid4().hex[:12]
         self.leases = Leases(kv, self.member, spec.shards)  # type: ignore[arg-type]
         self.readers: dict[int, ShardReader] = {}
+        self._fenced: dict[int, asyncio.Task[None]] = {}
+        """Readers cancelled by the fence and maybe still unwinding, by shard: a new reader of
+        the shard starts only once its predecessor is gone (see :meth:`_start`)."""
         self.stats = ConsumerStats()
         self.js = nc.jetstream(timeout=5)
         self._lag: asyncio.Task[None] | None = None
@@ -530,14 +549,31 @@ class Consumers:
                     break
                 lease = await self.leases.claim(shard)
                 if lease is not None:
-                    self._start(lease)
+                    await self._start(lease)
         self.stats.shards = sorted(self.readers)
         if self._lag is None or self._lag.done():
             # apart from the round: a slow cluster answering eight questions in turn delayed
             # the next renewal past the fence
             self._lag = asyncio.create_task(self._measure_lag())
 
-    def _start(self, lease: Lease) -> None:
+    async def _start(self, lease: Lease) -> None:
+        """Read a shard just claimed, once the fence's reader of it (if any) has finished.
+
+        A cancelled reader unwinds at its next await; until then its fetcher may still send a
+        pull for the shard's durable consumer, which the new reader is about to delete and
+        make again. A pull that reached the new consumer would have a message delivered to a
+        subscription about to close: delivered, never acknowledged, and held by the
+        consumer's acknowledgement wait (an hour), so the shard would stop.
+        """
+        previous = self._fenced.pop(lease.shard, None)
+        if previous is not None and not previous.done():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(previous), self.spec.lease_seconds / 2)
+            if not previous.done():
+                logs.log(logging.WARNING, "shard reader still stopping", shard=lease.shard)
+                self._fenced[lease.shard] = previous
+                await self.leases.release(lease)
+                return
         reader = ShardReader(self.nc, self.store, self.spec, lease, self.stats)
         reader.task = asyncio.create_task(reader.run())
         self.readers[lease.shard] = reader
@@ -548,13 +584,14 @@ class Consumers:
         for shard, reader in list(self.readers.items()):
             if not reader.owns() and reader.task is not None:
                 logs.log(logging.WARNING, "shard lease not renewed in time", shard=shard)
-                reader.task.cancel()
+                reader.cancel()
+                self._fenced[shard] = reader.task
                 del self.readers[shard]
 
     async def _drop(self, shard: int) -> None:
         reader = self.readers.pop(shard)
         if reader.task is not None:
-            reader.task.cancel()
+            reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader.task
 
@@ -566,7 +603,7 @@ class Consumers:
             try:
                 await asyncio.wait_for(asyncio.shield(reader.task), self.spec.lease_seconds / 2)
             except TimeoutError:
-                reader.task.cancel()
+                reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader.task
         await self.leases.release(reader.lease)
