@@ -301,8 +301,20 @@ class IngestServer:
                 self._answer(accepted, self._one_by_one(requests, now_ms))
             else:
                 index = self._unindexed >= event_index.BATCH
-                future = self._executor.submit(self._execute, [plan for _, plan in batch], index)
-                self._in_flight = InFlight(future, accepted, requests, batch, now_ms)
+                plans = [plan for _, plan in batch]
+                if _size(frames) < PLAN_ALONGSIDE:
+                    # Little to write: nothing would be planned beside it (see _loop), so
+                    # handing it to the SQL thread would only cost two thread switches.
+                    future: Future[tuple[list[IngestResult], int]] = Future()
+                    try:
+                        future.set_result(self._execute(plans, index))
+                    except Exception as exc:
+                        future.set_exception(exc)
+                    self._in_flight = InFlight(future, accepted, requests, batch, now_ms)
+                    self._finish()
+                else:
+                    future = self._executor.submit(self._execute, plans, index)
+                    self._in_flight = InFlight(future, accepted, requests, batch, now_ms)
         for peer in {peer for peer, _ in frames}:
             self._flush(peer)
 
