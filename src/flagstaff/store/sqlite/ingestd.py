@@ -9,10 +9,12 @@ the only process that writes persons, it keeps them in memory
 One ``select`` loop reads every frame that has arrived on any connection, runs the rules over
 them and plans their writes (:func:`~flagstaff.store.sqlite.ingest.plan_ingest`), while a
 second thread executes the previous batch's plan in one transaction and commits it (fsync);
-SQLite releases the GIL while it works, so the two overlap. Each batch is answered after its
-commit. Requests that arrive meanwhile wait in the socket buffers and form the next batch:
-group commit with no timer. When no request is waiting, it indexes stored events by distinct
-id (:mod:`~flagstaff.store.sqlite.event_index`). It also deletes expired events in bounded
+SQLite releases the GIL while it works, so the two overlap. A small batch (under
+:data:`PLAN_ALONGSIDE`), beside which nothing would be planned, commits on this thread
+instead: two thread switches less. Each batch is answered after its commit. Requests that
+arrive meanwhile wait in the socket buffers and form the next batch: group commit with no
+timer. When no request is waiting, it indexes stored events by distinct id
+(:mod:`~flagstaff.store.sqlite.event_index`). It also deletes expired events in bounded
 steps, between batches (:mod:`~flagstaff.store.sqlite.retention`).
 
 It ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group, and the workers must
