@@ -215,6 +215,17 @@ def measure(client: httpx.Client, meter: CpuMeter, page: str, repeat: int) -> Ti
     return Timing(page, statistics.median(times), p95, cpu, len(first.content) / 1024)
 
 
+def console_server(postgres: bool, *, timeout: float) -> tuple[Server, str, httpx.Client]:
+    """A 2-worker server whose console admin is ADMIN_EMAIL, its engine's name, and an API
+    client with the personal key (the console benchmarks' start)."""
+    env = {"FLAGSTAFF_INIT_ADMIN_EMAIL": ADMIN_EMAIL, "FLAGSTAFF_INIT_ADMIN_PASSWORD": PASSWORD}
+    srv, _ = start_server(2, env, postgres=postgres)
+    api = httpx.Client(
+        base_url=srv.url, headers={"Authorization": f"Bearer {PERSONAL_KEY}"}, timeout=timeout
+    )
+    return srv, "PostgreSQL" if postgres else "SQLite", api
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flags", type=int, default=1000)
@@ -222,13 +233,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--postgres", action="store_true")
     args = parser.parse_args()
-    env = {"FLAGSTAFF_INIT_ADMIN_EMAIL": ADMIN_EMAIL, "FLAGSTAFF_INIT_ADMIN_PASSWORD": PASSWORD}
-    srv, _ = start_server(2, env, postgres=args.postgres)
-    engine = "PostgreSQL" if args.postgres else "SQLite"
+    srv, engine, api = console_server(args.postgres, timeout=60)
     try:
-        api = httpx.Client(
-            base_url=srv.url, headers={"Authorization": f"Bearer {PERSONAL_KEY}"}, timeout=60
-        )
         started = time.perf_counter()
         flags = _flags(api, args.flags)
         checks = _checks(srv.url, flags, int(time.time() * 1000))

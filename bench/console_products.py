@@ -22,9 +22,9 @@ import time
 
 import httpx
 import msgspec
-from tests.server import PERSONAL_KEY, PROJECT_TOKEN
+from tests.server import PROJECT_TOKEN
 
-from bench.console_http import ADMIN_EMAIL, PASSWORD, log_in, measure
+from bench.console_http import console_server, log_in, measure
 from bench.experiments import definition
 from bench.experiments_store import (
     _build_state,
@@ -32,7 +32,7 @@ from bench.experiments_store import (
     _fill_sqlite,
     _results_body,
 )
-from bench.load import CpuMeter, start_server
+from bench.load import CpuMeter
 from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.experiments.model import parse_experiment
 
@@ -88,13 +88,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--postgres", action="store_true")
     args = parser.parse_args()
-    env = {"FLAGSTAFF_INIT_ADMIN_EMAIL": ADMIN_EMAIL, "FLAGSTAFF_INIT_ADMIN_PASSWORD": PASSWORD}
-    srv, _ = start_server(2, env, postgres=args.postgres)
-    engine = "PostgreSQL" if args.postgres else "SQLite"
+    srv, engine, api = console_server(args.postgres, timeout=120)
     try:
-        api = httpx.Client(
-            base_url=srv.url, headers={"Authorization": f"Bearer {PERSONAL_KEY}"}, timeout=120
-        )
         started = time.perf_counter()
         _experiments(api, args.experiments - 1)
         _events(srv.url, 2000)

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 import httpx
-from tests.server import PERSONAL_KEY, Server
+from tests.server import Server
 
-from bench.console_http import ADMIN_EMAIL, PASSWORD, fill_postgres, fill_sqlite, log_in, measure
-from bench.load import CpuMeter, start_server
+from bench.console_http import console_server, fill_postgres, fill_sqlite, log_in, measure
+from bench.load import CpuMeter
 
 P = "/api/projects/@current"
 PREFIX = "$feature_enrollment/"
@@ -109,13 +109,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--postgres", action="store_true")
     args = parser.parse_args()
-    env = {"FLAGSTAFF_INIT_ADMIN_EMAIL": ADMIN_EMAIL, "FLAGSTAFF_INIT_ADMIN_PASSWORD": PASSWORD}
-    srv, _ = start_server(2, env, postgres=args.postgres)
-    engine = "PostgreSQL" if args.postgres else "SQLite"
+    srv, engine, api = console_server(args.postgres, timeout=120)
     try:
-        api = httpx.Client(
-            base_url=srv.url, headers={"Authorization": f"Bearer {PERSONAL_KEY}"}, timeout=120
-        )
         features = _features(api, args.features)
         keys = [key for _, key in features]
         _restart_enrolled(srv, args.persons, keys, args.postgres)
