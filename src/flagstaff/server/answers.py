@@ -113,10 +113,6 @@ class AnswerCache:
         entry = self._entries.pop(key)
         self.bytes -= entry.size
 
-    def clear(self) -> None:
-        self._entries.clear()
-        self.bytes = 0
-
     def __len__(self) -> int:
         return len(self._entries)
 
