@@ -72,6 +72,7 @@ class Row:
     floor_label: str = ""
     floor: float = 0.0
     resolve_at: float = 0.0
+    """0 with a goal: the level to resolve at is to publish the row (issue 28's Unleash rows)."""
     goal: float = 0.0
     latency: str = ""
     cpu: str = ""
@@ -93,7 +94,8 @@ class Row:
                 else "below"
             )
         floor = f"{self.floor_label} {self.floor:,.0f}" if self.floor else ""
-        levels = f"≥ {self.resolve_at:g} / ≥ {self.goal:g}" if self.goal else ""
+        resolve = f"≥ {self.resolve_at:g}" if self.resolve_at else "published"
+        levels = f"{resolve} / ≥ {self.goal:g}" if self.goal else ""
         return [
             self.measure,
             f"{self.value:,.0f} {self.unit}",
@@ -771,7 +773,7 @@ def main_rows(args: argparse.Namespace, report: Report) -> None:
                 "req/s",
                 "Unleash",
                 peer.requests_per_s,
-                10,
+                0,
                 10,
                 _latency(peer) + " (Unleash)",
             )
@@ -784,7 +786,7 @@ def main_rows(args: argparse.Namespace, report: Report) -> None:
                 "req/s",
                 "Unleash",
                 plain.requests_per_s,
-                10,
+                0,
                 10,
                 _latency(plain) + " (Unleash)",
             )
