@@ -35,9 +35,9 @@ from tests.server import PROJECT_TOKEN
 
 from bench.ingest_inprocess import LIMIT, NOW_MS
 from bench.ingest_inprocess import bodies as batch_bodies
+from bench.ingest_inprocess import frame as _frame
 from bench.ingest_load import _EVENT
 from flagstaff.http.payload import decode_body
-from flagstaff.ingest.model import Event
 from flagstaff.ingest.normalize import normalize_event, parse_envelope
 from flagstaff.store.records import IngestResult
 from flagstaff.store.sqlite import ingest, schema
@@ -61,20 +61,6 @@ def single_bodies(count: int, first: int = 0) -> list[bytes]:
 
 def _cpu() -> float:
     return time.process_time()
-
-
-def _frame(body: bytes, number: int) -> bytes:
-    payload = decode_body(
-        body, content_type="application/json", content_encoding=None, query={}, limit=LIMIT
-    )
-    envelope = parse_envelope(payload, {})
-    events = [
-        e
-        for raw in envelope.events
-        if type(e := normalize_event(raw, envelope, now_ms=NOW_MS, ip="127.0.0.1", geoip=None))
-        is Event
-    ]
-    return request_encoder.encode((number, 1, for_writer(events), []))
 
 
 STAGES = ("decode", "envelope", "normalise", "hand-off", "frame")

@@ -58,22 +58,24 @@ def bodies(count: int) -> list[bytes]:
     return out
 
 
+def frame(body: bytes, number: int) -> bytes:
+    """The frame a worker sends for one body: decoded, normalised, handed off, msgpack."""
+    payload = decode_body(
+        body, content_type="application/json", content_encoding=None, query={}, limit=LIMIT
+    )
+    envelope = parse_envelope(payload, {})
+    events = [
+        e
+        for raw in envelope.events
+        if type(e := normalize_event(raw, envelope, now_ms=NOW_MS, ip="127.0.0.1", geoip=None))
+        is Event
+    ]
+    return request_encoder.encode((number, 1, for_writer(events), []))
+
+
 def worker(count: int) -> list[bytes]:
     """The frames a worker sends for ``count`` batches."""
-    frames = []
-    for number, body in enumerate(bodies(count)):
-        payload = decode_body(
-            body, content_type="application/json", content_encoding=None, query={}, limit=LIMIT
-        )
-        envelope = parse_envelope(payload, {})
-        events = [
-            e
-            for raw in envelope.events
-            if type(e := normalize_event(raw, envelope, now_ms=NOW_MS, ip="127.0.0.1", geoip=None))
-            is Event
-        ]
-        frames.append(request_encoder.encode((number, 1, for_writer(events), [])))
-    return frames
+    return [frame(body, number) for number, body in enumerate(bodies(count))]
 
 
 def writer(frames: list[bytes], folder: Path, digest_rows: bool) -> tuple[int, str]:
