@@ -66,19 +66,7 @@ def _load() -> str:
 
 
 def _probe_flags(node: Server, probes: int, background: int) -> list[float]:
-    Api(node.url).create_flag(
-        key="probed",
-        filters={
-            "groups": [
-                {
-                    "properties": [
-                        {"key": "probed", "value": ["yes"], "operator": "exact", "type": "person"}
-                    ],
-                    "rollout_percentage": 100,
-                }
-            ]
-        },
-    )
+    Api(node.url).create_person_flag("probed", "probed", "yes")
     stop = threading.Event()
 
     def steady() -> None:

@@ -163,3 +163,11 @@ class Api:
         r = self.post("/api/projects/@current/feature_flags/", json=flag)
         assert r.status_code == 201, r.text
         return r.json()
+
+    def create_person_flag(self, key: str, prop: str, value: str) -> dict[str, Any]:
+        """A flag on for every person whose property ``prop`` is exactly ``value``."""
+        condition = {"key": prop, "value": [value], "operator": "exact", "type": "person"}
+        return self.create_flag(
+            key=key,
+            filters={"groups": [{"properties": [condition], "rollout_percentage": 100}]},
+        )

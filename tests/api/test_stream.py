@@ -159,19 +159,7 @@ def test_posthog_python_through_the_stream(stack: Stack) -> None:
 
     if not stack.consumers:
         stack.consumer()
-    Api(stack.capture.url).create_flag(
-        key="gold-tier",
-        filters={
-            "groups": [
-                {
-                    "properties": [
-                        {"key": "tier", "value": ["gold"], "operator": "exact", "type": "person"}
-                    ],
-                    "rollout_percentage": 100,
-                }
-            ]
-        },
-    )
+    Api(stack.capture.url).create_person_flag("gold-tier", "tier", "gold")
     client = Posthog(PROJECT_TOKEN, host=stack.capture.url, max_retries=0)
     try:
         client.capture("signed_up", distinct_id="sdk-anon-1", properties={"plan": "free"})
@@ -263,19 +251,7 @@ def test_a_lone_set_is_committed_at_once_not_when_a_batch_fills(tmp_path: Path) 
     consumer = ConsumerProcess(tmp_path / "consumer.log", env).start()
     try:
         _until(lambda: consumer.ready()["shards"] == [0, 1], 20, "the consumer holds both shards")
-        Api(capture.url).create_flag(
-            key="lone-set",
-            filters={
-                "groups": [
-                    {
-                        "properties": [
-                            {"key": "lone", "value": ["yes"], "operator": "exact", "type": "person"}
-                        ],
-                        "rollout_percentage": 100,
-                    }
-                ]
-            },
-        )
+        Api(capture.url).create_person_flag("lone-set", "lone", "yes")
         before = consumer.metrics()
         seen: list[float] = []
         for i in range(4):  # each shard's pull had time to be open, then both again
@@ -330,19 +306,7 @@ def test_merges_across_shards_with_two_consumers_lose_no_set(stack: Stack) -> No
         "the two consumers share the shards",
     )
     api = Api(stack.capture.url)
-    api.create_flag(
-        key="pro-plan",
-        filters={
-            "groups": [
-                {
-                    "properties": [
-                        {"key": "plan", "value": ["pro"], "operator": "exact", "type": "person"}
-                    ],
-                    "rollout_percentage": 100,
-                }
-            ]
-        },
-    )
+    api.create_person_flag("pro-plan", "plan", "pro")
     people = [_pair_on_two_shards(i) for i in range(12)]
     requests: list[list[dict[str, Any]]] = []
     for i, (anon, user) in enumerate(people):
