@@ -510,20 +510,13 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
             config_fields(bool(pf.definitions.flags), await svc.surveys.any_active(project.id))
         )
     # Built by hand: msgspec would copy the ~10 kB flags object into a growing buffer.
-    tail = (b"," + _encode(extra)[1:]) if extra else b"}"
-    if legacy:
-        rest = b',"errorsWhileComputingFlags":%s,"requestId":%s%s' % (
-            b"true" if errors else b"false",
-            _encode(request_id),
-            tail,
-        )
-    else:
-        rest = b',"errorsWhileComputingFlags":%s,"requestId":%s,"evaluatedAt":%d%s' % (
-            b"true" if errors else b"false",
-            _encode(request_id),
-            int(time.time() * 1000),
-            tail,
-        )
+    evaluated = b"" if legacy else b',"evaluatedAt":%d' % int(time.time() * 1000)
+    rest = b',"errorsWhileComputingFlags":%s,"requestId":%s%s%s' % (
+        b"true" if errors else b"false",
+        _encode(request_id),
+        evaluated,
+        (b"," + _encode(extra)[1:]) if extra else b"}",
+    )
     return Response(b"".join((*head, rest)))
 
 
