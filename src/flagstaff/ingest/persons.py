@@ -304,6 +304,18 @@ def enrolled_flags(properties: dict[str, Any]) -> list[str]:
     ]
 
 
+def take_enrollments(states: list[PersonState]) -> list[tuple[str, int]]:
+    """The (flag key, person id) enrollments that persons whose enrollment properties a batch
+    changed now have (a person merged away has none), clearing their ``enrollment`` marks:
+    what a store writes after deleting those persons' enrollment rows."""
+    rows: list[tuple[str, int]] = []
+    for state in states:
+        state.enrollment = False
+        if state.merged_into is None and state.id is not None:
+            rows.extend((flag_key, state.id) for flag_key in enrolled_flags(state.properties))
+    return rows
+
+
 def apply_updates(state: PersonState, event: Event) -> None:
     """Apply an event's $set_once, then $set, then $unset to the person.
 

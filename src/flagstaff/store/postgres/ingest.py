@@ -308,18 +308,11 @@ async def _write_enrollments(
     """The early access enrollments of the persons whose enrollment properties the batch
     changed, as their properties now say (a person merged away keeps none); their persons
     are locked or new, so no other batch writes these rows meanwhile."""
-    for state in states:
-        state.enrollment = False
     await conn.execute(_DROP_ENROLLMENTS, sorted({s.id for s in states}))
-    keys: list[str] = []
-    persons: list[int] = []
-    for state in states:
-        if state.merged_into is None:
-            for flag_key in person_rules.enrolled_flags(state.properties):
-                keys.append(pg_text(flag_key))
-                persons.append(state.id)
-    if keys:
-        await conn.execute(_ENROLL, project_id, keys, persons)
+    rows = person_rules.take_enrollments(states)
+    if rows:
+        keys = [pg_text(flag_key) for flag_key, _ in rows]
+        await conn.execute(_ENROLL, project_id, keys, [person_id for _, person_id in rows])
 
 
 async def _write_groups(

@@ -277,12 +277,9 @@ def _plan_enrollments(
     """The early access enrollments of the persons whose enrollment properties the batch
     changed, as their properties now say (a person merged away keeps none)."""
     for state in states:
-        state.enrollment = False
         plan.add(_DROP_ENROLLMENTS, (state.id,))
-    for state in states:
-        if state.merged_into is None:
-            for flag_key in person_rules.enrolled_flags(state.properties):
-                plan.add(_ENROLL, (project_id, flag_key, state.id))
+    for flag_key, person_id in person_rules.take_enrollments(states):
+        plan.add(_ENROLL, (project_id, flag_key, person_id))
 
 
 def _plan_groups(plan: WritePlan, project_id: int, book: group_rules.GroupBook) -> None:
