@@ -153,7 +153,7 @@ class Inbox:
             return max(1, min(self.limit - len(self._msgs), by_events))
 
     async def put(self, msgs: list[Fetched]) -> None:
-        events = sum(len(b.events) if not isinstance(b, str) else 1 for _, b in msgs)
+        events = _events(msgs)
         async with self._changed:
             self._msgs += msgs
             self._events += events
@@ -182,11 +182,14 @@ class Inbox:
             if self._closed:
                 return []
             msgs, self._msgs = self._msgs[: self.limit], self._msgs[self.limit :]
-            self._events = sum(
-                len(b.events) if not isinstance(b, str) else 1 for _, b in self._msgs
-            )
+            self._events = _events(self._msgs)
             self._changed.notify_all()
             return msgs
+
+
+def _events(msgs: list[Fetched]) -> int:
+    """Events the messages hold (one for a message that does not decode)."""
+    return sum(len(b.events) if not isinstance(b, str) else 1 for _, b in msgs)
 
 
 def decoded(msg: Msg) -> Fetched:
@@ -327,8 +330,7 @@ class ShardReader:
         ``spec.fetch_wait`` seconds (and is renewed): it returns as soon as a message is
         published. Once one came, its ``num_pending`` says how many more wait in the stream;
         exactly those are fetched (as many as ``inbox`` has room for: about a transaction's
-        worth), which returns as soon
-        as they arrived: no pull waits for a batch to fill.
+        worth), which returns as soon as they arrived: no pull waits for a batch to fill.
         """
         waiting = 0
         try:
