@@ -50,6 +50,7 @@ test-deps:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The second run repeats the API and SDK tests on PostgreSQL (a fresh database per server, see
 # tests/server.py). Left out there, being about the embedded store's data dir rather than the

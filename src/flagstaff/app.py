@@ -17,7 +17,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from flagstaff.accounts.csrf import SAFE_METHODS
@@ -158,7 +158,7 @@ class FlagstaffApp:
         self.services = services or Services(settings)
         self.routes = public_routes()
         document = openapi_document(ROUTES, [*self.routes.values(), *PATTERN_ROUTES])
-        accounts: AccountStore = self.services.store  # type: ignore[assignment]
+        accounts: AccountStore = self.services.store
         self.admin = build_admin(
             self.services.store,
             principal_auth(accounts),
@@ -219,6 +219,8 @@ class FlagstaffApp:
                 unread = False
                 if not cost:
                     cost = self.budget.admit(len(request.body))
+            # The hot handlers are typed against the ASGI Request; RsgiRequest has the same
+            # attributes (both are RequestBase), so either may be passed.
             return await route.handler(self.services, request)  # type: ignore[arg-type]
         except ApiError as exc:
             headers = [_RETRY_AFTER] if exc.status == 503 else []
@@ -344,7 +346,7 @@ class FlagstaffApp:
         writes = scope["method"] not in SAFE_METHODS
         changes = self.services.changes
 
-        async def tracking_send(message: dict[str, Any]) -> None:
+        async def tracking_send(message: MutableMapping[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

@@ -50,7 +50,7 @@ class Principal(msgspec.Struct, frozen=True):
 
 def parse_role(value: object) -> Role | None:
     try:
-        return Role(value)  # type: ignore[arg-type]
+        return Role(value)  # type: ignore[arg-type]  # any value: Role() refuses non-members
     except ValueError:
         return None
 

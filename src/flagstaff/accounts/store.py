@@ -87,7 +87,12 @@ class AccountStore(Protocol):
 
     # personal API keys (the secret is hashed by the store, as today)
     async def create_user_key(
-        self, project_id: int, user_id: int | None, label: str, now_ms: int
+        self,
+        project_id: int,
+        user_id: int | None,
+        label: str,
+        now_ms: int,
+        source: ChangeSource | None = None,
     ) -> tuple[ApiKeyInfo, str]:
         """A new key and its secret; the secret is returned only here."""
         ...
@@ -100,7 +105,9 @@ class AccountStore(Protocol):
         """The key with this secret, revoked ones included (the caller refuses them)."""
         ...
 
-    async def revoke_key(self, project_id: int, key_id: int, now_ms: int) -> ApiKeyInfo | None: ...
+    async def revoke_key(
+        self, project_id: int, key_id: int, now_ms: int, source: ChangeSource | None = None
+    ) -> ApiKeyInfo | None: ...
 
     async def mark_key_used(self, key_id: int, now_ms: int) -> None: ...
 

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from flagstaff.activity.records import Trigger
+from flagstaff.common.json_types import is_number
 
 MODEL_NAME = "FeatureFlag"
 
@@ -47,17 +48,14 @@ class ScheduleError(ValueError):
         self.field = field
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def check_schedule(payload: Any, run_at_ms: Any, now_ms: int) -> Operation:
     """The payload's operation, once ``payload`` and ``run_at_ms`` are acceptable; else
     ScheduleError naming the field. (The flag rules judge the resulting body when it runs.)"""
     if not isinstance(payload, dict):
         raise ScheduleError("payload must be an object", "payload")
+    operation: Any = payload.get("operation")
     try:
-        op = Operation(payload.get("operation"))
+        op = Operation(operation)
     except ValueError:
         allowed = ", ".join(o.value for o in Operation)
         raise ScheduleError(f"payload.operation must be one of {allowed}", "payload") from None
@@ -65,7 +63,7 @@ def check_schedule(payload: Any, run_at_ms: Any, now_ms: int) -> Operation:
         raise ScheduleError("scheduled_at must be a time", "scheduled_at")
     if run_at_ms <= now_ms:
         raise ScheduleError("scheduled_at must be in the future", "scheduled_at")
-    value = payload.get("value")
+    value: Any = payload.get("value")
     if op is Operation.UPDATE_STATUS and not isinstance(value, bool):
         raise ScheduleError("payload.value must be true or false", "payload")
     if op is Operation.ADD_RELEASE_CONDITION and (
@@ -77,7 +75,7 @@ def check_schedule(payload: Any, run_at_ms: Any, now_ms: int) -> Operation:
     ):
         raise ScheduleError("payload.value must be an object with a variants list", "payload")
     if op is Operation.UPDATE_ROLLOUT:
-        if not _is_number(value) or not 0 <= value <= 100:
+        if not is_number(value) or not 0 <= value <= 100:
             raise ScheduleError("payload.value must be a percentage, 0-100", "payload")
         group = payload.get("group")
         if group is not None and (
@@ -96,7 +94,7 @@ def due(changes: Iterable[ScheduledChange], now_ms: int) -> list[ScheduledChange
 def update_body(change: ScheduledChange, current: dict[str, Any]) -> dict[str, Any]:
     """The PATCH body that carries out ``change`` on the flag ``current`` (not mutated).
     Raises ScheduleError when the flag no longer fits the change."""
-    value = change.payload.get("value")
+    value: Any = change.payload.get("value")
     filters = copy.deepcopy(current.get("filters") or {})
     if change.operation is Operation.UPDATE_STATUS:
         return {"active": value, "version": current.get("version")}

@@ -183,7 +183,7 @@ def cmd_user_create(args: argparse.Namespace) -> int:
         project_id = await _project_id(store, args.project)
         try:
             user, created = await create_member(
-                store,  # type: ignore[arg-type]  # both engines implement AccountStore
+                store,
                 args.email,
                 password,
                 Role(args.role),

@@ -82,7 +82,7 @@ class ImportReport:
             if every_flag or f.action in ("rejected", "skipped"):
                 verb = f.action if dry_run else _PAST.get(f.action, f.action)
                 out.append(f"{verb} {f.label}{': ' + f.detail if f.detail else ''}")
-        counts = {a: sum(f.action == a for f in self.flags) for a in ACTIONS}
+        counts: dict[str, int] = {a: sum(f.action == a for f in self.flags) for a in ACTIONS}
         if dry_run:
             summary = ", ".join(f"{counts[a]} to {a}" for a in ("create", "update"))
             summary += f", {counts['unchanged']} unchanged, {counts['skipped']} skipped"
@@ -180,7 +180,8 @@ def _created_at(value: Any) -> str | None:
 
 def group_indexes(flag: dict[str, Any]) -> set[int]:
     """Group type indexes a flag aggregates by (the flag's, and any condition's own)."""
-    filters = flag.get("filters") if isinstance(flag.get("filters"), dict) else {}
+    given = flag.get("filters")
+    filters: dict[str, Any] = given if isinstance(given, dict) else {}
     found = [filters.get("aggregation_group_type_index")]
     groups = filters.get("groups")
     if isinstance(groups, list):

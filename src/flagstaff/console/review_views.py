@@ -79,8 +79,8 @@ def request_row(
         lines = readable_diff(_shown(current), _shown(request.body))
     stale = ""
     if request.status is RequestStatus.PENDING:
-        live = current is not None and not current.get("deleted")
-        stale = stale_reason(request, current["version"] if live else None, now_ms) or ""
+        live = current if current is not None and not current.get("deleted") else None
+        stale = stale_reason(request, live["version"] if live else None, now_ms) or ""
     return RequestRow(
         id=request.id,
         flag_id=request.flag_id,

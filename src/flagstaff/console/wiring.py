@@ -20,7 +20,7 @@ from flagstaff.store.base import Store
 
 
 def console_for(settings: Settings, store: Store) -> list[BaseRoute]:
-    accounts: AccountStore = store  # type: ignore[assignment]  # both engines implement it
+    accounts: AccountStore = store
     team = StoreTeamData(store, settings.flag_quota_per_minute, settings.event_quota_per_minute)
     data = StoreConsoleData(store)
     return console_routes(

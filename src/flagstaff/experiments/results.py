@@ -35,6 +35,8 @@ from flagstaff.experiments.model import (
 )
 from flagstaff.experiments.stats import (
     MIN_EXPOSURES,
+    BayesianComparison,
+    FrequentistComparison,
     MeanStatistic,
     ProportionStatistic,
     RatioStatistic,
@@ -155,6 +157,7 @@ def _compare(
         return
     try:
         treatment = _statistic(metric, row)
+        comparison: BayesianComparison | FrequentistComparison
         if method == "bayesian":
             comparison = bayesian(treatment, control)
             result.chance_to_win = comparison.chance_to_win
@@ -163,7 +166,7 @@ def _compare(
             outcome = frequentist(treatment, control)
             result.p_value = outcome.p_value
             result.confidence_interval = outcome.confidence_interval
-            comparison = outcome  # type: ignore[assignment]
+            comparison = outcome
         result.effect = comparison.effect
         result.significant = comparison.significant
     except StatisticError as error:
@@ -193,7 +196,7 @@ def _metric_result(
     return MetricResult(
         uuid=metric.uuid,
         name=metric.name,
-        metric_type=metric.__struct_config__.tag,  # type: ignore[arg-type]
+        metric_type=metric.__struct_config__.tag,  # type: ignore[arg-type]  # the tags are these
         goal=metric.goal,
         baseline=baseline,
         variant_results=variants,

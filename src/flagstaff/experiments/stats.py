@@ -192,7 +192,7 @@ def bayesian(
     effect, variance = _relative(treatment, control)
     if control.mean < 0:
         raise StatisticError("The baseline mean must be positive for a relative effect.")
-    if isinstance(control, ProportionStatistic):
+    if isinstance(control, ProportionStatistic) and isinstance(treatment, ProportionStatistic):
         for name, stat in (("treatment", treatment), ("baseline", control)):
             if stat.sum < MIN_FUNNEL_CONVERSIONS or stat.n - stat.sum < MIN_FUNNEL_CONVERSIONS:
                 raise StatisticError(

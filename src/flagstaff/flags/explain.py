@@ -575,11 +575,11 @@ class _Walker:
             step.outcome = CONDITION_MATCH
             self._finish(out, True, variant, CONDITION_MATCH, index)
             return
-        code, index = miss
+        code, miss_index = miss
         if skipped and code == NO_CONDITION_MATCH:
-            self._finish(out, False, None, code, index, GROUPS_NOT_EVALUATED_DESCRIPTION)
+            self._finish(out, False, None, code, miss_index, GROUPS_NOT_EVALUATED_DESCRIPTION)
         else:
-            self._finish(out, False, None, code, index)
+            self._finish(out, False, None, code, miss_index)
 
 
 def explain(

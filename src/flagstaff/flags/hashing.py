@@ -16,7 +16,7 @@ from collections.abc import Callable
 # state that absorbed the flag's prefix (bench.engine: 72.3-73.6 -> 62.9-63.5 us per 50-flag
 # request).
 try:
-    from _sha1 import sha1
+    from _sha1 import sha1  # type: ignore[import-not-found]  # CPython's private module, unstubbed
 except ImportError:  # pragma: no cover - other interpreters
     from hashlib import sha1
 

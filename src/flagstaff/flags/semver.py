@@ -54,7 +54,7 @@ def _strip_zeros(part: str) -> str:
 
 
 def _identifiers(text: str, *, pre: bool) -> PreKey | None:
-    key = []
+    key: list[tuple[int, int | str]] = []
     for part in text.split("."):
         if not _IDENTIFIER.fullmatch(part):
             return None
@@ -182,8 +182,8 @@ def wildcard_bounds(value: object) -> Range | None:
             return None
         numbers.append(int(stripped))
     else:
-        padded = [*numbers, 0, 0][:3]
-        return Range(_release(*padded), _caret_high(*padded, len(numbers)))  # type: ignore[arg-type]
+        major, minor, patch = [*numbers, 0, 0][:3]
+        return Range(_release(major, minor, patch), _caret_high(major, minor, patch, len(numbers)))
     if not numbers:
         return Range(_release(0, 0, 0), None)
     if len(numbers) == 1:

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from flagstaff.common.invalid import Errors
+from flagstaff.common.json_types import is_number
 from flagstaff.common.limits import MAX_GROUP_TYPES, MAX_KEY_LENGTH
 from flagstaff.flags import dates
 from flagstaff.flags.operators import (
@@ -36,16 +37,12 @@ RUNTIMES = frozenset({"server", "client", "all"})
 BUCKETING_IDENTIFIERS = frozenset({"distinct_id", "device_id"})
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _check_percentage(path: str, value: Any, errors: Errors, *, nullable: bool) -> None:
     if value is None:
         if not nullable:
             errors.append((path, "This field is required."))
         return
-    if not _is_number(value):
+    if not is_number(value):
         errors.append((path, "Must be a number."))
     elif not 0 <= value <= 100:
         errors.append((path, "Must be between 0 and 100."))
@@ -81,9 +78,10 @@ def _check_operator_value(path: str, operator: str, value: Any, errors: Errors) 
             if isinstance(value, list) and len(value) == 2
             else None
         )
-        if bounds is None or None in bounds:
+        low, high = bounds if bounds is not None else (None, None)
+        if low is None or high is None:
             errors.append((f"{path}.value", "Must be a list of two numbers [min, max]."))
-        elif bounds[0] > bounds[1]:  # type: ignore[operator]
+        elif low > high:
             errors.append((f"{path}.value", "The minimum must not exceed the maximum."))
     elif operator in DATE_OPERATORS and not _is_date(value):
         errors.append((f"{path}.value", "Must be an ISO 8601 date or a relative date."))
@@ -181,7 +179,7 @@ def _check_variants(multivariate: Any, errors: Errors) -> set[str] | None:
             keys.add(key)
         weight = variant.get("rollout_percentage")
         _check_percentage(f"{variant_path}.rollout_percentage", weight, errors, nullable=False)
-        if _is_number(weight):
+        if is_number(weight):
             total += float(weight)
     if multivariate["variants"] and abs(total - 100.0) > 1e-9:
         errors.append((f"{path}.variants", "Variant rollout percentages must sum to 100."))

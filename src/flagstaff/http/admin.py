@@ -317,6 +317,7 @@ async def create_scheduled_change(ctx: AdminContext, request: Request) -> Any:
         operation = scheduled.check_schedule(body.get("payload"), run_at, now)
     except scheduled.ScheduleError as exc:
         raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    assert run_at is not None  # check_schedule refuses a missing time
     held = await admin_approvals.hold_schedule(ctx, flag, operation, body["payload"], run_at)
     if held is not None:
         return held
@@ -714,7 +715,7 @@ def build_routes(
     store: Store, authenticate: Authenticate, accounts: AccountStore | None = None
 ) -> list[Route]:
     """``accounts`` defaults to the store (both engines implement :class:`AccountStore`)."""
-    account_store: AccountStore = accounts if accounts is not None else store  # type: ignore[assignment]
+    account_store: AccountStore = accounts if accounts is not None else store
     grouped: dict[str, dict[str, Handler]] = {}
     for method, path, handler, _ in ROUTES:
         grouped.setdefault(path, {})[method] = handler

@@ -27,7 +27,7 @@ from flagstaff.activity.approvals import ChangeRequest, RequestKind, RequestStat
 from flagstaff.activity.diff import changes_between
 from flagstaff.activity.records import Actor, ChangeSource, Scope
 from flagstaff.activity.scheduled import MODEL_NAME, Operation
-from flagstaff.http.admin_context import AdminContext
+from flagstaff.http.admin_context import AdminContext, Handler
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.base import Conflict
@@ -245,9 +245,9 @@ async def approve_change_request(ctx: AdminContext, request: Request) -> Any:
     comment = _comment(await json_body(request))
     found = await _existing(ctx, request)
     current = await _current_flag(ctx, found)
-    live = current is not None and not current.get("deleted")
+    live = current if current is not None and not current.get("deleted") else None
     now = _now_ms()
-    decision = approvals.approve(found, ctx.principal, current["version"] if live else None, now)
+    decision = approvals.approve(found, ctx.principal, live["version"] if live else None, now)
     key = _flag_key(found, current)
     if decision.problem is not None:
         if decision.request.status is RequestStatus.STALE:
@@ -311,7 +311,7 @@ ROUTES = [
     ),
 ]
 
-ROUTE_ACTIONS = {
+ROUTE_ACTIONS: dict[Handler, Action] = {
     update_approval_policy: Action.MANAGE,
     # who may decide is the pure rules' call (approvals.approve / reject): a viewer is
     # refused there, an author may withdraw their own request but not approve it

@@ -24,7 +24,7 @@ from flagstaff.activity.webhooks import (
     webhook_json,
     webhook_url_problem,
 )
-from flagstaff.http.admin_context import AdminContext
+from flagstaff.http.admin_context import AdminContext, Handler
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.base import Conflict
@@ -198,4 +198,4 @@ ROUTES = [
     ),
 ]
 
-ROUTE_ACTIONS = {handler: Action.MANAGE for _, _, handler, _ in ROUTES}
+ROUTE_ACTIONS: dict[Handler, Action] = {handler: Action.MANAGE for _, _, handler, _ in ROUTES}

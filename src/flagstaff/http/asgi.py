@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -21,7 +21,7 @@ from flagstaff.http.limits import LINGER_SECONDS, BodyReaders, BodyTimeout
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 CORS_HEADERS: list[tuple[bytes, bytes]] = [
     (b"access-control-allow-credentials", b"true"),
@@ -46,7 +46,7 @@ class RequestBase:
     @property
     def forwarded_for(self) -> str | None:
         """``X-Forwarded-For``, or the ``http_x_forwarded_for`` header some proxies send."""
-        headers = self._headers
+        headers: Mapping[str, str] | None = self._headers
         if headers is None:  # parsed already on the hot routes: skip a second property call
             headers = self.headers
         return headers.get("x-forwarded-for") or headers.get("http_x_forwarded_for")

@@ -94,7 +94,7 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
         if type(result) is Event:
             events.append(result)
         else:
-            drops.append(result)  # type: ignore[arg-type]
+            drops.append(result)
 
     if events and not envelope.historical:
         allowed = svc.quotas.events_allowed(project.id, len(events))

@@ -447,8 +447,8 @@ def _operation(
         responses[str(status)] = {"description": description}
     for status, kind, description in doc.alternates:
         if str(status) == str(doc.status):  # the same status, another shape: one of both
-            one_of = [success["content"][doc.media]["schema"], refs[kind]]
-            success["content"] = {doc.media: {"schema": {"oneOf": one_of}}}
+            shapes = [success["content"][doc.media]["schema"], refs[kind]]
+            success["content"] = {doc.media: {"schema": {"oneOf": shapes}}}
             success["description"] = f"success; {description}"
             continue
         schema = {"schema": refs[kind]}

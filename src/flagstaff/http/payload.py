@@ -134,7 +134,9 @@ def _hint(value: str | None) -> str | None:
 
 
 def _is_json_type(content_type: str | None) -> bool:
-    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == _JSON_MIME  # type: ignore[union-attr]
+    if not content_type:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() == _JSON_MIME
 
 
 def _is_form(body: bytes, content_type: str | None) -> bool:

@@ -103,7 +103,7 @@ async def _read(request: RsgiRequest, limit: int, guard: BodyTimeout | None) -> 
             if size > limit:
                 raise _too_large(limit)
             if size <= ONE_READ:
-                return await protocol()  # type: ignore[no-any-return]
+                return await protocol()
         chunks: list[bytes] = []
         size = 0
         async for chunk in protocol:

@@ -95,7 +95,7 @@ class MetricsFiles:
         os.replace(tmp, self.path)
 
     def others(self) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         if not self.folder.is_dir():
             return out
         for path in self.folder.glob("*.json"):

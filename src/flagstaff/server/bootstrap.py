@@ -93,7 +93,7 @@ def _no_admin_yet(settings: Settings) -> Notice:
 
 
 def _accounts(store: Store) -> AccountStore:
-    return store  # type: ignore[return-value]  # both engines implement AccountStore
+    return store
 
 
 async def _init_admin(store: Store, settings: Settings, project: Project | None) -> list[Notice]:

@@ -171,6 +171,7 @@ def _spawn(spec: ChildSpec, stopping: threading.Event | None = None) -> subproce
         readable, _, _ = select.select([proc.stdout], [], [], min(left, 0.5))
         if not readable:
             continue
+        # Popen's pipes are typed IO[bytes]; unbuffered=False makes them BufferedReaders.
         chunk = proc.stdout.read1(64)  # type: ignore[attr-defined]
         if not chunk:
             break

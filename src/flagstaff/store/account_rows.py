@@ -79,7 +79,8 @@ def activity_filter(
     before_id: int | None,
 ) -> tuple[str, list[Any]]:
     """The WHERE clause of an activity query and its arguments (``$1``...)."""
-    clauses, args = ["a.project_id = {}"], [project_id]
+    clauses = ["a.project_id = {}"]
+    args: list[Any] = [project_id]
     for column, value in (
         ("a.scope", scope.value if scope else None),
         ("a.item_id", item_id),

@@ -496,10 +496,10 @@ def apply_work(
             if not exposed:
                 continue
             if name in counted:
-                persons = list(map(pair_persons.__getitem__, exposed))
+                exposed_persons = list(map(pair_persons.__getitem__, exposed))
                 numbers = map(pair_counts.__getitem__, exposed)
-                by_person = counts[name] = dict(zip(persons, numbers, strict=True))
-                if len(by_person) < len(persons):  # distinct ids of one person: add them up
+                by_person = counts[name] = dict(zip(exposed_persons, numbers, strict=True))
+                if len(by_person) < len(exposed_persons):  # distinct ids of one person: add them up
                     by_person.clear()
                     for k in exposed:
                         person = pair_persons[k]
@@ -600,10 +600,10 @@ def backfill_days(
             variant.days = {}
     first = decoded[0][1]
     for key, counted in days.items():
-        variant = first.variants.get(key)
-        if variant is None:
-            variant = first.variants[key] = spec.empty_variant()
-        variant.days = dict(sorted(counted.items()))
+        first_variant = first.variants.get(key)
+        if first_variant is None:
+            first_variant = first.variants[key] = spec.empty_variant()
+        first_variant.days = dict(sorted(counted.items()))
     return [(lane, encode_totals(totals)) for lane, totals in decoded]
 
 

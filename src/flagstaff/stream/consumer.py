@@ -51,6 +51,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api as js_api
 from nats.js import errors as js_errors
+from nats.js.kv import KeyValue
 
 from flagstaff.ops import logs
 from flagstaff.store.postgres.store import PostgresStore
@@ -473,12 +474,12 @@ class ShardReader:
 class Consumers:
     """The shard readers of one process and the loop that keeps their leases."""
 
-    def __init__(self, nc: Client, kv: object, store: PostgresStore, spec: StreamSpec) -> None:
+    def __init__(self, nc: Client, kv: KeyValue, store: PostgresStore, spec: StreamSpec) -> None:
         self.nc = nc
         self.store = store
         self.spec = spec
         self.member = uuid.uuid4().hex[:12]
-        self.leases = Leases(kv, self.member, spec.shards)  # type: ignore[arg-type]
+        self.leases = Leases(kv, self.member, spec.shards)
         self.readers: dict[int, ShardReader] = {}
         self._fenced: dict[int, asyncio.Task[None]] = {}
         """Readers cancelled by the fence and maybe still unwinding, by shard: a new reader of

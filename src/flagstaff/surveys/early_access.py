@@ -130,9 +130,9 @@ def feature_from_input(
         raise EarlyAccessInvalid([("", "The request body must be a JSON object.")])
     errors: Errors = []
     if current is None:
-        for name in ("name", "stage"):
-            if body.get(name) in (None, ""):
-                errors.append((name, "This field is required."))
+        for field in ("name", "stage"):
+            if body.get(field) in (None, ""):
+                errors.append((field, "This field is required."))
     name = body.get("name")
     if name is not None and not (current is None and name == ""):
         if not isinstance(name, str) or not name.strip():

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 import msgspec
 
 from flagstaff.common.invalid import DefinitionInvalid, Errors
+from flagstaff.common.json_types import is_int, is_number
 from flagstaff.flags.validation import validate_flag
 from flagstaff.surveys import model
 from flagstaff.surveys.model import Survey, SurveyInput
@@ -72,14 +73,6 @@ class SurveyContext:
     other_names: frozenset[str] = field(default_factory=frozenset)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _check_string(path: str, value: Any, errors: Errors, *, nullable: bool = True) -> None:
     if value is None:
         if not nullable:
@@ -117,7 +110,7 @@ def _check_link(path: str, link: Any, errors: Errors) -> None:
 def _check_next_step(path: str, value: Any, count: int, errors: Errors) -> None:
     if value == "end":
         return
-    if not _is_int(value) or not 0 <= value < count:
+    if not is_int(value) or not 0 <= value < count:
         errors.append((path, f"Must be a question index (0 to {count - 1}) or 'end'."))
 
 
@@ -136,7 +129,7 @@ def _check_branching(
         return
     if kind == "specific_question":
         index = branching.get("index")
-        if not _is_int(index) or not 0 <= index < count:
+        if not is_int(index) or not 0 <= index < count:
             errors.append((f"{path}.index", f"Must be a question index (0 to {count - 1})."))
         elif index == position:
             errors.append((f"{path}.index", "A question cannot branch to itself."))
@@ -158,7 +151,8 @@ def _check_branching(
             choices = question.get("choices")
             allowed = {str(i) for i in range(len(choices))} if isinstance(choices, list) else set()
         else:
-            allowed = set(RATING_BUCKETS.get(question.get("scale"), ()))  # type: ignore[arg-type]
+            scale: Any = question.get("scale")
+            allowed = set(RATING_BUCKETS.get(scale, ()))
         for key, step in values.items():
             step_path = f"{path}.responseValues.{key}"
             if str(key) not in allowed:
@@ -204,7 +198,7 @@ def _check_question(path: str, question: Any, position: int, count: int, errors:
             errors.append((f"{path}.choices", "Choices must be unique."))
     if qtype == "rating":
         scale = question.get("scale")
-        if scale not in model.RATING_SCALES or not _is_int(scale):
+        if scale not in model.RATING_SCALES or not is_int(scale):
             errors.append((f"{path}.scale", "Must be one of 2, 3, 5, 7, 10."))
         display = question.get("display", "number")
         if display not in model.RATING_DISPLAYS:
@@ -265,7 +259,7 @@ def check_conditions(
         if match_type is not None and match_type not in model.MATCH_TYPES:
             errors.append((f"conditions.{name}", f"Must be one of {', '.join(model.MATCH_TYPES)}."))
     wait = conditions.get("seenSurveyWaitPeriodInDays")
-    if wait is not None and (not _is_number(wait) or wait < 0):
+    if wait is not None and (not is_number(wait) or wait < 0):
         errors.append(
             ("conditions.seenSurveyWaitPeriodInDays", "Must be a number of days, 0 or more.")
         )
@@ -322,7 +316,7 @@ def check_appearance(appearance: Any, errors: Errors) -> None:
             )
         )
     delay = appearance.get("surveyPopupDelaySeconds")
-    if delay is not None and (not _is_number(delay) or delay < 0):
+    if delay is not None and (not is_number(delay) or delay < 0):
         errors.append(
             (
                 "appearance.surveyPopupDelaySeconds",
@@ -372,16 +366,16 @@ def _check_dates(body: dict[str, Any], errors: Errors) -> dict[str, datetime | N
 
 def _check_counts(survey: Survey, current: Survey | None, errors: Errors) -> None:
     limit = survey.responses_limit
-    if limit is not None and (not _is_int(limit) or limit < 1):
+    if limit is not None and (not is_int(limit) or limit < 1):
         errors.append(("responses_limit", "Must be a positive integer or null."))
     count = survey.iteration_count
     frequency = survey.iteration_frequency_days
-    if count is not None and (not _is_int(count) or not 0 <= count <= model.MAX_ITERATION_COUNT):
+    if count is not None and (not is_int(count) or not 0 <= count <= model.MAX_ITERATION_COUNT):
         errors.append(
             ("iteration_count", f"Must be an integer from 0 to {model.MAX_ITERATION_COUNT}.")
         )
         return
-    if frequency is not None and (not _is_int(frequency) or frequency < 0):
+    if frequency is not None and (not is_int(frequency) or frequency < 0):
         errors.append(("iteration_frequency_days", "Must be a positive integer or null."))
         return
     if count and not frequency:
@@ -446,9 +440,9 @@ def survey_from_input(
     errors: Errors = []
     creating = current is None
     if creating or not partial:
-        for name in ("name", "type"):
-            if body.get(name) in (None, ""):
-                errors.append((name, "This field is required."))
+        for field in ("name", "type"):
+            if body.get(field) in (None, ""):
+                errors.append((field, "This field is required."))
     name = body.get("name")
     if name is not None and not ((creating or not partial) and name == ""):
         if not isinstance(name, str) or not name.strip():
@@ -474,7 +468,7 @@ def survey_from_input(
     kept = current if current is not None and partial else None
     linked_id = body.get("linked_flag_id", kept.linked_flag_id if kept else None)
     if linked_id is not None:
-        if not _is_int(linked_id):
+        if not is_int(linked_id):
             errors.append(("linked_flag_id", "Must be an integer or null."))
         elif context.linked_flag is None or context.linked_flag.id != linked_id:
             errors.append(("linked_flag_id", "Feature Flag with this ID does not exist"))
@@ -509,8 +503,8 @@ def survey_from_input(
             [dict(q) for q in changes["questions"]], current.questions if current else None
         )
     if current is not None and not partial:
-        for kept in ("created_at", "targeting_flag_id", "internal_targeting_flag_id"):
-            changes.setdefault(kept, getattr(current, kept))
+        for kept_field in ("created_at", "targeting_flag_id", "internal_targeting_flag_id"):
+            changes.setdefault(kept_field, getattr(current, kept_field))
         if current.current_iteration is not None:
             changes.setdefault("current_iteration", current.current_iteration)
             changes.setdefault("current_iteration_start_date", current.current_iteration_start_date)

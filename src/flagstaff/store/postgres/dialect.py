@@ -6,7 +6,7 @@ statement allowed to fail runs in a savepoint; a definitions bump also NOTIFYs t
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -57,13 +57,13 @@ class PostgresConnection:
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         try:
-            return await self.conn.fetch(sql, *_args(args))  # type: ignore[no-any-return]
+            return await self.conn.fetch(sql, *_args(args))
         except asyncpg.UniqueViolationError as exc:
             raise UniqueViolation(str(exc)) from exc
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
         try:
-            return await self.conn.fetchrow(sql, *_args(args))  # type: ignore[no-any-return]
+            return await self.conn.fetchrow(sql, *_args(args))
         except asyncpg.UniqueViolationError as exc:
             raise UniqueViolation(str(exc)) from exc
 
@@ -76,8 +76,8 @@ class PostgresConnection:
     async def fetchrow_guarded(self, sql: str, *args: Any) -> Row | None:
         # A failed statement aborts a PostgreSQL transaction: run it in a savepoint.
         try:
-            async with self.conn.transaction():  # type: ignore[union-attr]
-                return await self.conn.fetchrow(sql, *_args(args))  # type: ignore[no-any-return]
+            async with self.conn.transaction():
+                return await self.conn.fetchrow(sql, *_args(args))
         except asyncpg.UniqueViolationError as exc:
             raise UniqueViolation(str(exc)) from exc
 
@@ -91,7 +91,7 @@ class PostgresDb(PostgresConnection):
     def __init__(self, pool: Callable[[], asyncpg.Pool]) -> None:
         self._pool = pool
 
-    @property  # type: ignore[override]
+    @property
     def conn(self) -> asyncpg.Pool:
         return self._pool()
 
@@ -108,11 +108,11 @@ class PostgresDb(PostgresConnection):
         ):
             return await fn(PostgresConnection(conn))
 
-    async def write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+    async def write(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
         async with self._pool().acquire() as conn, conn.transaction():
             return await fn(PostgresConnection(conn))
 
 
-async def in_transaction(conn: asyncpg.Connection, fn: Callable[[Tx], Awaitable[T]]) -> T:
+async def in_transaction(conn: asyncpg.Connection, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
     """Run a shared write in a transaction the caller holds (a write of the engine's own)."""
     return await fn(PostgresConnection(conn))

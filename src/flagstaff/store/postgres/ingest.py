@@ -308,7 +308,7 @@ async def _write_enrollments(
     """The early access enrollments of the persons whose enrollment properties the batch
     changed, as their properties now say (a person merged away keeps none); their persons
     are locked or new, so no other batch writes these rows meanwhile."""
-    await conn.execute(_DROP_ENROLLMENTS, sorted({s.id for s in states}))
+    await conn.execute(_DROP_ENROLLMENTS, sorted({s.id for s in states if s.id is not None}))
     rows = person_rules.take_enrollments(states)
     if rows:
         keys = [pg_text(flag_key) for flag_key, _ in rows]

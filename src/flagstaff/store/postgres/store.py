@@ -47,7 +47,7 @@ from flagstaff.store.postgres.team_store import TeamStoreMixin
 from flagstaff.store.postgres.usage_store import UsageMixin
 from flagstaff.store.records import EventQuery, FlagContext, IngestResult, Person, StoredEvent
 from flagstaff.store.rows import event_record
-from flagstaff.store.sql.db import Tx
+from flagstaff.store.sql.db import Db, Tx
 from flagstaff.store.sql.methods import ManagementMethods
 
 _decode = msgspec.json.decode
@@ -100,7 +100,7 @@ SELECT
 def _conn(tx: Tx) -> asyncpg.Connection:
     """The connection behind a shared write's transaction."""
     assert isinstance(tx, PostgresConnection)
-    return tx.conn  # type: ignore[return-value]
+    return tx.conn
 
 
 class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin, EnrollmentMixin):
@@ -115,7 +115,7 @@ class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixi
         self._lanes = IngestLanes(self.ingest_lanes, self._transact)
         self.ingest_retries = 0
         self.ingest_transactions = 0
-        self.sql = PostgresDb(lambda: self.pool)
+        self.sql: Db = PostgresDb(lambda: self.pool)
 
     # lifecycle -------------------------------------------------------------------------
 

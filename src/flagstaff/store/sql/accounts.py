@@ -24,7 +24,7 @@ from flagstaff.store.account_rows import (
 from flagstaff.store.records import Conflict, NotFound
 from flagstaff.store.rows import now_iso
 from flagstaff.store.sql.activity import ActivityMethods, write_change
-from flagstaff.store.sql.db import Db, Tx, UniqueViolation, insert_id
+from flagstaff.store.sql.db import Db, Row, Tx, UniqueViolation, insert_id
 
 _REVOKE_KEY = (
     "UPDATE personal_api_keys SET revoked_at_ms = $1 WHERE project_id = $2 AND id = $3 "
@@ -33,7 +33,7 @@ _REVOKE_KEY = (
 _MEMBERSHIP_COLUMNS = "user_id, project_id, role, created_at_ms"
 
 
-def _membership(row: tuple) -> Membership:  # type: ignore[type-arg]
+def _membership(row: Row) -> Membership:
     return Membership(row[0], row[1], Role(row[2]), row[3])
 
 
@@ -102,14 +102,14 @@ class Accounts(ActivityMethods, Protocol):
             user_id,
             project_id,
         )
-        return _membership(row) if row else None  # type: ignore[arg-type]
+        return _membership(row) if row else None
 
     async def list_memberships(self, user_id: int) -> list[Membership]:
         rows = await self.sql.fetch(
             f"SELECT {_MEMBERSHIP_COLUMNS} FROM memberships WHERE user_id = $1 ORDER BY project_id",
             user_id,
         )
-        return [_membership(r) for r in rows]  # type: ignore[arg-type]
+        return [_membership(r) for r in rows]
 
     async def list_members(self, project_id: int) -> list[tuple[User, Membership]]:
         cols = ", ".join(f"u.{c.strip()}" for c in USER_COLUMNS.split(","))

@@ -67,7 +67,7 @@ class Db(Reader, Protocol):
     """Reads (each on a connection of its own) and :meth:`write` transactions; its
     :meth:`execute` and :meth:`executemany` are writes of one statement each."""
 
-    async def write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+    async def write(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
         """Run ``fn`` in one transaction; its result once durably committed."""
         ...
 
@@ -123,6 +123,6 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value
     coro.close()
     raise RuntimeError("a SQLite write awaited something other than its transaction")

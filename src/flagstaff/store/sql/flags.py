@@ -31,9 +31,10 @@ def _now_ms() -> int:
 
 
 async def _cohort_in(tx: Tx, cohort_id: int) -> dict[str, Any]:
-    return cohort_record(
-        await tx.fetchrow(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id)
-    )
+    row = await tx.fetchrow(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id)
+    if row is None:
+        raise LookupError(f"cohort {cohort_id} is not in this transaction")
+    return cohort_record(row)
 
 
 class FlagMethods(Protocol):

@@ -218,7 +218,7 @@ class SurveyMethods(Protocol):
 
         async def write(tx: Tx) -> T:
             created = await apply_flag_writes(tx, project_id, flags, now, source)
-            saved = msgspec.structs.replace(item, **created) if created else item  # type: ignore[type-var]
+            saved = msgspec.structs.replace(item, **created) if created else item
             sql, args = statement(saved, _encode(saved).decode(), now)
             try:
                 row = await tx.fetchrow_guarded(sql, *args)

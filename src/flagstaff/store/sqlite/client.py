@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import cast
 
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.records import IngestResult, StoreError
@@ -36,7 +37,7 @@ class _WriterConnection(asyncio.Protocol):
         self._resumed: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's transport
 
     def send(self, payload: bytes) -> None:
         if not self._outbox:
@@ -83,7 +84,7 @@ class _WriterConnection(asyncio.Protocol):
             if error is not None:
                 future.set_exception(StoreError(error))
             else:
-                future.set_result(result)  # type: ignore[arg-type]
+                future.set_result(result)
 
     def _close(self) -> None:
         """A frame that cannot be read: the stream is lost; pending requests fail."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -102,7 +102,7 @@ class SQLiteConnection:
         return _run(self.conn, sql, args).fetchall()
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        return _run(self.conn, sql, args).fetchone()  # type: ignore[no-any-return]
+        return _run(self.conn, sql, args).fetchone()
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
         row = _run(self.conn, sql, args).fetchone()
@@ -124,8 +124,10 @@ class SQLiteDb(SQLiteConnection):
         self._read = read
         self._writer = writer
 
-    @property  # type: ignore[override]
-    def conn(self) -> sqlite3.Connection:
+    # The base holds one connection in an attribute; this one asks for the worker's read
+    # connection at each call, so the attribute becomes a read-only property.
+    @property
+    def conn(self) -> sqlite3.Connection:  # type: ignore[override]
         return self._read()
 
     async def execute(self, sql: str, *args: Any) -> int:
@@ -149,10 +151,10 @@ class SQLiteDb(SQLiteConnection):
         finally:
             db.execute("COMMIT")
 
-    async def write(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
-        return await self._writer().submit(lambda conn: run_sync(fn(SQLiteConnection(conn))))  # type: ignore[arg-type]
+    async def write(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
+        return await self._writer().submit(lambda conn: run_sync(fn(SQLiteConnection(conn))))
 
 
-def sync_write(conn: sqlite3.Connection, fn: Callable[[Tx], Awaitable[T]]) -> T:
+def sync_write(conn: sqlite3.Connection, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
     """Run a shared write in a transaction the caller holds (a write of the engine's own)."""
-    return run_sync(fn(SQLiteConnection(conn)))  # type: ignore[arg-type]
+    return run_sync(fn(SQLiteConnection(conn)))

@@ -393,6 +393,7 @@ class IngestServer:
         self, accepted: list[tuple[Peer, int]], results: list[IngestResult | Exception]
     ) -> None:
         for (peer, request_id), result in zip(accepted, results, strict=True):
+            answer: tuple[int, IngestResult | None, str | None]
             if isinstance(result, BaseException):
                 answer = (request_id, None, f"{type(result).__name__}: {result}")
             else:

@@ -28,7 +28,7 @@ from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.changes import ChangeCounter
 from flagstaff.store.records import EventQuery, FlagContext, IngestResult, Person, StoredEvent
 from flagstaff.store.rows import event_record
-from flagstaff.store.sql.db import Tx
+from flagstaff.store.sql.db import Db, Tx
 from flagstaff.store.sql.methods import ManagementMethods
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.client import IngestClient
@@ -79,7 +79,7 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
         self._ingest_client = IngestClient(ingest_socket) if ingest_socket else None
         self._person_version: ChangeCounter | None = None
         self._contexts: FlagContextCache | None = None
-        self.sql = SQLiteDb(lambda: self.db, lambda: self._writer)
+        self.sql: Db = SQLiteDb(lambda: self.db, lambda: self._writer)
 
     @property
     def ingest_client(self) -> IngestClient | None:

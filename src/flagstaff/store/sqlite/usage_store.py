@@ -18,8 +18,12 @@ _decode = msgspec.json.decode
 
 
 class UsageMixin:
-    db: sqlite3.Connection
     _writer: Writer
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The worker's read connection (the store's own property overrides this)."""
+        raise NotImplementedError
 
     async def flag_daily_checks(
         self, project_id: int, since_day: int, keys: list[str]
@@ -40,6 +44,7 @@ class UsageMixin:
     async def property_values(
         self, project_id: int, key: str, group_type_index: int | None
     ) -> list[ValueCount]:
+        sample: tuple[str, tuple[int, ...]]
         if group_type_index is None:
             sample = (
                 "SELECT properties FROM persons WHERE project_id = ? ORDER BY id DESC LIMIT ?",
