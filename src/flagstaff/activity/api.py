@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -12,15 +11,6 @@ import msgspec
 from flagstaff.activity.records import StoredActivity
 
 IsoTime = Callable[[int], str]
-
-
-def ms_to_iso(ms: int) -> str:
-    """Milliseconds since the epoch as the API's times: ISO 8601 UTC with ``Z``."""
-    return (
-        datetime.fromtimestamp(ms / 1000, UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def user_json(record: StoredActivity) -> dict[str, Any] | None:

@@ -9,13 +9,14 @@ import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
 from flagstaff import __version__
+from flagstaff.common import clock
+from flagstaff.common.clock import iso_to_ms
 from flagstaff.ops import logs
 from flagstaff.server.bootstrap import bootstrap
 from flagstaff.server.config import Settings, secure_data_dir
@@ -188,7 +189,7 @@ def cmd_user_create(args: argparse.Namespace) -> int:
                 password,
                 Role(args.role),
                 project_id,
-                int(time.time() * 1000),
+                clock.now_ms(),
             )
         except UserError as exc:
             raise SystemExit(f"flagstaff: {exc}") from None
@@ -292,15 +293,10 @@ def cmd_flags_explain(args: argparse.Namespace) -> int:
 def _since_ms(raw: str | None) -> int | None:
     if not raw:
         return None
-    try:
-        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise SystemExit(
-            f"flagstaff: --since must be an ISO 8601 date or time, got {raw!r}"
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+    parsed = iso_to_ms(raw)
+    if parsed is None:
+        raise SystemExit(f"flagstaff: --since must be an ISO 8601 date or time, got {raw!r}")
+    return parsed
 
 
 def cmd_events_export(args: argparse.Namespace) -> int:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
 import msgspec
 
 from flagstaff.activity.records import ChangeSource, Trigger
+from flagstaff.common.clock import parse_iso, utc_iso
 from flagstaff.http.admin_models import flag_from_input
 from flagstaff.http.errors import ApiError
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
@@ -169,13 +169,8 @@ def _created_at(value: Any) -> str | None:
     """An exported ``created_at`` in the store's form (UTC, ``Z``), or None if unreadable."""
     if not isinstance(value, str):
         return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    parsed = parse_iso(value)
+    return None if parsed is None else utc_iso(parsed)
 
 
 def group_indexes(flag: dict[str, Any]) -> set[int]:

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 
 import msgspec
 
-MINUTE_MS = 60_000
+from flagstaff.common.units import MINUTE_MS
+
 EVENT_CHART_MINUTES = 60
 EVENT_CHART_CAP = 10_000
 """Events counted per minute at most (a busier minute is drawn at this height and said to be

@@ -8,7 +8,6 @@ console can do nothing the API would refuse.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +26,7 @@ from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.common.clock import now_ms
 from flagstaff.console import charts, paging, templates, usage, views
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
@@ -129,10 +129,6 @@ class ConsoleSettings(msgspec.Struct, frozen=True):
     throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _html(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status, headers=SECURITY_HEADERS)
 
@@ -170,7 +166,7 @@ class ConsolePages:
         accounts: AccountStore,
         data: ConsoleData,
         settings: ConsoleSettings = ConsoleSettings(),  # noqa: B008
-        clock: Callable[[], int] = _now_ms,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.accounts = accounts
         self.data = data
@@ -619,7 +615,7 @@ def console_routes(
     accounts: AccountStore,
     data: ConsoleData,
     settings: ConsoleSettings = ConsoleSettings(),  # noqa: B008
-    clock: Callable[[], int] = _now_ms,
+    clock: Callable[[], int] = now_ms,
     extra: Sequence[Callable[[ConsolePages], list[BaseRoute]]] = (),
 ) -> list[BaseRoute]:
     """The console's routes, to be placed in front of the management API's starlette app;

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -14,6 +13,7 @@ from flagstaff.activity.approvals import APPROVAL_JOB
 from flagstaff.activity.readable import DiffLine, readable_changes
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
+from flagstaff.common.clock import iso_to_ms
 from flagstaff.common.units import DAY_MS
 from flagstaff.flags.operators import (
     COHORT_OPERATORS,
@@ -205,12 +205,7 @@ def flag_type(flag: Mapping[str, Any]) -> FlagType:
 
 
 def _time_ms(text: Any) -> int | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
+    return iso_to_ms(text) if isinstance(text, str) and text else None
 
 
 def fully_rolled_out(flag: Mapping[str, Any]) -> bool:

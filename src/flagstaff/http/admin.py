@@ -10,7 +10,6 @@ the rest edit) unless :data:`ROUTE_ACTIONS` names another.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,7 +25,6 @@ from flagstaff.accounts.roles import Action, action_for_method, can_revoke_key
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity import scheduled
 from flagstaff.activity.api import activity_page
-from flagstaff.activity.api import ms_to_iso as _ms_to_iso
 from flagstaff.activity.records import (
     Activity,
     ChangeSource,
@@ -34,6 +32,9 @@ from flagstaff.activity.records import (
 )
 from flagstaff.activity.rollback import RollbackError, plan_rollback
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.common import clock
+from flagstaff.common.clock import iso_to_ms
+from flagstaff.common.clock import ms_to_iso as _ms_to_iso
 from flagstaff.http import (
     admin_approvals,
     admin_experiments,
@@ -48,7 +49,6 @@ from flagstaff.http.admin_context import (
     AdminContext,
     Handler,
     existing_flag,
-    now_ms,
     project_json,
 )
 from flagstaff.http.auth import Authenticate
@@ -65,34 +65,19 @@ from flagstaff.ops import logs
 from flagstaff.store.base import Conflict, NotFound, Store, StoredEvent
 from flagstaff.store.records import EventQuery
 
-_now_ms = now_ms
-
 
 def _json(data: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(data), status, media_type="application/json")
-
-
-def _iso_to_ms(raw: str) -> int | None:
-    try:
-        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
 
 
 def _parse_time(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if not raw:
         return None
-    try:
-        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise ApiError(400, "invalid_input", f"{name} must be an ISO 8601 time", name) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+    parsed = iso_to_ms(raw)
+    if parsed is None:
+        raise ApiError(400, "invalid_input", f"{name} must be an ISO 8601 time", name)
+    return parsed
 
 
 # projects ---------------------------------------------------------------------------------
@@ -115,9 +100,9 @@ async def create_project(ctx: AdminContext, request: Request) -> Any:
     project = await ctx.store.create_project(name.strip())
     user_id = ctx.principal.user_id
     if user_id is not None:
-        await ctx.accounts.set_membership(user_id, project.id, Role.ADMIN, _now_ms())
+        await ctx.accounts.set_membership(user_id, project.id, Role.ADMIN, clock.now_ms())
     _, secret = await ctx.accounts.create_user_key(
-        project.id, user_id, f"{name.strip()} key", _now_ms()
+        project.id, user_id, f"{name.strip()} key", clock.now_ms()
     )
     return 201, {**_project_json(project), "personal_api_key": secret}
 
@@ -311,8 +296,8 @@ async def create_scheduled_change(ctx: AdminContext, request: Request) -> Any:
     if flag is None or flag.get("deleted"):
         raise ApiError(400, "invalid_input", "no such feature flag", "record_id")
     raw_time = body.get("scheduled_at")
-    run_at = _iso_to_ms(raw_time) if isinstance(raw_time, str) else None
-    now = _now_ms()
+    run_at = iso_to_ms(raw_time) if isinstance(raw_time, str) else None
+    now = clock.now_ms()
     try:
         operation = scheduled.check_schedule(body.get("payload"), run_at, now)
     except scheduled.ScheduleError as exc:
@@ -354,7 +339,7 @@ async def create_key(ctx: AdminContext, request: Request) -> Any:
     if len(label) > 100:
         raise ApiError(400, "invalid_input", "label is longer than 100 characters", "label")
     info, secret = await ctx.accounts.create_user_key(
-        ctx.project_id, ctx.principal.user_id, label.strip(), _now_ms(), ctx.source
+        ctx.project_id, ctx.principal.user_id, label.strip(), clock.now_ms(), ctx.source
     )
     return 201, {**key_json(info, _ms_to_iso), "value": secret}
 
@@ -369,7 +354,7 @@ async def revoke_key(ctx: AdminContext, request: Request) -> Any:
     if problem is not None:
         raise ApiError(403, "permission_denied", problem)
     if not key.revoked:
-        await ctx.accounts.revoke_key(ctx.project_id, key_id, _now_ms(), ctx.source)
+        await ctx.accounts.revoke_key(ctx.project_id, key_id, clock.now_ms(), ctx.source)
     return 204, None
 
 

@@ -14,7 +14,6 @@ has no such API: the shapes are ours, documented in the OpenAPI table.
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Any
 
 import msgspec
@@ -22,21 +21,18 @@ from starlette.requests import Request
 
 from flagstaff.accounts.roles import Action
 from flagstaff.activity import approvals
-from flagstaff.activity.api import ms_to_iso
 from flagstaff.activity.approvals import ChangeRequest, RequestKind, RequestStatus
 from flagstaff.activity.diff import changes_between
 from flagstaff.activity.records import Actor, ChangeSource, Scope
 from flagstaff.activity.scheduled import MODEL_NAME, Operation
+from flagstaff.common import clock
+from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import AdminContext, Handler
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.base import Conflict
 
 P = "/api/projects/{project_id}"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def request_json(request: ChangeRequest, current: dict[str, Any] | None) -> dict[str, Any]:
@@ -110,7 +106,7 @@ async def _hold(
         author_user_id=principal.user_id,
         author_key_id=principal.key_id if principal.user_id is None else None,
         status=RequestStatus.PENDING,
-        created_at_ms=_now_ms(),
+        created_at_ms=clock.now_ms(),
         kind=kind,
     )
     made = await ctx.store.create_change_request(request, flag["key"], ctx.source)
@@ -157,7 +153,9 @@ async def update_approval_policy(ctx: AdminContext, request: Request) -> Any:
     enabled = body.get("enabled") if isinstance(body, dict) else None
     if not isinstance(enabled, bool):
         raise ApiError(400, "required", "enabled (true or false) is required", "enabled")
-    policy = await ctx.store.set_approval_policy(ctx.project_id, enabled, ctx.source, _now_ms())
+    policy = await ctx.store.set_approval_policy(
+        ctx.project_id, enabled, ctx.source, clock.now_ms()
+    )
     return _policy_json(policy)
 
 
@@ -246,7 +244,7 @@ async def approve_change_request(ctx: AdminContext, request: Request) -> Any:
     found = await _existing(ctx, request)
     current = await _current_flag(ctx, found)
     live = current if current is not None and not current.get("deleted") else None
-    now = _now_ms()
+    now = clock.now_ms()
     decision = approvals.approve(found, ctx.principal, live["version"] if live else None, now)
     key = _flag_key(found, current)
     if decision.problem is not None:
@@ -271,7 +269,7 @@ async def reject_change_request(ctx: AdminContext, request: Request) -> Any:
     """Refuse the request (anyone who may approve it), or withdraw it (its author)."""
     comment = _comment(await json_body(request))
     found = await _existing(ctx, request)
-    decision = approvals.reject(found, ctx.principal, comment, _now_ms())
+    decision = approvals.reject(found, ctx.principal, comment, clock.now_ms())
     if decision.problem is not None:
         raise _refused(found, decision.problem)
     key = _flag_key(found, await _current_flag(ctx, found))

@@ -3,7 +3,6 @@ handler modules share; :mod:`flagstaff.http.admin` builds the route table from t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,10 +29,6 @@ class AdminContext(msgspec.Struct):
     def source(self) -> ChangeSource:
         """The principal as the author of a change, for the activity log."""
         return ChangeSource(actor=Actor(user_id=self.principal.user_id, email=self.principal.email))
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def project_json(project: Any) -> dict[str, Any]:

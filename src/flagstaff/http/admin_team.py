@@ -20,8 +20,9 @@ from flagstaff.accounts import passwords
 from flagstaff.accounts.records import Membership, Role, User
 from flagstaff.accounts.roles import Action, parse_role
 from flagstaff.accounts.users import email_problem, normalize_email
-from flagstaff.activity.api import ms_to_iso
-from flagstaff.http.admin_context import AdminContext, Handler, now_ms, project_json
+from flagstaff.common import clock
+from flagstaff.common.clock import ms_to_iso
+from flagstaff.http.admin_context import AdminContext, Handler, project_json
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import MAX_ID, int_param, json_body
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
@@ -104,7 +105,7 @@ async def add_member(ctx: AdminContext, request: Request) -> Any:
             raise ApiError(400, "invalid_input", weakness, "password")
         hashed = await asyncio.to_thread(passwords.hash_password, password)
         try:
-            user = await ctx.accounts.create_user(email, hashed, now_ms())
+            user = await ctx.accounts.create_user(email, hashed, clock.now_ms())
             created = True
         except Conflict:  # created meanwhile
             user = await ctx.accounts.find_user_by_email(email)
@@ -115,7 +116,7 @@ async def add_member(ctx: AdminContext, request: Request) -> Any:
             400, "unique", "this user is a member already; change their role instead", "email"
         )
     membership = await ctx.accounts.change_membership(
-        user.id, ctx.project_id, role, now_ms(), ctx.source
+        user.id, ctx.project_id, role, clock.now_ms(), ctx.source
     )
     assert membership is not None
     return 201, {**member_json(user, membership), "created_user": created}
@@ -125,7 +126,7 @@ async def update_member(ctx: AdminContext, request: Request) -> Any:
     user, _ = await _member(ctx, _user_id(request))
     role = _role(_object(await json_body(request)))
     membership = await ctx.accounts.change_membership(
-        user.id, ctx.project_id, role, now_ms(), ctx.source
+        user.id, ctx.project_id, role, clock.now_ms(), ctx.source
     )
     if membership is None:
         raise ApiError(404, "not_found", "no such member")
@@ -134,7 +135,7 @@ async def update_member(ctx: AdminContext, request: Request) -> Any:
 
 async def remove_member(ctx: AdminContext, request: Request) -> Any:
     user, _ = await _member(ctx, _user_id(request))
-    await ctx.accounts.change_membership(user.id, ctx.project_id, None, now_ms(), ctx.source)
+    await ctx.accounts.change_membership(user.id, ctx.project_id, None, clock.now_ms(), ctx.source)
     return 204, None
 
 

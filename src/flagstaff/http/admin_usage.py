@@ -19,7 +19,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from flagstaff.activity.api import ms_to_iso
+from flagstaff.common import clock
+from flagstaff.common.clock import ms_to_iso
 from flagstaff.console import usage
 from flagstaff.flags.validation import MAX_KEY_LENGTH
 from flagstaff.http.admin_context import AdminContext, existing_flag
@@ -42,7 +43,7 @@ async def flag_usage(ctx: AdminContext, request: Request) -> Any:
     days = int_param(request, "days", usage.WINDOW_DAYS)
     if not 1 <= days <= MAX_USAGE_DAYS:
         raise ApiError(400, "invalid_input", f"days must be 1-{MAX_USAGE_DAYS}", "days")
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     key = str(flag["key"])
     rows = await ctx.store.flag_value_checks(ctx.project_id, key, usage.first_day(now, days))
     checks = usage.flag_checks(rows, now, usage.variant_keys(flag), days)

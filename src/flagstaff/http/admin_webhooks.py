@@ -9,13 +9,11 @@ from the server, so an admin can point one at any address the server reaches (se
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from starlette.requests import Request
 
 from flagstaff.accounts.roles import Action
-from flagstaff.activity.api import ms_to_iso
 from flagstaff.activity.records import Scope
 from flagstaff.activity.webhooks import (
     Webhook,
@@ -24,6 +22,8 @@ from flagstaff.activity.webhooks import (
     webhook_json,
     webhook_url_problem,
 )
+from flagstaff.common import clock
+from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import AdminContext, Handler
 from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
@@ -33,10 +33,6 @@ P = "/api/projects/{project_id}"
 MAX_WEBHOOKS = 20
 """Per project: each change is sent to every matching endpoint."""
 MAX_DESCRIPTION = 500
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _object(body: Any) -> dict[str, Any]:
@@ -114,7 +110,7 @@ async def create_webhook(ctx: AdminContext, request: Request) -> Any:
             enabled=fields.get("enabled", True),
             scopes=fields.get("scopes", []),
             description=fields.get("description", ""),
-            created_at_ms=_now_ms(),
+            created_at_ms=clock.now_ms(),
             created_by=ctx.principal.user_id,
         ),
         ctx.source,
@@ -138,7 +134,7 @@ async def update_webhook(ctx: AdminContext, request: Request) -> Any:
     if rotate:
         changes["secret"] = new_webhook_secret()
     updated = await ctx.store.update_webhook(
-        ctx.project_id, found.id, changes, ctx.source, _now_ms()
+        ctx.project_id, found.id, changes, ctx.source, clock.now_ms()
     )
     if updated is None:
         raise ApiError(404, "not_found", "no such webhook")
@@ -150,7 +146,7 @@ async def update_webhook(ctx: AdminContext, request: Request) -> Any:
 
 async def delete_webhook(ctx: AdminContext, request: Request) -> Any:
     found = await _existing(ctx, request)
-    await ctx.store.delete_webhook(ctx.project_id, found.id, ctx.source, _now_ms())
+    await ctx.store.delete_webhook(ctx.project_id, found.id, ctx.source, clock.now_ms())
     return 204, None
 
 
@@ -169,7 +165,7 @@ async def redeliver(ctx: AdminContext, request: Request) -> Any:
     found = await _existing(ctx, request)
     delivery_id = path_int(request, "delivery_id")
     try:
-        again = await ctx.store.redeliver(ctx.project_id, found.id, delivery_id, _now_ms())
+        again = await ctx.store.redeliver(ctx.project_id, found.id, delivery_id, clock.now_ms())
     except Conflict as exc:
         raise ApiError(409, "in_flight", exc.message) from None
     if again is None:

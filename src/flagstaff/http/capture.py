@@ -10,9 +10,9 @@ only after that commit or that acknowledgement.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from flagstaff.common import clock
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
@@ -86,7 +86,7 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
         request.forwarded_for, request.peer, trust_forwarded=svc.settings.trust_forwarded_for
     )
     geoip = svc.geoip_lookup if svc.geoip is not None else None
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     events: list[Event] = []
     drops: list[Drop] = []
     for raw in envelope.events:

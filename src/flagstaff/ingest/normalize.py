@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from flagstaff.accounts.keys import PERSONAL_KEY_PREFIX
-from flagstaff.common.units import DAY_MS
+from flagstaff.common.units import DAY_MS, HOUR_MS
 from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Envelope, Event
 from flagstaff.ingest.uuids import canonical_uuid, new_uuid7
@@ -46,7 +46,7 @@ __all__ = [
 MAX_TOKEN_BYTES = 64
 MAX_DISTINCT_ID_LENGTH = 200
 MAX_EVENT_NAME_LENGTH = 200
-FUTURE_LIMIT_MS = 23 * 3600 * 1000
+FUTURE_LIMIT_MS = 23 * HOUR_MS
 """Events dated more than this after `now` are moved to `now` (PostHog warns and does the same)."""
 _MIN_SENT_AT_MS = 1_609_459_200_000
 """Query `_` values below 2021-01-01 are taken for seconds from old SDKs and ignored."""

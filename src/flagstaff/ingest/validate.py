@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flagstaff.common.units import HOUR_MS
 from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS, PROFILE_ONLY_EVENTS, SURVEY_EVENTS
 
 __all__ = [
@@ -51,7 +52,7 @@ INVALID_EVENT = "invalid_event"
 
 MAX_GROUP_FIELD_LENGTH = 400
 MAX_EVENT_BYTES = 1024 * 1024
-HISTORICAL_MIN_AGE_MS = 48 * 3600 * 1000
+HISTORICAL_MIN_AGE_MS = 48 * HOUR_MS
 
 RULED_EVENTS = SURVEY_EVENTS | PROFILE_ONLY_EVENTS
 """Names `check_event_rules` has anything to say about; other events skip the call."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +9,7 @@ from flagstaff.accounts.keys import check_personal_key, check_project_token
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.store import AccountStore
 from flagstaff.accounts.users import UserError, create_member
+from flagstaff.common import clock
 from flagstaff.server.config import Settings
 from flagstaff.store.base import Project, Store
 
@@ -109,7 +109,7 @@ async def _init_admin(store: Store, settings: Settings, project: Project | None)
             settings.init_admin_password or "",
             Role.ADMIN,
             project.id,
-            int(time.time() * 1000),
+            clock.now_ms(),
         )
     except UserError as exc:
         raise ValueError(f"FLAGSTAFF_INIT_ADMIN_EMAIL/PASSWORD: {exc}") from None

@@ -14,9 +14,9 @@ it is a prefetch, not a read.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from flagstaff.common import clock
 from flagstaff.ingest.event_names import FEATURE_FLAG_CALLED, FLAG_PROPERTY, FLAG_RESPONSE_PROPERTY
 from flagstaff.ingest.model import Envelope, Event
 from flagstaff.ingest.normalize import normalize_event
@@ -70,7 +70,7 @@ class FlagReads:
             return 0
         raw = flag_called_event(distinct_id, key, response)
         envelope = Envelope(project.api_token, [raw], False, None)
-        event = normalize_event(raw, envelope, now_ms=int(time.time() * 1000), ip=None, geoip=None)
+        event = normalize_event(raw, envelope, now_ms=clock.now_ms(), ip=None, geoip=None)
         if type(event) is not Event:
             return 0
         try:

@@ -9,21 +9,19 @@ PATCH. A change that cannot apply keeps its failure for the API to show.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from flagstaff.accounts import sessions, throttle
 from flagstaff.activity.records import ChangeSource
 from flagstaff.activity.scheduled import ScheduledChange, ScheduleError, trigger_for, update_body
+from flagstaff.common import clock
 from flagstaff.http.admin_models import flag_from_input
 from flagstaff.http.errors import ApiError
 from flagstaff.ops import logs
-from flagstaff.server.outage import OUTAGE
+from flagstaff.server.job_loop import run_forever
 from flagstaff.store.base import Conflict, NotFound, Store
-from flagstaff.store.faults import is_unavailable
 
 SCHEDULE_POLL_SECONDS = 1.0
 CLAIM_BATCH = 50
@@ -79,18 +77,13 @@ async def housekeeping(
 
 async def scheduled_changes_loop(store: Store, on_change: Callable[[], object]) -> None:
     polls = 0
-    while True:
-        try:
-            now_ms = int(time.time() * 1000)
-            await run_due_changes(store, now_ms, on_change)
-            if polls % HOUSEKEEPING_EVERY_POLLS == 0:
-                await housekeeping(store, now_ms)
-            polls += 1
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a database hiccup must not end the loop
-            if is_unavailable(exc):
-                OUTAGE.failed(exc, "running scheduled changes")  # once per outage
-            else:
-                logs.logger.exception("running scheduled changes failed")
-        await asyncio.sleep(SCHEDULE_POLL_SECONDS)
+
+    async def step() -> None:
+        nonlocal polls
+        now_ms = clock.now_ms()
+        await run_due_changes(store, now_ms, on_change)
+        if polls % HOUSEKEEPING_EVERY_POLLS == 0:
+            await housekeeping(store, now_ms)
+        polls += 1
+
+    await run_forever(step, what="running scheduled changes", interval=SCHEDULE_POLL_SECONDS)

@@ -9,34 +9,29 @@ after a short pause.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 
+from flagstaff.common import clock
 from flagstaff.ops import logs
+from flagstaff.server.job_loop import run_forever
 from flagstaff.store.base import Store
 
 CONTINUE_AFTER_SECONDS = 0.5
 
 
 async def retention_loop(store: Store, interval: float) -> None:
-    while True:
-        pause = interval
-        try:
-            progress = await store.retention_pass(int(time.time() * 1000))
-            if progress is not None:
-                if progress.events or progress.warnings or progress.partitions_dropped:
-                    logs.log(
-                        logging.INFO,
-                        "retention removed expired events",
-                        events=progress.events,
-                        ingestion_warnings=progress.warnings,
-                        partitions_dropped=progress.partitions_dropped,
-                    )
-                if not progress.done:
-                    pause = CONTINUE_AFTER_SECONDS
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a database hiccup must not end the loop
-            logs.logger.exception("retention pass failed")
-        await asyncio.sleep(pause)
+    async def step() -> float | None:
+        progress = await store.retention_pass(clock.now_ms())
+        if progress is None:
+            return None
+        if progress.events or progress.warnings or progress.partitions_dropped:
+            logs.log(
+                logging.INFO,
+                "retention removed expired events",
+                events=progress.events,
+                ingestion_warnings=progress.warnings,
+                partitions_dropped=progress.partitions_dropped,
+            )
+        return None if progress.done else CONTINUE_AFTER_SECONDS
+
+    await run_forever(step, what="retention pass", interval=interval)

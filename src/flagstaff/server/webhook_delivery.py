@@ -23,10 +23,9 @@ from flagstaff.activity.webhooks import (
     after_attempt,
     request_headers,
 )
-from flagstaff.ops import logs
-from flagstaff.server.outage import OUTAGE
+from flagstaff.common import clock
+from flagstaff.server.job_loop import run_forever
 from flagstaff.store.base import Store
-from flagstaff.store.faults import is_unavailable
 from flagstaff.store.webhook_rows import ClaimedDelivery
 
 POLL_SECONDS = 1.0
@@ -69,7 +68,7 @@ async def attempt(
     except httpx.HTTPError as exc:
         code, error = None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     duration_ms = round((time.perf_counter() - started) * 1000)
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     return after_attempt(claimed.delivery, code, error, now_ms, delays_s, duration_ms)
 
 
@@ -92,14 +91,8 @@ async def run_due_deliveries(
 
 async def deliveries_loop(store: Store, delays_s: Sequence[float] = RETRY_DELAYS_S) -> None:
     async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
-        while True:
-            try:
-                await run_due_deliveries(store, client, int(time.time() * 1000), delays_s)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a database hiccup must not end the loop
-                if is_unavailable(exc):
-                    OUTAGE.failed(exc, "sending webhook deliveries")  # once per outage
-                else:
-                    logs.logger.exception("sending webhook deliveries failed")
-            await asyncio.sleep(POLL_SECONDS)
+
+        async def step() -> None:
+            await run_due_deliveries(store, client, clock.now_ms(), delays_s)
+
+        await run_forever(step, what="sending webhook deliveries", interval=POLL_SECONDS)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import msgspec
 
-DAY_MS = 86_400_000
+from flagstaff.common.units import DAY_MS
+
 MAX_RETENTION_DAYS = 36_500
 """A hundred years: the longest retention accepted (use null for forever)."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.common.clock import utc_iso
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ingest.model import Drop
 from flagstaff.store.records import Conflict, Definitions, Group, StoredEvent, Warning
@@ -45,7 +46,7 @@ sending only bad events cannot grow the table without bound."""
 
 def now_iso() -> str:
     """The timestamp format of ``created_at``/``updated_at`` columns (UTC, ``Z``)."""
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    return utc_iso(datetime.now(UTC))
 
 
 def json_text(value: Any) -> str:

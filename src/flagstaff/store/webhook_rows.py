@@ -7,7 +7,6 @@ from typing import Any
 
 import msgspec
 
-from flagstaff.activity.api import ms_to_iso
 from flagstaff.activity.records import ActivityRecord, Actor, StoredActivity
 from flagstaff.activity.webhooks import (
     Delivery,
@@ -17,6 +16,7 @@ from flagstaff.activity.webhooks import (
     payload_bytes,
     scope_matches,
 )
+from flagstaff.common.clock import ms_to_iso
 
 _decode = msgspec.json.decode
 

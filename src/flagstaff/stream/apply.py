@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import asyncpg
 import msgspec
 
+from flagstaff.common import clock
 from flagstaff.ingest.model import Event
 from flagstaff.store.postgres.ingest import RETRYABLE, Request, apply_ingest, without_nul
 from flagstaff.store.postgres.store import PostgresStore
@@ -71,7 +71,7 @@ async def apply_batches(store: PostgresStore, batches: list[StreamBatch]) -> App
 
 
 async def _apply(conn: asyncpg.Connection, by_project: dict[int, list[Request]]) -> Applied:
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     applied = Applied()
     for project_id in sorted(by_project):
         requests, skipped = await _unseen(conn, project_id, by_project[project_id])

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 import nats
 from nats.aio.client import Client
 
+from flagstaff.common import clock
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ops import logs
 from flagstaff.store.base import IngestResult
@@ -82,7 +82,7 @@ class StreamPublisher:
         js = self._js
         if js is None:
             raise StreamUnavailable("the event stream is not reachable")
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         parts = split(events, drops, self.spec.shards)
         deadline = asyncio.get_running_loop().time() + self.spec.publish_timeout
         limit = self._message_limit()

@@ -18,12 +18,12 @@ they add no deadlock.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import asyncpg
 import msgspec
 
+from flagstaff.common import clock
 from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
@@ -494,7 +494,7 @@ async def count_survey_events(
         )
     }
     changes = fold_survey_events(list(fresh.values()), stored, limits)
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     await conn.executemany(
         "UPDATE survey_aggregates SET state = $3, responses = $4, updated_at_ms = $5 "
         "WHERE project_id = $1 AND survey_id = $2",

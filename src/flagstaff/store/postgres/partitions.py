@@ -14,11 +14,13 @@ from datetime import UTC, datetime
 import asyncpg
 import msgspec
 
+from flagstaff.common.units import DAY_MS
+
 MONTHS_AHEAD = 2
 LOCK_TIMEOUT = "2s"
 """How long creating or dropping a partition waits for ingestion's locks before giving up
 (and trying again on the next pass), so that ingestion never queues behind it for longer."""
-HISTORY_MS = 10 * 366 * 86_400_000
+HISTORY_MS = 10 * 366 * DAY_MS
 """Past months get a partition of their own up to about ten years back; older events stay in
 the default partition (and are deleted row by row when they expire)."""
 _BOUNDS = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")

@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
 import msgspec
 
+from flagstaff.common import clock
 from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ops import logs
@@ -290,7 +290,7 @@ class PostgresStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixi
         for attempt in range(_INGEST_ATTEMPTS):
             try:
                 async with self.pool.acquire() as conn, conn.transaction():
-                    now_ms = int(time.time() * 1000)
+                    now_ms = clock.now_ms()
                     results = await apply_ingest(conn, project_id, requests, now_ms)
                 self.ingest_transactions += 1
                 return results

@@ -9,12 +9,12 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from flagstaff.common.units import MINUTE_MS
 from flagstaff.store.postgres.sql import pg_text
 from flagstaff.store.records import Group, PersonRow, Project, Usage
 from flagstaff.store.rows import GROUP_COLUMNS, PROJECT_COLUMNS, group_record
 
 _decode = msgspec.json.decode
-MINUTE_MS = 60_000
 
 _USAGE = (
     "SELECT (SELECT count(*) FROM (SELECT 1 FROM events WHERE project_id = $1 LIMIT $2) e), "

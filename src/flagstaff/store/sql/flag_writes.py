@@ -4,10 +4,10 @@ record and version row) in the same transaction, whoever made it."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from flagstaff.activity.records import ChangeSource, Scope
+from flagstaff.common import clock
 from flagstaff.store.records import Conflict, NotFound
 from flagstaff.store.rows import FLAG_COLUMNS, definition_body, flag_record
 from flagstaff.store.sql.activity import write_change, write_flag_version
@@ -76,7 +76,7 @@ async def log_flag(
     source: ChangeSource | None,
 ) -> None:
     """The activity record and the version row of a flag write, in its transaction."""
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     if before is not None:  # a flag older than the history: keep the version it replaces
         await write_flag_version(tx, project_id, before, None, None, now_ms)
     activity_id = await write_change(

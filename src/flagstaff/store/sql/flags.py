@@ -3,10 +3,10 @@ what ``/flags`` reads of them is the engines' own."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, Protocol
 
 from flagstaff.activity.records import ChangeSource, Scope
+from flagstaff.common import clock
 from flagstaff.store.records import Conflict, NotFound, Page
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
@@ -24,10 +24,6 @@ _MEMBERS = (
     "SELECT m.distinct_id FROM cohort_members m JOIN cohorts c ON c.id = m.cohort_id "
     "WHERE c.project_id = $1 AND c.id = $2 ORDER BY m.distinct_id"
 )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def _cohort_in(tx: Tx, cohort_id: int) -> dict[str, Any]:
@@ -122,7 +118,7 @@ class FlagMethods(Protocol):
             await tx.bump_definitions(project_id)
             after = await _cohort_in(tx, cohort_id)
             await write_change(
-                tx, project_id, Scope.COHORT, after["id"], source, None, after, _now_ms()
+                tx, project_id, Scope.COHORT, after["id"], source, None, after, clock.now_ms()
             )
             return after
 
@@ -159,7 +155,7 @@ class FlagMethods(Protocol):
             await tx.bump_definitions(project_id)
             after = await _cohort_in(tx, cohort_id)
             await write_change(
-                tx, project_id, Scope.COHORT, after["id"], source, before, after, _now_ms()
+                tx, project_id, Scope.COHORT, after["id"], source, before, after, clock.now_ms()
             )
             return after
 
@@ -200,7 +196,7 @@ class FlagMethods(Protocol):
             )
             after = await _cohort_in(tx, cohort_id)
             await write_change(
-                tx, project_id, Scope.COHORT, after["id"], source, before, after, _now_ms()
+                tx, project_id, Scope.COHORT, after["id"], source, before, after, clock.now_ms()
             )
             return after
 

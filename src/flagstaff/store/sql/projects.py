@@ -3,12 +3,12 @@ mixin of both stores)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Protocol
 
 from flagstaff.accounts import keys
 from flagstaff.accounts.api_keys import key_prefix
+from flagstaff.common import clock
 from flagstaff.store.records import Conflict, Page, PersonalKey, Project
 from flagstaff.store.rows import (
     PERSONAL_KEY_COLUMNS,
@@ -78,7 +78,7 @@ class ProjectMethods(Protocol):
                     mask,
                     created,
                     key_prefix(secret),
-                    int(time.time() * 1000),
+                    clock.now_ms(),
                 )
             )
         except UniqueViolation:

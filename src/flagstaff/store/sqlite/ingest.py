@@ -10,12 +10,12 @@ reading the database only once that plan is committed.
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import msgspec
 
+from flagstaff.common import clock
 from flagstaff.ingest import groups as group_rules
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Drop, Event
@@ -424,7 +424,7 @@ def count_survey_events(
         if survey_id in stored:
             stored[survey_id] = state
     changes = fold_survey_events(list(fresh.values()), stored, limits)
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     conn.executemany(
         "INSERT INTO survey_aggregates (project_id, survey_id, state, responses, updated_at_ms) "
         "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, survey_id) DO UPDATE SET "

@@ -36,13 +36,13 @@ import signal
 import socket
 import sqlite3
 import sys
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
 
+from flagstaff.common import clock
 from flagstaff.ops import logs
 from flagstaff.ops.allocator import tune_allocator
 from flagstaff.store.records import IngestResult
@@ -291,7 +291,7 @@ class IngestServer:
             accepted.append((peer, request_id))
             requests.append((project_id, events, drops))
         if requests:
-            now_ms = int(time.time() * 1000)
+            now_ms = clock.now_ms()
             batch = self._plan(requests, now_ms)
             self._finish()
             if self._replan:

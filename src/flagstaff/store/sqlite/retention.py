@@ -19,6 +19,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 
+from flagstaff.common import clock
 from flagstaff.ops import logs
 from flagstaff.store.retention import RetentionPolicy, RetentionProgress
 from flagstaff.store.sqlite.event_index import BUCKET_BITS
@@ -175,7 +176,7 @@ class RetentionRunner:
             self.pending = True
         if not self.pending:
             return 0
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         handled = 0
         done = True
         with write_transaction(conn, lock_fd) if self._policies else contextlib.nullcontext():

@@ -16,13 +16,13 @@ applies them itself (:func:`~flagstaff.store.sqlite.ingest.apply_ingest`).
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from flagstaff.common import clock
 from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store.changes import ChangeCounter
@@ -49,10 +49,6 @@ from flagstaff.store.sqlite.usage_store import UsageMixin
 from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, Writer, connect
 
 _decode = msgspec.json.decode
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _conn(tx: Tx) -> sqlite3.Connection:
@@ -249,7 +245,7 @@ class SQLiteStore(ManagementMethods, TeamStoreMixin, UsageMixin, RetentionMixin,
         """
         if self._ingest_client is not None:
             return await self._ingest_client.ingest(project_id, events, drops)
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
 
         def write(conn: sqlite3.Connection) -> IngestResult:
             result = apply_ingest(conn, project_id, events, drops, now_ms)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from flagstaff.common.units import MINUTE_MS
 from flagstaff.store.records import Group, PersonRow, Project, Usage
 from flagstaff.store.rows import GROUP_COLUMNS, PROJECT_COLUMNS, group_record
 from flagstaff.store.sqlite.writer import connect
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 _decode = msgspec.json.decode
 T = TypeVar("T")
-MINUTE_MS = 60_000
 
 _CAPPED_COUNT = "SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE project_id = ? LIMIT ?)"
 _MINUTE_COUNT = (
