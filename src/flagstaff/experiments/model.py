@@ -25,7 +25,7 @@ import msgspec
 from flagstaff.common.invalid import DefinitionInvalid, Errors
 from flagstaff.common.units import DAY_S
 from flagstaff.flags.operators import PROPERTY_OPERATORS
-from flagstaff.flags.validation import KEY_PATTERN, MAX_KEY_LENGTH
+from flagstaff.flags.validation import flag_key_problem
 
 __all__ = [
     "CONTROL_VARIANT_KEY",
@@ -367,16 +367,9 @@ def parse_experiment(data: Any) -> ExperimentDefinition:
         errors.append(("name", "This field is required."))
     elif len(definition.name) > MAX_NAME_LENGTH:
         errors.append(("name", f"Ensure this field has no more than {MAX_NAME_LENGTH} characters."))
-    key = definition.feature_flag_key
-    if not key:
-        errors.append(("feature_flag_key", "This field is required."))
-    elif len(key) > MAX_KEY_LENGTH or not KEY_PATTERN.fullmatch(key):
-        errors.append(
-            (
-                "feature_flag_key",
-                'Only letters, numbers, hyphens ("-") & underscores ("_") are allowed.',
-            )
-        )
+    key_problem = flag_key_problem(definition.feature_flag_key)
+    if key_problem is not None:
+        errors.append(("feature_flag_key", key_problem))
     _check_variants(definition.parameters.feature_flag_variants, errors)
     rollout = definition.parameters.rollout_percentage
     if rollout is not None and not 0 <= rollout <= 100:

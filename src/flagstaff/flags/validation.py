@@ -232,20 +232,27 @@ def _check_filters(filters: Any, errors: Errors) -> None:
             )
 
 
+def flag_key_problem(key: Any) -> str | None:
+    """What is wrong with a flag key by PostHog's rule (letters, digits, ``-`` and ``_``, at
+    most :data:`MAX_KEY_LENGTH` characters), or None. Every way to create a flag (the API,
+    the console, ``flags import``, an experiment's flag) goes through it."""
+    if not isinstance(key, str) or not key:
+        return "This field is required."
+    if len(key) > MAX_KEY_LENGTH:
+        return f"Ensure this field has no more than {MAX_KEY_LENGTH} characters."
+    if not KEY_PATTERN.fullmatch(key):
+        return 'Only letters, numbers, hyphens ("-") & underscores ("_") are allowed.'
+    return None
+
+
 def validate_flag(definition: dict[str, Any]) -> list[tuple[str, str]]:
     """(field path, message) for each problem in a flag definition; empty when valid."""
     errors: Errors = []
     if not isinstance(definition, dict):
         return [("", "Must be an object.")]
-    key = definition.get("key")
-    if not isinstance(key, str) or not key:
-        errors.append(("key", "This field is required."))
-    elif len(key) > MAX_KEY_LENGTH:
-        errors.append(("key", f"Ensure this field has no more than {MAX_KEY_LENGTH} characters."))
-    elif not KEY_PATTERN.fullmatch(key):
-        errors.append(
-            ("key", 'Only letters, numbers, hyphens ("-") & underscores ("_") are allowed.')
-        )
+    key_problem = flag_key_problem(definition.get("key"))
+    if key_problem is not None:
+        errors.append(("key", key_problem))
     name = definition.get("name")
     if name is not None and not isinstance(name, str):
         errors.append(("name", "Must be a string."))
