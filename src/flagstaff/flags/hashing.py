@@ -12,9 +12,7 @@ import struct
 from collections.abc import Callable
 
 # For one-shot hashes of these short inputs CPython's built-in SHA-1 beats OpenSSL's, whose
-# per-call context set-up dominates: 0.58 us per hash against 0.91 us for a copy of an OpenSSL
-# state that absorbed the flag's prefix (bench.engine: 72.3-73.6 -> 62.9-63.5 us per 50-flag
-# request).
+# per-call context set-up dominates (docs/benchmarks.md, "SHA-1 for bucketing").
 try:
     from _sha1 import sha1  # type: ignore[import-not-found]  # CPython's private module, unstubbed
 except ImportError:  # pragma: no cover - other interpreters

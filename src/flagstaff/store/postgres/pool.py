@@ -8,16 +8,14 @@ import asyncpg
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_INGEST_LANES = 1
-"""Ingest transactions in flight per store by default. One lane makes the largest groups: on
-the 2-core VM with PostgreSQL beside the server (bench.ingest_load --postgres), 1 lane gave
-1,195 single events/s and 20.9k batched events/s, 2 lanes 880 and 18.8k, 5 lanes 539 and
-16.7k; each transaction costs the worker its round trips, whatever its size."""
+"""Ingest transactions in flight per store by default. One lane makes the largest groups, and
+each transaction costs the worker its round trips whatever its size (docs/benchmarks.md,
+"PostgreSQL: one ingest lane, no reset query, generic plans")."""
 
 
 POOL_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 """Every statement here is written for a generic plan (point look-ups, unnest() joins on
-primary keys). Left to choose, PostgreSQL kept re-planning /flags' context statement on every
-call (0.29 ms of planning for 0.1 ms of execution): 335 -> 150 us of server CPU per call."""
+primary keys); left to choose, PostgreSQL re-plans /flags' context statement on every call."""
 
 
 async def keep_session(conn: asyncpg.Connection) -> None:

@@ -153,8 +153,3 @@ class SQLiteDb(SQLiteConnection):
 
     async def write(self, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
         return await self._writer().submit(lambda conn: run_sync(fn(SQLiteConnection(conn))))
-
-
-def sync_write(conn: sqlite3.Connection, fn: Callable[[Tx], Coroutine[Any, Any, T]]) -> T:
-    """Run a shared write in a transaction the caller holds (a write of the engine's own)."""
-    return run_sync(fn(SQLiteConnection(conn)))

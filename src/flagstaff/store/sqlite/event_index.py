@@ -5,14 +5,13 @@ one end. An index keyed by distinct id would take one random page per event inst
 the events past a watermark are indexed in batches, sorted by key, so each touched page takes
 many entries. Readers combine the indexed entries with a scan of the events past the watermark.
 
-Sorted batches alone stop helping once the table outgrows a batch: at 10M stored events the
-8,192 entries of a step fell on ~5,600 leaf pages, and the ingest writer spent 49 µs of CPU and
-wrote 33.8 KB per ``/batch/`` event (23 µs and 2.1 KB on an empty table). So the key leads with
-a bucket of the sequence number (``seq >> BUCKET_BITS``, after the project): a step only touches
-the newest bucket's subtree, whose size is bounded whatever the table's: 31 µs and 2.6 KB per
-event at 10M (28 µs and 2.2 KB empty; ``python -m bench.all --only-scaling --parts growth
---growth 0,10``). Readers seek each bucket of the project once, newest first (:func:`buckets`),
-and merge; entries older than migration 0043 are all in bucket 0. Buckets only grow with seq.
+Sorted batches alone stop helping once the table outgrows a batch (each step's entries then
+fall on thousands of leaf pages), so the key leads with a bucket of the sequence number
+(``seq >> BUCKET_BITS``, after the project): a step only touches the newest bucket's subtree,
+whose size is bounded whatever the table's. Readers seek each bucket of the project once,
+newest first (:func:`buckets`), and merge; entries older than migration 0043 are all in
+bucket 0. Buckets only grow with seq. The measurements behind both numbers:
+``docs/benchmarks.md``, "Measured choices behind the code".
 """
 
 from __future__ import annotations
@@ -21,17 +20,12 @@ import sqlite3
 
 BATCH = 8_192
 """Events indexed per transaction; the ingest writer indexes sooner when it is idle. Under
-load a step runs after a commit, before that batch is answered: 65,536 per step held requests
-for up to ~0.2 s (bench.ingest_load p99: /i/v0/e/ 187-190 ms, /batch/ 422-551 ms); 8,192 gave
-53-57 ms and 264-298 ms at the same throughput, and 2,048 cost throughput."""
+load a step runs after a commit, before that batch is answered, so a step must stay short."""
 
 
 BUCKET_BITS = 18
-"""2**18 = 262,144 sequence numbers per bucket. Appending 2M entries in steps of ``BATCH`` to
-an index of 10M (``python -m bench.event_index --parts steps``) wrote 0.33 / 1.05 / 4.28 KB and
-took 2.6 / 4.4 / 8.0 µs of CPU per entry with 2**16 / 2**18 / 2**20 per bucket, against
-47.86 KB and 52.4 µs with one bucket (the layout before). Readers seek once per bucket: 38 at
-10M events, 381 at 100M; listings at 10M took 0.4-1.3 ms of CPU (docs/benchmarks.md)."""
+"""2**18 = 262,144 sequence numbers per bucket: smaller buckets write less per step, larger
+ones mean fewer seeks per listing (38 at 10M events)."""
 
 
 def watermark(conn: sqlite3.Connection) -> int:
