@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from flagstaff.application.errors import ApiError
 from flagstaff.http import limits
 from flagstaff.http.asgi import read_body
-from flagstaff.http.errors import ApiError
+from flagstaff.server import process
 
 
 def _receiver(chunks: list[bytes], stall_after: int | None = None) -> Any:
@@ -146,7 +147,7 @@ def test_the_reaper_sheds_the_excess_once_idle() -> None:
 
 
 def test_the_connection_bound_leaves_room_under_the_open_files_limit() -> None:
-    assert limits.connection_bound(10_000, None) == 10_000
-    assert limits.connection_bound(10_000, 1_048_576) == 10_000
-    assert limits.connection_bound(10_000, 1024) == 1024 - limits.FILES_RESERVE
-    assert limits.connection_bound(10_000, 100) == 16
+    assert process.connection_bound(10_000, None) == 10_000
+    assert process.connection_bound(10_000, 1_048_576) == 10_000
+    assert process.connection_bound(10_000, 1024) == 1024 - process.FILES_RESERVE
+    assert process.connection_bound(10_000, 100) == 16

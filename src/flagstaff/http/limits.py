@@ -5,7 +5,6 @@
   of the worker (granian's ``backpressure``) and real clients keep getting answers.
 - :class:`MemoryBudget` admits large bodies by the memory their decoding may take: beyond the
   worker's budget the request is refused with 503 and ``Retry-After``, which the SDKs retry.
-- :func:`connection_bound` keeps the connections a worker accepts under its open-files limit.
 - :class:`MemoryBudget` also hands freed heap back to the system once a burst of large bodies
   is done (:func:`flagstaff.ops.allocator.release_memory`).
 
@@ -17,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 from flagstaff.ops.allocator import release_memory
 
-__all__ = ["BodyReaders", "MemoryBudget", "connection_bound", "linger_bytes"]
+__all__ = ["BodyReaders", "MemoryBudget", "linger_bytes"]
 
 DECODE_FACTOR = 6
 """Peak memory of decoding a body, per body byte (raw + inflated text + parsed objects)."""
@@ -56,9 +55,6 @@ SHED_MIN_IDLE_SECONDS = 1.0
 """An upload is shed only once it has sent nothing for this long. While every waiting upload
 is younger, newcomers are admitted beyond the limit and the reaper sheds the excess as it
 ages, so a flood of new uploads cannot push out a request whose body is on its way."""
-FILES_RESERVE = 256
-"""Open files a worker keeps for itself (database, ingest socket, GeoIP, logs) besides its
-connections."""
 
 
 class _Reader:
@@ -183,15 +179,6 @@ class MemoryBudget:
         if self.in_use == 0 and self._since_trim >= TRIM_AFTER_BYTES * DECODE_FACTOR:
             self._since_trim = 0
             release_memory()
-
-
-def connection_bound(wanted: int, open_files: int | None) -> int:
-    """The connections a worker may accept: ``wanted``, or fewer when its open-files limit
-    (``None``: unlimited) would run out first. Past that limit granian's accept loop fails and
-    retries at once, spinning a core while the backlog waits."""
-    if open_files is None:
-        return wanted
-    return max(16, min(wanted, open_files - FILES_RESERVE))
 
 
 class BodyTimeout:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flagstaff.activity.webhooks import RETRY_DELAYS_S, parse_retry_delays
 from flagstaff.store.sqlite.person_cache import DEFAULT_PERSON_CACHE_MB
 from flagstaff.store.sqlite.person_version import DEFAULT_CONTEXT_CACHE_MB
 from flagstaff.store.sqlite.writer import DEFAULT_MMAP_MB, MAX_MMAP_MB
+
+if TYPE_CHECKING:
+    from flagstaff.stream.client import StreamSpec
 
 ENV_PREFIX = "FLAGSTAFF_"
 
@@ -227,6 +230,20 @@ class Settings:
     def stream_urls(self) -> list[str]:
         """The NATS server URLs of ``stream_url``."""
         return [u.strip() for u in (self.stream_url or "").split(",") if u.strip()]
+
+    def stream_spec(self) -> StreamSpec:
+        """The stream these settings name, for capture's publisher and ``flagstaff consume``."""
+        from flagstaff.stream.client import StreamSpec  # the NATS client, only when streaming
+
+        return StreamSpec(
+            urls=self.stream_urls,
+            shards=self.stream_shards,
+            replicas=self.stream_replicas,
+            publish_timeout=self.stream_publish_timeout,
+            lease_seconds=self.stream_lease_seconds,
+            batch=self.stream_batch,
+            fetch_wait=self.stream_fetch_wait,
+        )
 
     @property
     def retry_delays_s(self) -> tuple[float, ...]:

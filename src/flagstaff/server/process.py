@@ -23,14 +23,26 @@ INTERFACE_ENV = "FLAGSTAFF_INTERFACE"
 """``asgi`` serves through granian's ASGI interface instead of RSGI (for A/B measurements)."""
 
 
+FILES_RESERVE = 256
+"""Open files a worker keeps for itself (database, ingest socket, GeoIP, logs) besides its
+connections."""
+
+
+def connection_bound(wanted: int, open_files: int | None) -> int:
+    """The connections a worker may accept: ``wanted``, or fewer when its open-files limit
+    (``None``: unlimited) would run out first. Past that limit granian's accept loop fails and
+    retries at once, spinning a core while the backlog waits."""
+    if open_files is None:
+        return wanted
+    return max(16, min(wanted, open_files - FILES_RESERVE))
+
+
 def serve(settings: Settings) -> int:
     """Serve until SIGTERM or SIGINT: the SQLite ingest writer first (when the store is SQLite),
     then granian's workers, each building :func:`flagstaff.app.create_app`."""
     from granian import Granian
     from granian.constants import HTTPModes, Interfaces, Loops
     from granian.http import HTTP1Settings
-
-    from flagstaff.http.limits import connection_bound
 
     shutil.rmtree(settings.data_dir / "metrics", ignore_errors=True)
     children = Supervisor()

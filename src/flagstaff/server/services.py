@@ -103,10 +103,9 @@ class Services:
         self.ingest: Ingest = self.store.ingest
         """Where capture hands accepted events: the store, or the stream's publisher."""
         if settings.stream_url is not None:
-            from flagstaff.stream.client import StreamSpec
             from flagstaff.stream.publisher import StreamPublisher
 
-            self.stream = StreamPublisher(StreamSpec.of(settings))
+            self.stream = StreamPublisher(settings.stream_spec())
             self.ingest = self.stream.ingest
             self.readiness.add("stream", self._stream_ready)
         self._flusher: asyncio.Task[Any] | None = None

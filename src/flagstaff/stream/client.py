@@ -14,7 +14,6 @@ from nats.js import api as js_api
 from nats.js import errors as js_errors
 
 from flagstaff.ops import logs
-from flagstaff.server.config import Settings
 from flagstaff.stream.shards import SUBJECT_PREFIX
 
 STREAM_NAME = "FLAGSTAFF_EVENTS"
@@ -27,7 +26,7 @@ DUPLICATE_WINDOW_SECONDS = 120
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """What the stream and its consumers are, from the settings."""
+    """What the stream and its consumers are (``Settings.stream_spec`` builds it)."""
 
     urls: list[str]
     shards: int
@@ -39,18 +38,6 @@ class StreamSpec:
     fetch_wait: float = 0.5
     """Seconds one open pull of a reader lasts before it is renewed (a message published
     meanwhile is delivered at once, whatever this is)."""
-
-    @classmethod
-    def of(cls, settings: Settings) -> StreamSpec:
-        return cls(
-            urls=settings.stream_urls,
-            shards=settings.stream_shards,
-            replicas=settings.stream_replicas,
-            publish_timeout=settings.stream_publish_timeout,
-            lease_seconds=settings.stream_lease_seconds,
-            batch=settings.stream_batch,
-            fetch_wait=settings.stream_fetch_wait,
-        )
 
 
 async def connect(spec: StreamSpec, name: str) -> Client:

@@ -8,7 +8,6 @@ import logging
 import signal
 
 from flagstaff.ops import logs
-from flagstaff.server.config import Settings
 from flagstaff.store.postgres.store import PostgresStore
 from flagstaff.stream.client import StreamSpec, connect, ensure_leases, ensure_stream
 from flagstaff.stream.consumer import Consumers
@@ -29,14 +28,12 @@ async def _open_store(url: str, stop: asyncio.Event) -> PostgresStore | None:
     return None
 
 
-async def run(settings: Settings, host: str, port: int) -> None:
-    assert settings.database_url is not None
-    spec = StreamSpec.of(settings)
+async def run(spec: StreamSpec, database_url: str, host: str, port: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = await _open_store(settings.database_url, stop)
+    store = await _open_store(database_url, stop)
     if store is None:
         return
     nc = None
