@@ -22,6 +22,7 @@ from typing import Any
 
 from flagstaff.accounts.csrf import SAFE_METHODS
 from flagstaff.accounts.store import AccountStore
+from flagstaff.application.errors import ApiError, error_body
 from flagstaff.console.wiring import console_for
 from flagstaff.http import capture, flags, ofrep, ops, products, rsgi, static, surveys
 from flagstaff.http.admin import ROUTES, build_admin
@@ -38,7 +39,6 @@ from flagstaff.http.asgi import (
 )
 from flagstaff.http.auth import principal_auth
 from flagstaff.http.docs import docs_routes
-from flagstaff.http.errors import ApiError, error_body
 from flagstaff.http.limits import (
     MAX_URL_BYTES,
     RETRY_AFTER_SECONDS,

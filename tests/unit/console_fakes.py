@@ -19,7 +19,8 @@ from flagstaff.accounts.records import (
 )
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
-from flagstaff.console import usage
+from flagstaff.application import flag_usage
+from flagstaff.application.flag_usage import FlagChecks
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.team_views import DynamicCounts
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag
@@ -217,11 +218,9 @@ class MemoryData:
     ) -> dict[str, FlagUsage]:
         return {k: u for k, u in self.usage.items() if k in keys}
 
-    async def flag_checks(
-        self, project_id: int, flag: dict[str, Any], now_ms: int
-    ) -> usage.FlagChecks:
+    async def flag_checks(self, project_id: int, flag: dict[str, Any], now_ms: int) -> FlagChecks:
         rows = self.checks.get(str(flag.get("key")), [])
-        return usage.flag_checks(rows, now_ms, usage.variant_keys(flag))
+        return flag_usage.flag_checks(rows, now_ms, flag_usage.variant_keys(flag))
 
     async def group_types(self, project_id: int) -> dict[int, str]:
         return self.types

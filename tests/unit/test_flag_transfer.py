@@ -6,6 +6,7 @@ import io
 
 import pytest
 
+from flagstaff.application.flags import flag_from_input
 from flagstaff.cli.transfer import (
     Progress,
     TransferError,
@@ -14,7 +15,6 @@ from flagstaff.cli.transfer import (
     parse_group_type_option,
     plan_flag,
 )
-from flagstaff.http.admin_models import flag_from_input
 
 GROUP_FLAG = {
     "key": "orgs",

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from flagstaff.application import flag_usage
 from flagstaff.common.units import DAY_MS
 from flagstaff.console import usage, views
 from flagstaff.console import usage_charts as charts
@@ -146,7 +147,7 @@ def test_batch_checks_tally_is_computed_once() -> None:
 
 
 def test_usage_by_flag_covers_the_window_and_older_last_checks() -> None:
-    first = usage.first_day(NOW)
+    first = flag_usage.first_day(NOW)
     assert first == TODAY - 29
     rows = [
         DailyChecks("a", first - 1, 100, (first - 1) * DAY_MS),  # before the window
@@ -158,7 +159,7 @@ def test_usage_by_flag_covers_the_window_and_older_last_checks() -> None:
     assert got["a"].checks_per_day == 1.0
     assert got["a"].last_seen_ms == NOW - 5
     assert got["a"].daily[0] == 3 and got["a"].daily[-1] == 27 and sum(got["a"].daily) == 30
-    assert len(got["b"].daily) == usage.WINDOW_DAYS
+    assert len(got["b"].daily) == flag_usage.WINDOW_DAYS
     assert got["old"] == views.FlagUsage(0.0, NOW - 90 * DAY_MS, ())
     flag = {"id": 1, "key": "old", "active": True, "created_at": "2020-01-01T00:00:00Z"}
     assert views.stale_reason(flag, got["old"], NOW) == "not checked for 30 days"
@@ -172,7 +173,7 @@ def test_flag_checks_orders_variants_then_booleans_then_the_rest() -> None:
         ValueChecks(TODAY - 1, "test", 4, NOW - DAY_MS),
         ValueChecks(TODAY - 40, "test", 99, NOW - 40 * DAY_MS),  # outside the window
     ]
-    got = usage.flag_checks(rows, NOW, ["test", "control"])
+    got = flag_usage.flag_checks(rows, NOW, ["test", "control"])
     assert [s.value for s in got.series] == ["test", "control", "false", "zeta", ""]
     assert [s.label for s in got.series][-1] == "no value"
     assert got.series[1].counts == [0] * 30  # a variant never checked still shows
@@ -191,8 +192,8 @@ def test_flag_checks_orders_variants_then_booleans_then_the_rest() -> None:
 
 def test_variant_keys() -> None:
     flag = {"filters": {"multivariate": {"variants": [{"key": "a"}, {"key": "b"}]}}}
-    assert usage.variant_keys(flag) == ["a", "b"]
-    assert usage.variant_keys({"filters": {}}) == []
+    assert flag_usage.variant_keys(flag) == ["a", "b"]
+    assert flag_usage.variant_keys({"filters": {}}) == []
 
 
 # charts ---------------------------------------------------------------------------------
@@ -273,13 +274,13 @@ def test_share_bars_are_proportional_and_keep_colours() -> None:
 
 def test_flag_charts_and_sparkline_of_a_row() -> None:
     rows = [ValueChecks(TODAY, "control", 3, NOW), ValueChecks(TODAY, "test", 1, NOW)]
-    drawn = usage.flag_charts(EVIL, usage.flag_checks(rows, NOW, ["control", "test"]))
+    drawn = usage.flag_charts(EVIL, flag_usage.flag_checks(rows, NOW, ["control", "test"]))
     timeline = _svg(drawn.timeline)
     assert timeline[0].text == f"Checks of {EVIL} per day, last 30 days"
     assert timeline[1].text == ("4 checks from 2026-12-17 to 2027-01-15 (UTC): control 3; test 1.")
     assert drawn.split is not None
     assert _svg(drawn.split)[1].text == "control 75.0% (3); test 25.0% (1)."
-    single = usage.flag_charts("k", usage.flag_checks(rows[:1], NOW))
+    single = usage.flag_charts("k", flag_usage.flag_checks(rows[:1], NOW))
     assert single.split is None
     row = views.FlagRow(1, "k", "", True, views.FlagType.BOOLEAN, [], "", 0.1, None, None, (0, 2))
     spark = _svg(usage.sparkline(row))

@@ -1,4 +1,5 @@
-"""The package's shape: a short root and no import circle between its modules.
+"""The package's shape: a short root, no import circle between its modules, and imports
+between its packages only in the directions of :data:`MAY_IMPORT`.
 
 Imports are read from the source (module level and inside functions alike); imports under
 ``if TYPE_CHECKING:`` are left out, as they never run.
@@ -14,6 +15,34 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "flagstaff"
 ROOT_MODULES_MAX = 8
+
+_PURE = {"common", "flags", "accounts", "ingest", "activity", "experiments", "surveys"}
+_BELOW_ADAPTERS = _PURE | {"ops", "store", "stream", "application", "server", "flagstaff"}
+MAY_IMPORT: dict[str, set[str]] = {
+    # the pure rules: the flag engine, the ingestion rules, the products' definitions
+    "common": set(),
+    "flags": {"common"},
+    "accounts": {"common"},
+    "ingest": {"common", "accounts"},
+    "activity": {"common", "accounts"},
+    "experiments": {"common", "flags", "ingest"},
+    "surveys": {"common", "flags"},
+    "ops": {"common"},
+    # storage, the event stream, the use cases, the running service
+    "store": _PURE | {"ops"},
+    "stream": _PURE | {"ops", "store"},
+    "application": _PURE | {"ops", "store"},
+    "server": _PURE | {"ops", "store", "stream", "application", "flagstaff"},
+    # the adapters: each uses what is below it, none of the others
+    "http": _BELOW_ADAPTERS,
+    "console": _BELOW_ADAPTERS,
+    "cli": _BELOW_ADAPTERS,
+    # the application root
+    "app": _BELOW_ADAPTERS | {"http", "console"},
+    "__main__": {"cli"},
+}
+"""Each package (or root module) of ``flagstaff`` and the packages it may import.
+``flagstaff`` itself is the package's ``__init__`` (its version)."""
 
 
 def _module_names() -> dict[str, Path]:
@@ -94,3 +123,40 @@ def test_the_root_holds_entry_points_and_the_app_only() -> None:
     root = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(root) <= ROOT_MODULES_MAX, root
     assert {"__init__.py", "__main__.py", "app.py"} <= set(root)
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "flagstaff"
+
+
+def package_imports(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package) to the module imports that make that edge."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            edge = (_package(module), _package(target))
+            if edge[0] != edge[1]:
+                edges.setdefault(edge, []).append(f"{module} -> {target}")
+    return edges
+
+
+def test_every_package_is_in_the_direction_table() -> None:
+    packages = {_package(m) for m in import_graph()} - {"flagstaff"}
+    assert packages == set(MAY_IMPORT), packages ^ set(MAY_IMPORT)
+
+
+def test_packages_import_only_downwards() -> None:
+    wrong = {
+        f"{importer} may not import {imported}: {', '.join(sorted(found))}"
+        for (importer, imported), found in package_imports(import_graph()).items()
+        if imported not in MAY_IMPORT.get(importer, set())
+    }
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_an_upward_import_is_found() -> None:
+    graph = import_graph()
+    graph["flagstaff.server.jobs"].add("flagstaff.http.admin")
+    edges = package_imports(graph)
+    assert "http" not in MAY_IMPORT["server"] and ("server", "http") in edges

@@ -10,7 +10,7 @@ import pytest
 from flagstaff.accounts import csrf, sessions
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.roles import Action, AuthMethod
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 from flagstaff.http.principal import authenticate, require
 from tests.unit.console_fakes import MemoryAccounts
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 import time
@@ -95,8 +96,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if settings.stream_url is None:
         raise SystemExit("flagstaff: consume needs --stream-url (or FLAGSTAFF_STREAM_URL)")
+    if settings.database_url is None:
+        raise SystemExit("flagstaff: consume needs --database-url (or FLAGSTAFF_DATABASE_URL)")
     logs.configure(settings.log_level, False)
-    asyncio.run(consume.run(settings, args.host or "127.0.0.1", args.port or 8001))
+    host, port = args.host or "127.0.0.1", args.port or 8001
+    asyncio.run(consume.run(settings.stream_spec(), settings.database_url, host, port))
     return 0
 
 
@@ -255,14 +259,27 @@ def cmd_flags_export(args: argparse.Namespace) -> int:
 # flags explain -------------------------------------------------------------------------------
 
 
+def _json_option(text: str | None, option: str) -> dict[str, Any]:
+    """A JSON object given on the command line (absent: none)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise SystemExit(f"flagstaff: {option} is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"flagstaff: {option} must be a JSON object")
+    return value
+
+
 def cmd_flags_explain(args: argparse.Namespace) -> int:
-    """Print how one flag evaluates for one distinct id (see flagstaff/flags_explain.py)."""
+    """Print how one flag evaluates for one distinct id (``application.flags.explain``)."""
+    from flagstaff.application.flags import ExplainError, explain_from_store
     from flagstaff.flags.explain import render
-    from flagstaff.http.explain import ExplainError, explain_from_store, json_object
 
     try:
-        person = json_object(args.person_properties, "--person-properties")
-        groups = json_object(args.groups, "--groups")
+        person = _json_option(args.person_properties, "--person-properties")
+        groups = _json_option(args.groups, "--groups")
 
         async def run(store: Store) -> Any:
             project_id = await _project_id(store, args.project)
@@ -300,7 +317,7 @@ def _since_ms(raw: str | None) -> int | None:
 
 
 def cmd_events_export(args: argparse.Namespace) -> int:
-    from flagstaff.http.admin import event_json
+    from flagstaff.application.people import event_json
 
     settings = _settings(args)
     since = _since_ms(args.since)

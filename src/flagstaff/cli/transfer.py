@@ -16,9 +16,9 @@ from typing import Any, Literal, TextIO
 import msgspec
 
 from flagstaff.activity.records import ChangeSource, Trigger
+from flagstaff.application.errors import ApiError
+from flagstaff.application.flags import flag_from_input
 from flagstaff.common.clock import parse_iso, utc_iso
-from flagstaff.http.admin_models import flag_from_input
-from flagstaff.http.errors import ApiError
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, Store
 from flagstaff.store.rows import group_type_change

@@ -1,5 +1,5 @@
 """What the experiment pages show, built from stored experiments and the results endpoint's
-JSON (``http/admin_experiments.results_json``): every figure on the page is one of that
+JSON (``application/experiments.results_json``): every figure on the page is one of that
 response's, only formatted here. Pure: no I/O."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any, Literal
 import msgspec
 from markupsafe import Markup
 
+from flagstaff.application.flag_usage import day_label
 from flagstaff.common.units import DAY_MS
 from flagstaff.console import experiment_charts
 from flagstaff.console.experiment_charts import Delta, percent
-from flagstaff.console.usage import day_label
 from flagstaff.experiments.model import ExperimentDefinition
 from flagstaff.store.experiment_batch import ExperimentRecord
 

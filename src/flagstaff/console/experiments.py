@@ -20,11 +20,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from flagstaff.accounts.roles import Action, can
+from flagstaff.application.experiments import experiment_summary, results_json
 from flagstaff.console import experiment_views, templates
 from flagstaff.console.routes import ConsolePages, html_page
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.experiments.exposure import ExperimentSpec, summarize
-from flagstaff.http.admin_experiments import experiment_summary, results_json
 from flagstaff.store.base import EventQuery, Store
 from flagstaff.store.experiment_batch import ExperimentRecord, sum_totals
 

@@ -26,6 +26,7 @@ from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.application.flag_usage import FlagChecks
 from flagstaff.common.clock import now_ms
 from flagstaff.console import charts, paging, templates, usage, views
 from flagstaff.flags.explain import Explanation
@@ -72,9 +73,7 @@ class ConsoleData(Protocol):
         ``$feature_flag_called`` events."""
         ...
 
-    async def flag_checks(
-        self, project_id: int, flag: dict[str, Any], now_ms: int
-    ) -> usage.FlagChecks:
+    async def flag_checks(self, project_id: int, flag: dict[str, Any], now_ms: int) -> FlagChecks:
         """The flag's checks per day and value over the last 30 days."""
         ...
 

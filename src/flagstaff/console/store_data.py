@@ -10,14 +10,16 @@ import msgspec
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.application import flag_usage
+from flagstaff.application.flag_usage import FlagChecks
+from flagstaff.application.flags import ExplainError, explain_from_store, request_from_store
+from flagstaff.application.people import event_json
 from flagstaff.console import usage
 from flagstaff.console.charts import EVENT_CHART_CAP
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
 from flagstaff.flags import CompiledFlags, compile_flags, evaluate
 from flagstaff.flags.explain import Explanation, explain_many
-from flagstaff.http.admin import event_json
-from flagstaff.http.explain import ExplainError, explain_from_store, request_from_store
 from flagstaff.store.base import Definitions, Person, Store
 from flagstaff.store.records import EventQuery
 
@@ -56,15 +58,15 @@ class StoreConsoleData:
     async def flag_usage(
         self, project_id: int, now_ms: int, keys: Sequence[str]
     ) -> dict[str, FlagUsage]:
-        rows = await self.store.flag_daily_checks(project_id, usage.first_day(now_ms), list(keys))
+        rows = await self.store.flag_daily_checks(
+            project_id, flag_usage.first_day(now_ms), list(keys)
+        )
         return usage.usage_by_flag(rows, {}, now_ms)
 
-    async def flag_checks(
-        self, project_id: int, flag: dict[str, Any], now_ms: int
-    ) -> usage.FlagChecks:
+    async def flag_checks(self, project_id: int, flag: dict[str, Any], now_ms: int) -> FlagChecks:
         key = str(flag.get("key", ""))
-        rows = await self.store.flag_value_checks(project_id, key, usage.first_day(now_ms))
-        checks = usage.flag_checks(rows, now_ms, usage.variant_keys(flag))
+        rows = await self.store.flag_value_checks(project_id, key, flag_usage.first_day(now_ms))
+        checks = flag_usage.flag_checks(rows, now_ms, flag_usage.variant_keys(flag))
         if checks.last_seen_ms is None:
             seen = await self.store.flag_last_seen(project_id, [key])
             checks = msgspec.structs.replace(checks, last_seen_ms=seen.get(key))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from flagstaff.application.flags import request_from_store
 from flagstaff.console.cohort_counts import COUNT_BATCH, COUNT_SCAN_LIMIT, CohortCounter
 from flagstaff.console.team_views import NO_COUNTS, DynamicCounts
 from flagstaff.console.views import PersonFlag
 from flagstaff.flags.explain import explain
-from flagstaff.http.explain import request_from_store
 from flagstaff.store.base import Group, Page, Project, Store, Usage
 
 USAGE_COUNT_CAP = 1_000_000

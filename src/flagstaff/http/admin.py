@@ -32,13 +32,15 @@ from flagstaff.activity.records import (
 )
 from flagstaff.activity.rollback import RollbackError, plan_rollback
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.application import flags as flag_rules
+from flagstaff.application.errors import ApiError
+from flagstaff.application.people import event_json, group_json, group_type_json, person_json
 from flagstaff.common import clock
 from flagstaff.common.clock import iso_to_ms
 from flagstaff.common.clock import ms_to_iso as _ms_to_iso
 from flagstaff.http import (
     admin_approvals,
     admin_experiments,
-    admin_models,
     admin_team,
     admin_usage,
     admin_webhooks,
@@ -52,7 +54,6 @@ from flagstaff.http.admin_context import (
     project_json,
 )
 from flagstaff.http.auth import Authenticate
-from flagstaff.http.errors import ApiError
 from flagstaff.http.principal import require
 from flagstaff.http.rest import MAX_ID
 from flagstaff.http.rest import int_param as _int_param
@@ -62,7 +63,7 @@ from flagstaff.http.rest import path_int as _path_int
 from flagstaff.http.unavailable import RETRY_AFTER, store_unavailable
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ops import logs
-from flagstaff.store.base import Conflict, NotFound, Store, StoredEvent
+from flagstaff.store.base import Conflict, NotFound, Store
 from flagstaff.store.records import EventQuery
 
 
@@ -127,7 +128,7 @@ async def list_flags(ctx: AdminContext, request: Request) -> Any:
 
 
 async def create_flag(ctx: AdminContext, request: Request) -> Any:
-    flag = admin_models.flag_from_input(await _body(request))
+    flag = flag_rules.flag_from_input(await _body(request))
     return 201, await ctx.store.create_flag(ctx.project_id, flag, ctx.source)
 
 
@@ -140,7 +141,7 @@ async def get_flag(ctx: AdminContext, request: Request) -> Any:
 
 async def update_flag(ctx: AdminContext, request: Request) -> Any:
     current = await _existing_flag(ctx, request)
-    flag = admin_models.flag_from_input(await _body(request), current)
+    flag = flag_rules.flag_from_input(await _body(request), current)
     held = await admin_approvals.hold_flag_write(ctx, current, flag)
     if held is not None:
         return held
@@ -150,7 +151,7 @@ async def update_flag(ctx: AdminContext, request: Request) -> Any:
 async def replace_flag(ctx: AdminContext, request: Request) -> Any:
     """PUT, a full update as in PostHog's API: fields left out take their defaults."""
     current = await _existing_flag(ctx, request)
-    flag = admin_models.flag_from_input(await _body(request))
+    flag = flag_rules.flag_from_input(await _body(request))
     flag = {**current, **flag, "version": current.get("version")}
     held = await admin_approvals.hold_flag_write(ctx, current, flag)
     if held is not None:
@@ -182,7 +183,7 @@ async def rollback_flag(ctx: AdminContext, request: Request) -> Any:
         plan = plan_rollback(current["id"], history, current, target)
     except RollbackError as exc:
         raise ApiError(400, "invalid_input", str(exc), exc.field) from None
-    flag = admin_models.flag_from_input(plan.body, current)
+    flag = flag_rules.flag_from_input(plan.body, current)
     held = await admin_approvals.hold_flag_write(ctx, current, flag)
     if held is not None:
         return held
@@ -377,7 +378,7 @@ async def create_cohort(ctx: AdminContext, request: Request) -> Any:
             body.update(is_static=True, distinct_ids=form.distinct_ids)
     else:
         body = await _body(request)
-    cohort = admin_models.cohort_from_input(body)
+    cohort = flag_rules.cohort_from_input(body)
     return 201, await ctx.store.create_cohort(ctx.project_id, cohort, ctx.source)
 
 
@@ -396,14 +397,14 @@ async def update_cohort(ctx: AdminContext, request: Request) -> Any:
     """JSON, or a multipart form whose ``csv`` adds its distinct ids to a static cohort."""
     current = await _existing_cohort(ctx, request)
     if not cohort_csv.is_multipart(request):
-        cohort = admin_models.cohort_from_input(await _body(request), current)
+        cohort = flag_rules.cohort_from_input(await _body(request), current)
         return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
     form = await cohort_csv.read_form(request)
     if not current["is_static"] and form.distinct_ids is not None:
         raise ApiError(400, "invalid_input", "only a static cohort takes a CSV", "csv")
     changes = {k: v for k, v in form.fields.items() if k != "is_static"}
     if changes:
-        cohort = admin_models.cohort_from_input(changes, current)
+        cohort = flag_rules.cohort_from_input(changes, current)
         current = await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
     if form.distinct_ids:
         current = await ctx.store.change_static_members(
@@ -428,13 +429,13 @@ async def list_cohort_members(ctx: AdminContext, request: Request) -> Any:
 
 async def add_cohort_members(ctx: AdminContext, request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
-    ids = admin_models.distinct_ids_from(await _body(request))
+    ids = flag_rules.distinct_ids_from(await _body(request))
     return await ctx.store.change_static_members(ctx.project_id, cohort["id"], ids, [], ctx.source)
 
 
 async def remove_cohort_members(ctx: AdminContext, request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
-    ids = admin_models.distinct_ids_from(await _body(request))
+    ids = flag_rules.distinct_ids_from(await _body(request))
     return await ctx.store.change_static_members(ctx.project_id, cohort["id"], [], ids, ctx.source)
 
 
@@ -446,18 +447,7 @@ async def find_person(ctx: AdminContext, request: Request) -> Any:
     if not distinct_id:
         raise ApiError(400, "required", "distinct_id is required", "distinct_id")
     person = await ctx.store.get_person(ctx.project_id, distinct_id)
-    results = []
-    if person is not None:
-        results.append(
-            {
-                "id": person.uuid,
-                "uuid": person.uuid,
-                "distinct_ids": person.distinct_ids,
-                "properties": person.properties,
-                "is_identified": person.is_identified,
-                "created_at": _ms_to_iso(person.created_at_ms),
-            }
-        )
+    results = [person_json(person)] if person is not None else []
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
@@ -471,36 +461,17 @@ async def find_group(ctx: AdminContext, request: Request) -> Any:
     group = await ctx.store.get_group(ctx.project_id, index, key)
     if group is None:
         raise ApiError(404, "not_found", "no such group")
-    return {
-        "group_type_index": group.group_type_index,
-        "group_type": group.group_type,
-        "group_key": group.group_key,
-        "group_properties": group.properties,
-        "created_at": _ms_to_iso(group.created_at_ms),
-    }
-
-
-def _group_type_json(index: int, name: str) -> dict[str, Any]:
-    """PostHog's group type shape; the display metadata it also holds is not kept here."""
-    return {
-        "group_type": name,
-        "group_type_index": index,
-        "name_singular": None,
-        "name_plural": None,
-        "detail_dashboard": None,
-        "default_columns": None,
-        "created_at": None,
-    }
+    return group_json(group)
 
 
 async def list_group_types(ctx: AdminContext, request: Request) -> Any:
     types = await ctx.store.list_group_types(ctx.project_id)
-    return [_group_type_json(i, name) for i, name in sorted(types.items())]
+    return [group_type_json(i, name) for i, name in sorted(types.items())]
 
 
 async def create_group_type(ctx: AdminContext, request: Request) -> Any:
     """Map a group type name to an index (the next free one unless given); 200 when so already."""
-    name, index = admin_models.group_type_from_input(await _body(request))
+    name, index = flag_rules.group_type_from_input(await _body(request))
     types = await ctx.store.list_group_types(ctx.project_id)
     if index is None:
         index = next((i for i, n in types.items() if n == name), None)
@@ -511,21 +482,7 @@ async def create_group_type(ctx: AdminContext, request: Request) -> Any:
                 400, "invalid_input", f"a project has at most {MAX_GROUP_TYPES} group types"
             )
     created = await ctx.store.create_group_type(ctx.project_id, index, name)
-    return (201 if created else 200), _group_type_json(index, name)
-
-
-def event_json(e: StoredEvent) -> dict[str, Any]:
-    return {
-        "id": e.uuid,
-        "uuid": e.uuid,
-        "event": e.event,
-        "distinct_id": e.distinct_id,
-        "properties": e.properties,
-        "timestamp": _ms_to_iso(e.timestamp_ms),
-        "received_at": _ms_to_iso(e.received_ms),
-        "historical": e.historical,
-        "person": {"uuid": e.person_uuid} if e.person_uuid else None,
-    }
+    return (201 if created else 200), group_type_json(index, name)
 
 
 async def list_events(ctx: AdminContext, request: Request) -> Any:

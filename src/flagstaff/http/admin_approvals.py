@@ -25,10 +25,10 @@ from flagstaff.activity.approvals import ChangeRequest, RequestKind, RequestStat
 from flagstaff.activity.diff import changes_between
 from flagstaff.activity.records import Actor, ChangeSource, Scope
 from flagstaff.activity.scheduled import MODEL_NAME, Operation
+from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import AdminContext, Handler
-from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.base import Conflict
 

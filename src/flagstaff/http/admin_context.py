@@ -12,7 +12,7 @@ from starlette.requests import Request
 from flagstaff.accounts.roles import Principal
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import Actor, ChangeSource
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 from flagstaff.http.rest import path_int
 from flagstaff.store.base import Store
 

@@ -10,14 +10,14 @@ field (``attr``) and the problem.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 from typing import Any
 
 import msgspec
 from starlette.requests import Request
 
-from flagstaff.experiments.exposure import ExperimentSpec, ExperimentSummary, summarize
+from flagstaff.application import flags as flag_rules
+from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.experiments import results_json
 from flagstaff.experiments.model import (
     ExperimentDefinition,
     ExperimentInvalid,
@@ -28,12 +28,9 @@ from flagstaff.experiments.model import (
     parse_experiment,
     parse_holdout,
 )
-from flagstaff.experiments.warm import RESULTS_MODULE, warm_results
-from flagstaff.http import admin_models
+from flagstaff.experiments.warm import warm_results
 from flagstaff.http.admin_context import AdminContext
-from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
-from flagstaff.store.base import Store
 from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord, with_holdout
 
 _body = json_body
@@ -110,7 +107,7 @@ def _checked_flag(flag: dict[str, Any], current: dict[str, Any] | None) -> dict[
     """The flag validated as the flags API would; errors name the experiment's fields."""
     try:
         body = flag if current is None else {"filters": flag["filters"], "active": flag["active"]}
-        checked = admin_models.flag_from_input(body, current)
+        checked = flag_rules.flag_from_input(body, current)
     except ApiError as error:
         raise ApiError(
             400, error.code, f"the experiment's flag is invalid: {error.detail}", "feature_flag_key"
@@ -237,27 +234,6 @@ async def delete_experiment(ctx: AdminContext, request: Request) -> Any:
         ctx.project_id, record.id, record.definition, deleted=True, source=ctx.source
     )
     return 204, None
-
-
-async def results_json(
-    store: Store, record: ExperimentRecord, summary: ExperimentSummary | None = None
-) -> dict[str, Any]:
-    """The results response of one experiment (the endpoint's body; the console shows it),
-    from ``summary`` when the caller read the totals already."""
-    # off the event loop: other requests go on while a cold worker imports scipy
-    results_module = await asyncio.to_thread(importlib.import_module, RESULTS_MODULE)
-    build_results, to_json = results_module.build_results, results_module.to_json
-    if summary is None:
-        summary = await experiment_summary(store, record)
-    results: dict[str, Any] = to_json(build_results(record.definition, summary))
-    results["experiment_id"] = record.id
-    return results
-
-
-async def experiment_summary(store: Store, record: ExperimentRecord) -> ExperimentSummary:
-    """The experiment's stored totals (one read), summed over the lanes, per variant."""
-    spec = ExperimentSpec(record.id, record.definition)
-    return summarize(spec, await store.experiment_totals(record.id, spec.fingerprint))
 
 
 async def experiment_results(ctx: AdminContext, request: Request) -> Any:

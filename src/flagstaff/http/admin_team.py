@@ -20,10 +20,10 @@ from flagstaff.accounts import passwords
 from flagstaff.accounts.records import Membership, Role, User
 from flagstaff.accounts.roles import Action, parse_role
 from flagstaff.accounts.users import email_problem, normalize_email
+from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import AdminContext, Handler, project_json
-from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import MAX_ID, int_param, json_body
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict, Group

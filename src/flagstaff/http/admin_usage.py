@@ -19,12 +19,12 @@ from typing import Any
 
 from starlette.requests import Request
 
+from flagstaff.application import flag_usage as usage
+from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
-from flagstaff.console import usage
 from flagstaff.flags.validation import MAX_KEY_LENGTH
 from flagstaff.http.admin_context import AdminContext, existing_flag
-from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Store

@@ -22,10 +22,10 @@ from flagstaff.activity.webhooks import (
     webhook_json,
     webhook_url_problem,
 )
+from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import AdminContext, Handler
-from flagstaff.http.errors import ApiError
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.base import Conflict
 

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 from flagstaff.http.limits import LINGER_SECONDS, BodyReaders, BodyTimeout
 
 Scope = dict[str, Any]

@@ -14,8 +14,8 @@ from starlette.requests import Request
 
 from flagstaff.accounts.roles import Principal
 from flagstaff.accounts.store import AccountStore
+from flagstaff.application.errors import ApiError
 from flagstaff.http import principal
-from flagstaff.http.errors import ApiError
 from flagstaff.store.base import PersonalKey, Store
 
 Authenticate = Callable[[Request], Awaitable[Principal]]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.http.asgi import Request, Response
-from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 from flagstaff.http.rest import MAX_BODY_BYTES
 from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH
 

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 
 ASSETS = Path(__file__).resolve().parents[1] / "data" / "docs"
 BUNDLE = "redoc.standalone.js"

@@ -18,12 +18,12 @@ import msgspec
 import uuid_utils
 
 from flagstaff.accounts.keys import check_project_token
+from flagstaff.application.errors import ApiError
 from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate_checked
 from flagstaff.flags.dates import CLOCK
-from flagstaff.flags.values import json_text
+from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.auth import check_personal_key
-from flagstaff.http.errors import ApiError
 from flagstaff.http.payload import PayloadError, decode_body
 from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH, client_ip
 from flagstaff.ops import logs
@@ -112,21 +112,6 @@ def _string_list(payload: Mapping[str, Any], *names: str) -> list[str] | None:
             raise ApiError(400, "invalid_input", f"{name} must be a list of strings", name)
         return [str(v) for v in value]
     return None
-
-
-def group_keys(groups: Mapping[str, Any]) -> dict[str, str]:
-    """The request's group keys as text: strings as they are, numbers as their JSON text
-    (``42``, ``"1.5"``). Any other value (``true``, null, a list, an object) names no group,
-    as in PostHog's flags service, which takes a key only from a string or a number."""
-    return {
-        name: key if type(key) is str else json_text(key)
-        for name, key in groups.items()
-        if type(key) in _KEY_TYPES
-    }
-
-
-_KEY_TYPES = (str, int, float)
-"""JSON values that are group keys (``type(True)`` is bool, not int: booleans are left out)."""
 
 
 def _geoip_ip(svc: Services, request: Request, payload: Mapping[str, Any]) -> str | None:
@@ -226,34 +211,6 @@ async def _overrides_for(
     if overrides and not continuity.issuperset(overrides):
         overrides = {k: v for k, v in overrides.items() if k in continuity}
     return overrides, failed
-
-
-def person_properties_for(
-    stored: dict[str, Any], geo: dict[str, Any], sent: dict[str, Any]
-) -> dict[str, Any]:
-    """GeoIP values fill gaps < stored properties < the request's ``person_properties``."""
-    properties = stored
-    if geo:
-        properties = {**geo, **properties}
-    if sent:
-        properties = {**properties, **sent}
-    return properties
-
-
-def group_properties_for(
-    groups: Mapping[str, Any],
-    group_type_index: Mapping[str, int],
-    stored: Mapping[str, dict[str, Any]],
-    sent: Mapping[str, Any],
-) -> dict[str, dict[str, Any]]:
-    """Each requested group type's stored properties, overlaid with the request's."""
-    properties: dict[str, dict[str, Any]] = {}
-    for name in groups:
-        index = group_type_index.get(name)
-        stored_props = stored.get(str(index), {}) if index is not None else {}
-        extra = sent.get(name)
-        properties[name] = {**stored_props, **extra} if isinstance(extra, dict) else stored_props
-    return properties
 
 
 def _runtime(request: Request, payload: Mapping[str, Any]) -> str | None:

@@ -26,9 +26,9 @@ from typing import Any
 
 import msgspec
 
+from flagstaff.application.errors import ApiError
 from flagstaff.flags import FlagResult, ofrep
 from flagstaff.http.asgi import Request, Response
-from flagstaff.http.errors import ApiError
 from flagstaff.http.flags import compute_flags, count_flag_request, project_for_token
 from flagstaff.ops import logs
 from flagstaff.server.caches import ProjectFlags

@@ -14,7 +14,7 @@ from flagstaff.accounts import login as console_session
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.roles import Action, AuthMethod, Principal, permission_problem
 from flagstaff.accounts.store import AccountStore
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 
 
 def _requested_project(raw: str | None) -> int | None:

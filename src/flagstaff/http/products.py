@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
+from flagstaff.application.errors import ApiError
 from flagstaff.http.asgi import Request, Response
-from flagstaff.http.errors import ApiError
 from flagstaff.http.flags import project_for_token
 from flagstaff.server.services import Services
 from flagstaff.store.base import Project

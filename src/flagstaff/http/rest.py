@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import msgspec
 from starlette.requests import Request
 
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 """Management bodies (a flag, a cohort, a list of distinct ids) are far smaller than this."""

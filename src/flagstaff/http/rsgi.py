@@ -17,8 +17,8 @@ from typing import Any
 
 from granian.rsgi import ProtocolClosed, ProtocolError
 
+from flagstaff.application.errors import ApiError
 from flagstaff.http.asgi import RequestBase, Response, parse_query
-from flagstaff.http.errors import ApiError
 from flagstaff.http.limits import LINGER_SECONDS, BodyReaders, BodyTimeout
 from flagstaff.ops import logs
 

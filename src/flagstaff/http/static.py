@@ -18,8 +18,8 @@ import json
 import re
 from pathlib import Path
 
+from flagstaff.application.errors import ApiError
 from flagstaff.http.asgi import Request, Response
-from flagstaff.http.errors import ApiError
 from flagstaff.server.services import Services
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "data" / "posthog-js"

@@ -12,7 +12,7 @@ Management (personal API key, PostHog's shapes), added to ``admin.ROUTES``:
 
 A save validates the body (``surveys.validation`` / ``surveys.early_access``), plans the
 changes to the flags the survey or feature maintains, turns each into a whole flag as the flag
-API would (``admin_models.flag_from_input``), and hands all of it to the store, which applies
+API would (``flag_rules.flag_from_input``), and hands all of it to the store, which applies
 it in one transaction.
 
 Public (project token, CORS): ``GET /api/surveys/?token=`` and
@@ -31,10 +31,10 @@ import msgspec
 from starlette.requests import Request as StarletteRequest
 
 from flagstaff.activity.records import ChangeSource
-from flagstaff.http import admin_models
+from flagstaff.application import flags as flag_rules
+from flagstaff.application.errors import ApiError, invalid_input
 from flagstaff.http.admin_context import AdminContext
 from flagstaff.http.asgi import Request, Response
-from flagstaff.http.errors import ApiError, invalid_input
 from flagstaff.http.products import project_from_query
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
@@ -106,13 +106,13 @@ def _flag_writes(
     writes = []
     for change in changes:
         if change.action == "create":
-            data = admin_models.flag_from_input(change.flag)
+            data = flag_rules.flag_from_input(change.flag)
             writes.append(FlagWrite(data=data, target=_ROLE_FIELD[change.role]))
         else:
             assert change.flag_id is not None
             before = current[change.flag_id]
             body = {"deleted": True} if change.action == "delete" else change.flag or {}
-            data = admin_models.flag_from_input(body, before)
+            data = flag_rules.flag_from_input(body, before)
             writes.append(FlagWrite(data=data, flag_id=change.flag_id))
     return writes
 
@@ -337,11 +337,11 @@ async def _save_feature(
     writes = []
     for change in changes:
         if change.action == "create":
-            data = admin_models.flag_from_input(change.flag)
+            data = flag_rules.flag_from_input(change.flag)
             writes.append(FlagWrite(data=data, target="feature_flag_id"))
         else:
             assert change.flag_id is not None
-            data = admin_models.flag_from_input(change.flag, current[change.flag_id])
+            data = flag_rules.flag_from_input(change.flag, current[change.flag_id])
             writes.append(FlagWrite(data=data, flag_id=change.flag_id))
     try:
         return await ctx.store.save_early_access_feature(
@@ -423,7 +423,7 @@ async def delete_feature(ctx: AdminContext, request: StarletteRequest) -> Any:
     feature = await _existing_feature(ctx, request)
     flag = await _stored_flag(ctx.store, ctx.project_id, feature.feature_flag_id)
     writes = [
-        FlagWrite(data=admin_models.flag_from_input(c.flag, flag), flag_id=c.flag_id)
+        FlagWrite(data=flag_rules.flag_from_input(c.flag, flag), flag_id=c.flag_id)
         for c in early_access.plan_delete(flag)
     ]
     await ctx.store.delete_early_access_feature(

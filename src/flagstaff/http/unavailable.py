@@ -8,7 +8,7 @@ context is read gives flags computed without it and ``errorsWhileComputingFlags`
 
 from __future__ import annotations
 
-from flagstaff.http.errors import ApiError
+from flagstaff.application.errors import ApiError
 from flagstaff.http.limits import RETRY_AFTER_SECONDS
 from flagstaff.server.outage import OUTAGE
 from flagstaff.store.faults import is_unavailable

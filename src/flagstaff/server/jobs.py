@@ -16,9 +16,9 @@ from typing import Any
 from flagstaff.accounts import sessions, throttle
 from flagstaff.activity.records import ChangeSource
 from flagstaff.activity.scheduled import ScheduledChange, ScheduleError, trigger_for, update_body
+from flagstaff.application.errors import ApiError
+from flagstaff.application.flags import flag_from_input
 from flagstaff.common import clock
-from flagstaff.http.admin_models import flag_from_input
-from flagstaff.http.errors import ApiError
 from flagstaff.ops import logs
 from flagstaff.server.job_loop import run_forever
 from flagstaff.store.base import Conflict, NotFound, Store

@@ -1,16 +1,25 @@
-"""Shaping and checking management API bodies: flags and cohorts as PostHog writes them."""
+"""Flags and cohorts: their bodies as PostHog writes them, shaped and checked once (the API,
+the console, ``flags import`` and scheduled changes all go through :func:`flag_from_input`),
+and ``explain``: how one flag evaluates for one person, read as /flags reads it.
+
+``explain`` reads the stored person (by distinct id), the stored groups named and the stored
+experience-continuity overrides as /flags does, and overlays them the same way (stored < the
+given person properties); GeoIP is not applied (there is no client address). Nothing is
+written. The explanation itself is pure: ``flags/explain.py``."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Protocol
 
 from flagstaff.activity.rollback import FLAG_WRITABLE_FIELDS
+from flagstaff.application.errors import ApiError, invalid_input
 from flagstaff.common.invalid import DefinitionInvalid
-from flagstaff.flags import validate_flag
-from flagstaff.flags.validation import BUCKETING_IDENTIFIERS, RUNTIMES
-from flagstaff.http.errors import ApiError, invalid_input
+from flagstaff.flags import EvalRequest, validate_flag
+from flagstaff.flags.explain import Explanation, explain
+from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
+from flagstaff.store.records import Definitions, FlagContext
 
 _FLAG_DEFAULTS: dict[str, Any] = {
     "name": "",
@@ -22,7 +31,6 @@ _FLAG_DEFAULTS: dict[str, Any] = {
     "bucketing_identifier": "distinct_id",
     "tags": [],
 }
-_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,400}$")
 
 
 def _require_object(body: Any) -> dict[str, Any]:
@@ -56,38 +64,12 @@ def flag_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[st
         flag["evaluation_contexts"] = []
     if flag.get("name") is None:
         flag["name"] = ""
-    errors = _flag_field_errors(flag)
-    if not errors:
-        errors = validate_flag(flag)
+    errors = validate_flag(flag)
     if errors:
         raise invalid_input(DefinitionInvalid(errors))
     if current is not None:
         flag["version"] = current.get("version")
     return flag
-
-
-def _flag_field_errors(flag: dict[str, Any]) -> list[tuple[str, str]]:
-    errors: list[tuple[str, str]] = []
-    key = flag.get("key")
-    if not isinstance(key, str) or not _KEY.match(key):
-        errors.append(("key", "must be 1-400 letters, digits, '_', '-' or '.'"))
-    if not isinstance(flag.get("name"), str):
-        errors.append(("name", "must be a string"))
-    for name in ("active", "deleted", "ensure_experience_continuity"):
-        if not isinstance(flag.get(name), bool):
-            errors.append((name, "must be true or false"))
-    runtime = flag.get("evaluation_runtime")
-    if runtime is not None and runtime not in RUNTIMES:
-        errors.append(("evaluation_runtime", "must be one of all, client, server"))
-    contexts = flag.get("evaluation_contexts")
-    if not isinstance(contexts, list) or not all(isinstance(c, str) for c in contexts):
-        errors.append(("evaluation_contexts", "must be a list of strings"))
-    bucketing = flag.get("bucketing_identifier")
-    if bucketing is not None and bucketing not in BUCKETING_IDENTIFIERS:
-        errors.append(("bucketing_identifier", "must be distinct_id or device_id"))
-    if not isinstance(flag.get("filters"), dict):
-        errors.append(("filters", "must be an object"))
-    return errors
 
 
 def cohort_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -187,3 +169,84 @@ def group_type_from_input(body: Any) -> tuple[str, int | None]:
             "group_type_index",
         )
     return name, index
+
+
+# explain ------------------------------------------------------------------------------------
+
+
+class ExplainError(ValueError):
+    """The flag to explain does not exist."""
+
+
+class ExplainStore(Protocol):
+    """What ``explain`` reads: the definitions and a person's flag context, as /flags does."""
+
+    async def definitions(self, project_id: int) -> Definitions: ...
+
+    async def flag_context(
+        self, project_id: int, distinct_id: str, groups: dict[int, str], *,
+        overrides: bool = False, static_cohorts: bool = False,
+    ) -> FlagContext: ...  # fmt: skip
+
+
+async def explain_from_store(
+    store: ExplainStore,
+    project_id: int,
+    key: str,
+    distinct_id: str,
+    *,
+    person_properties: dict[str, Any],
+    groups: dict[str, Any],
+    device_id: str | None = None,
+) -> Explanation:
+    definitions, request = await request_from_store(
+        store, project_id, distinct_id, person_properties, groups, device_id
+    )
+    try:
+        return explain(
+            definitions.flags, definitions.cohorts, definitions.group_type_mapping, key, request
+        )
+    except KeyError:
+        raise ExplainError(f"no flag with key {key!r} in project {project_id}") from None
+
+
+async def request_from_store(
+    store: ExplainStore,
+    project_id: int,
+    distinct_id: str,
+    person_properties: dict[str, Any],
+    groups: dict[str, Any],
+    device_id: str | None = None,
+    definitions: Definitions | None = None,
+) -> tuple[Definitions, EvalRequest]:
+    """The project's definitions (read unless given) and the evaluation request /flags would
+    build for this person (stored properties overlaid with ``person_properties``)."""
+    if definitions is None:
+        definitions = await store.definitions(project_id)
+    group_type_index = {name: int(index) for index, name in definitions.group_type_mapping.items()}
+    keys = group_keys(groups)
+    indexes = {
+        group_type_index[name]: group_key
+        for name, group_key in keys.items()
+        if name in group_type_index
+    }
+    stored = await store.flag_context(
+        project_id, distinct_id, indexes, overrides=True, static_cohorts=True
+    )
+    continuity = {
+        flag.get("key")
+        for flag in definitions.flags
+        if isinstance(flag, dict) and flag.get("ensure_experience_continuity")
+    }
+    request = EvalRequest(
+        distinct_id=distinct_id,
+        person_properties=person_properties_for(stored.person_properties, {}, person_properties),
+        groups=keys,
+        group_properties=group_properties_for(
+            groups, group_type_index, stored.group_properties, {}
+        ),
+        device_id=device_id,
+        hash_key_overrides={k: v for k, v in stored.hash_key_overrides.items() if k in continuity},
+        static_cohort_ids=stored.static_cohort_ids,
+    )
+    return definitions, request

@@ -1,4 +1,7 @@
-"""One JSON error shape for every failure, PostHog's: ``{type, code, detail, attr}``."""
+"""One error for every refused use case, in PostHog's JSON shape: ``{type, code, detail, attr}``.
+
+The adapters render it: the HTTP API as that JSON with ``status``, the console as a page or a
+form message, the CLI as a line on stderr."""
 
 from __future__ import annotations
 

@@ -1,0 +1,120 @@
+"""A flag's usage from the rollup rows ingestion keeps (``store/flag_usage.py``): checks per
+day over the last :data:`WINDOW_DAYS` days, per value, in the order the API and the console
+show them. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from flagstaff.common.units import DAY_MS
+from flagstaff.ingest.flag_usage import NO_RESPONSE, day_of
+from flagstaff.store.flag_usage import ValueChecks
+
+WINDOW_DAYS = 30
+"""Days the list and the charts cover, today (UTC) included."""
+NO_RESPONSE_LABEL = "no value"
+
+
+def first_day(now_ms: int, days: int = WINDOW_DAYS) -> int:
+    """The oldest day of the ``days`` that end today (UTC)."""
+    return day_of(now_ms) - days + 1
+
+
+def day_label(day: int) -> str:
+    """A day as ``YYYY-MM-DD``."""
+    return datetime.fromtimestamp(day * DAY_MS / 1000, UTC).strftime("%Y-%m-%d")
+
+
+def value_label(value: str) -> str:
+    return NO_RESPONSE_LABEL if value == NO_RESPONSE else value
+
+
+class Series(msgspec.Struct, frozen=True):
+    """One value's checks per day of the window."""
+
+    value: str
+    label: str
+    counts: list[int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+
+class FlagChecks(msgspec.Struct, frozen=True):
+    """One flag's checks over the window, a series per value (variants in the flag's order
+    first, then ``true``, ``false``, other values, no value)."""
+
+    days: list[int]
+    series: list[Series]
+    last_seen_ms: int | None
+
+    @property
+    def total(self) -> int:
+        return sum(s.total for s in self.series)
+
+    def day_labels(self) -> list[str]:
+        return [day_label(d) for d in self.days]
+
+    def day_totals(self) -> list[int]:
+        return [sum(s.counts[i] for s in self.series) for i in range(len(self.days))]
+
+    def shares(self) -> list[tuple[int, Series, float]]:
+        """Each value checked (with its place in ``series``) and its share of the window's
+        checks (0 to 1), largest first."""
+        total = self.total
+        ordered = sorted(enumerate(self.series), key=lambda item: -item[1].total)
+        return [(i, s, s.total / total) for i, s in ordered if s.total]
+
+
+def _order(values: Iterable[str], variants: Sequence[str]) -> list[str]:
+    rank = {v: i for i, v in enumerate(variants)}
+    fixed = {"true": len(rank), "false": len(rank) + 1}
+    last = len(rank) + 3
+
+    def key(value: str) -> tuple[int, str]:
+        if value in rank:
+            return rank[value], ""
+        if value in fixed:
+            return fixed[value], ""
+        return (last + 1 if value == NO_RESPONSE else last), value
+
+    return sorted(set(values), key=key)
+
+
+def flag_checks(
+    rows: Iterable[ValueChecks],
+    now_ms: int,
+    variants: Sequence[str] = (),
+    days: int = WINDOW_DAYS,
+) -> FlagChecks:
+    """One flag's checks per value over the ``days`` ending today (UTC) from its rollup rows
+    (rows outside are ignored; a variant of the flag with no checks still gets its empty
+    series)."""
+    start = first_day(now_ms, days)
+    counts: dict[str, list[int]] = {v: [0] * days for v in variants}
+    last: int | None = None
+    for row in rows:
+        offset = row.day - start
+        if not 0 <= offset < days:
+            continue
+        series = counts.get(row.value)
+        if series is None:
+            series = counts[row.value] = [0] * days
+        series[offset] += row.checks
+        last = row.last_seen_ms if last is None else max(last, row.last_seen_ms)
+    return FlagChecks(
+        days=list(range(start, start + days)),
+        series=[Series(v, value_label(v), counts[v]) for v in _order(counts, variants)],
+        last_seen_ms=last,
+    )
+
+
+def variant_keys(flag: Mapping[str, Any]) -> list[str]:
+    """The flag's variant keys in order (none for a boolean flag)."""
+    multivariate = (flag.get("filters") or {}).get("multivariate") or {}
+    return [str(v.get("key")) for v in multivariate.get("variants") or [] if v.get("key")]
