@@ -55,7 +55,7 @@ from flagstaff.http.admin_context import (
 )
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.principal import require
-from flagstaff.http.rest import MAX_ID
+from flagstaff.http.rest import MAX_ID, group_type_index_param
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
@@ -452,10 +452,8 @@ async def find_person(ctx: AdminContext, request: Request) -> Any:
 
 
 async def find_group(ctx: AdminContext, request: Request) -> Any:
-    index = _int_param(request, "group_type_index", -1)
+    index = group_type_index_param(request)
     key = request.query_params.get("group_key")
-    if index < 0 or index > 4:
-        raise ApiError(400, "invalid_input", "group_type_index must be 0-4", "group_type_index")
     if not key:
         raise ApiError(400, "required", "group_key is required", "group_key")
     group = await ctx.store.get_group(ctx.project_id, index, key)

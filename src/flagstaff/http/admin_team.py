@@ -24,8 +24,7 @@ from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import AdminContext, Handler, project_json
-from flagstaff.http.rest import MAX_ID, int_param, json_body
-from flagstaff.ingest.groups import MAX_GROUP_TYPES
+from flagstaff.http.rest import MAX_ID, group_type_index_param, int_param, json_body
 from flagstaff.store.base import Conflict, Group
 from flagstaff.store.retention import retention_problem
 
@@ -188,20 +187,13 @@ def group_json(group: Group) -> dict[str, Any]:
 
 async def list_groups(ctx: AdminContext, request: Request) -> Any:
     """One group type's groups by key; ``search`` keeps keys containing it (any case)."""
-    raw = request.query_params.get("group_type_index")
-    if raw is None or not raw.isdigit() or int(raw) >= MAX_GROUP_TYPES:
-        raise ApiError(
-            400,
-            "invalid_input",
-            f"group_type_index must be 0-{MAX_GROUP_TYPES - 1}",
-            "group_type_index",
-        )
+    index = group_type_index_param(request)
     search = request.query_params.get("search", "")
     if len(search) > 400:
         raise ApiError(400, "invalid_input", "search has at most 400 characters", "search")
     limit = int_param(request, "limit", 100, 1000) or 100
     offset = int_param(request, "offset", 0)
-    groups = await ctx.store.list_groups(ctx.project_id, int(raw), search, limit + 1, offset)
+    groups = await ctx.store.list_groups(ctx.project_id, index, search, limit + 1, offset)
     next_url = None
     if len(groups) > limit:
         groups = groups[:limit]

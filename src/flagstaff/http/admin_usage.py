@@ -25,8 +25,7 @@ from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.flags.validation import MAX_KEY_LENGTH
 from flagstaff.http.admin_context import AdminContext, existing_flag
-from flagstaff.http.rest import int_param
-from flagstaff.ingest.groups import MAX_GROUP_TYPES
+from flagstaff.http.rest import group_type_index_param, int_param
 from flagstaff.store.base import Store
 from flagstaff.store.property_values import ValueCount
 
@@ -128,16 +127,9 @@ async def person_values(ctx: AdminContext, request: Request) -> Any:
 
 
 async def group_values(ctx: AdminContext, request: Request) -> Any:
-    raw = request.query_params.get("group_type_index")
-    if raw is None or not raw.isdigit() or int(raw) >= MAX_GROUP_TYPES:
-        raise ApiError(
-            400,
-            "invalid_input",
-            f"group_type_index must be 0-{MAX_GROUP_TYPES - 1}",
-            "group_type_index",
-        )
+    index = group_type_index_param(request)
     key = _key(request)
-    return _suggestions(request, await VALUES.get(ctx.store, ctx.project_id, key, int(raw)))
+    return _suggestions(request, await VALUES.get(ctx.store, ctx.project_id, key, index))
 
 
 ROUTES = [

@@ -9,6 +9,7 @@ import msgspec
 from starlette.requests import Request
 
 from flagstaff.application.errors import ApiError
+from flagstaff.common.limits import MAX_GROUP_TYPES
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 """Management bodies (a flag, a cohort, a list of distinct ids) are far smaller than this."""
@@ -53,6 +54,19 @@ def int_param(request: Request, name: str, default: int, maximum: int | None = N
     if not 0 <= value <= MAX_ID:
         raise ApiError(400, "invalid_input", f"{name} must be between 0 and {MAX_ID}", name)
     return min(value, maximum) if maximum is not None else value
+
+
+def group_type_index_param(request: Request) -> int:
+    """The query's ``group_type_index``: one of the project's group type slots."""
+    raw = request.query_params.get("group_type_index")
+    if raw is None or not raw.isdigit() or int(raw) >= MAX_GROUP_TYPES:
+        raise ApiError(
+            400,
+            "invalid_input",
+            f"group_type_index must be 0-{MAX_GROUP_TYPES - 1}",
+            "group_type_index",
+        )
+    return int(raw)
 
 
 def paginated(request: Request, count: int, results: list[Any], limit: int, offset: int) -> Any:
