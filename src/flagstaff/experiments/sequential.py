@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import math
 
+from flagstaff.experiments.model import DEFAULT_TUNING_PARAMETER
 from flagstaff.experiments.stats import ALPHA, FrequentistComparison, RelativeEffect
 
-__all__ = ["DEFAULT_TUNING_PARAMETER", "half_width_factor", "sequential_test"]
-
-DEFAULT_TUNING_PARAMETER = 5000.0
-"""gbstats' and GrowthBook's default ``sequential_tuning_parameter``."""
+__all__ = ["half_width_factor", "sequential_test"]
 
 
 def _rho_squared(alpha: float, tuning: float) -> float:

@@ -32,6 +32,8 @@ from typing import Literal
 import msgspec
 from scipy import special
 
+from flagstaff.experiments.model import DEFAULT_ALPHA
+
 __all__ = [
     "BASELINE_MEAN_IS_ZERO",
     "MIN_EXPOSURES",
@@ -49,6 +51,8 @@ __all__ = [
     "Statistic",
     "StatisticError",
     "bayesian",
+    "bayesian_checks",
+    "bayesian_effect",
     "frequentist",
     "relative_effect",
     "sample_ratio_mismatch",
@@ -56,8 +60,8 @@ __all__ = [
     "validation_failures",
 ]
 
-CI_LEVEL = 0.95
-ALPHA = 1 - CI_LEVEL
+ALPHA = DEFAULT_ALPHA
+CI_LEVEL = 1 - ALPHA
 MIN_EXPOSURES = 50
 """PostHog: fewer exposed persons in a variant than this is ``not-enough-exposures``."""
 MIN_FUNNEL_CONVERSIONS = 5
@@ -229,17 +233,29 @@ def bayesian(
 ) -> BayesianComparison:
     """Chance to win and 95% credible interval of the relative effect (flat prior)."""
     relative = _relative(treatment, control)
-    effect, variance = relative.effect, relative.variance
+    bayesian_checks(treatment, control)
+    return bayesian_effect(relative, lower_is_better=lower_is_better)
+
+
+def bayesian_checks(treatment: Statistic, control: Statistic) -> None:
+    """PostHog's conditions of the Bayesian normal approximation (raises when unmet)."""
     if control.mean < 0:
         raise StatisticError("The baseline mean must be positive for a relative effect.")
-    if isinstance(control, ProportionStatistic):
+    if isinstance(control, ProportionStatistic) and isinstance(treatment, ProportionStatistic):
         for name, stat in (("treatment", treatment), ("baseline", control)):
             if stat.sum < MIN_FUNNEL_CONVERSIONS or stat.n - stat.sum < MIN_FUNNEL_CONVERSIONS:
                 raise StatisticError(
                     f"The normal approximation needs at least {MIN_FUNNEL_CONVERSIONS} "
                     f"conversions and non-conversions in the {name}."
                 )
-    scale = math.sqrt(variance)
+
+
+def bayesian_effect(
+    relative: RelativeEffect, *, lower_is_better: bool = False
+) -> BayesianComparison:
+    """The flat-prior posterior of a relative effect: normal around it, its variance."""
+    effect = relative.effect
+    scale = math.sqrt(relative.variance)
     # the posterior of the effect is normal(effect, scale): P(effect < 0) or P(effect > 0)
     chance = float(special.ndtr(-effect / scale if lower_is_better else effect / scale))
     margin = float(special.ndtri(1 - ALPHA / 2)) * scale
