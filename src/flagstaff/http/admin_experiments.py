@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -249,7 +250,8 @@ async def results_json(
     build_results, to_json = results_module.build_results, results_module.to_json
     if summary is None:
         summary = await experiment_summary(store, record)
-    results: dict[str, Any] = to_json(build_results(record.definition, summary))
+    now = datetime.now(UTC)
+    results: dict[str, Any] = to_json(build_results(record.definition, summary, now))
     results["experiment_id"] = record.id
     return results
 
