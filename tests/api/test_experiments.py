@@ -549,3 +549,36 @@ def test_sequential_corrected_results_agree_with_gbstats_end_to_end(
         assert variant["significant"] == (adjusted < 0.05)
     size = got["metrics"][0]["sample_size"]
     assert size["minimum_detectable_effect"] == 0.05 and size["per_variant"] > 200
+
+
+def test_project_stats_defaults_fill_what_a_new_experiment_leaves_out(api: Api) -> None:
+    project = "/api/projects/@current/"
+    r = api.patch(project, json={"experiment_stats_defaults": {"sequential": "on"}})
+    _error(r, 400, "experiment_stats_defaults.sequential")
+    r = api.patch(project, json={"experiment_stats_defaults": {"cuped_lookback_days": 999}})
+    _error(r, 400, "experiment_stats_defaults.cuped_lookback_days")
+    defaults = {"method": "frequentist", "sequential": True, "multiple_testing_correction": "holm"}
+    try:
+        r = api.patch(project, json={"experiment_stats_defaults": defaults})
+        assert r.status_code == 200, r.text
+        assert r.json()["experiment_stats_defaults"] == defaults
+        assert api.get(project).json()["experiment_stats_defaults"] == defaults
+        # left out: the project's default; given: the request's
+        created = _create(api, stats_config={"multiple_testing_correction": "none"})
+        config = created["stats_config"]
+        assert (config["method"], config["sequential"]) == ("frequentist", True)
+        assert config["multiple_testing_correction"] == "none"
+        applied = api.get(f"{EXPERIMENTS}{created['id']}/results/").json()["stats_config_applied"]
+        assert applied["sequential"] is True and applied["multiple_testing_correction"] == "none"
+    finally:
+        assert api.patch(project, json={"experiment_stats_defaults": None}).status_code == 200
+    # without project defaults, a left-out field means what it means in PostHog
+    plain = _create(api)
+    applied = api.get(f"{EXPERIMENTS}{plain['id']}/results/").json()["stats_config_applied"]
+    assert applied["method"] == "bayesian" and applied["sequential"] is False
+    assert applied["cuped"] is False and applied["multiple_testing_correction"] == "none"
+    r = api.post(
+        EXPERIMENTS,
+        json={"name": "x", "feature_flag_key": _key(), "stats_config": {"cuped_lookback_days": 0}},
+    )
+    _error(r, 400, "stats_config.cuped_lookback_days")

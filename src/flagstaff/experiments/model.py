@@ -54,6 +54,8 @@ __all__ = [
     "link_existing_flag",
     "parse_experiment",
     "parse_holdout",
+    "parse_stats_defaults",
+    "with_stats_defaults",
 ]
 
 CONTROL_VARIANT_KEY = "control"
@@ -157,6 +159,44 @@ def applied_stats(config: StatsConfig, parameters: Parameters | None = None) -> 
         minimum_detectable_effect=mde or DEFAULT_MINIMUM_DETECTABLE_EFFECT,
         auto_stop=bool(config.auto_stop),
     )
+
+
+def parse_stats_defaults(data: Any) -> dict[str, Any]:
+    """A project's defaults of ``stats_config`` (the fields given, validated as in an
+    experiment; errors name ``experiment_stats_defaults.<field>``)."""
+    if not isinstance(data, dict):
+        raise ExperimentInvalid([("experiment_stats_defaults", "Must be an object.")])
+    try:
+        config = msgspec.convert(data, StatsConfig)
+    except msgspec.ValidationError as error:
+        path, message = _msgspec_error(error)
+        raise ExperimentInvalid(
+            [(f"experiment_stats_defaults.{path}".rstrip("."), message)]
+        ) from None
+    errors: Errors = []
+    _check_stats_config(config, errors)
+    if errors:
+        raise ExperimentInvalid(
+            [
+                (path.replace("stats_config", "experiment_stats_defaults", 1), m)
+                for path, m in errors
+            ]
+        )
+    given = msgspec.to_builtins(config)
+    return {key: given[key] for key in data if given.get(key) is not None}
+
+
+def with_stats_defaults(data: Any, defaults: dict[str, Any]) -> Any:
+    """A new experiment's request with the project's defaults in the ``stats_config`` fields
+    it leaves out (as PostHog fills a team's default method on create)."""
+    if not defaults or not isinstance(data, dict):
+        return data
+    config = data.get("stats_config")
+    if config is not None and not isinstance(config, dict):
+        return data  # parse_experiment names the error
+    filled = dict(defaults)
+    filled.update({key: value for key, value in (config or {}).items() if value is not None})
+    return {**data, "stats_config": filled}
 
 
 def _check_stats_config(config: StatsConfig, errors: Errors) -> None:
