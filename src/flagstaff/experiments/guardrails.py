@@ -9,11 +9,32 @@ merely not significant never breaches.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["GuardrailBreach", "GuardrailState", "breach_reason", "guardrail_state"]
+from flagstaff.activity.records import (
+    Activity,
+    ActivityRecord,
+    Actor,
+    Detail,
+    Scope,
+    Trigger,
+)
+
+__all__ = [
+    "GUARDRAIL_JOB",
+    "GuardrailBreach",
+    "GuardrailState",
+    "breach_reason",
+    "breach_record",
+    "breach_trigger",
+    "control_only_flag",
+    "guardrail_state",
+]
+
+GUARDRAIL_JOB = "experiment_guardrail"
+"""``detail.trigger.job_type`` of the flag change an auto-stop makes."""
 
 GuardrailState = Literal["breached", "clear"]
 
@@ -48,3 +69,44 @@ def breach_reason(breach: GuardrailBreach) -> str:
         f"Guardrail {name!r} {direction} for variant {breach.variant!r}: relative effect "
         f"{breach.effect:+.1%} (always-valid interval {low:+.1%} to {high:+.1%})."
     )
+
+
+def breach_trigger(experiment_id: int, breach: GuardrailBreach) -> Trigger:
+    return Trigger(
+        job_type=GUARDRAIL_JOB,
+        job_id=str(experiment_id),
+        payload={"reason": breach_reason(breach), **msgspec.to_builtins(breach)},
+    )
+
+
+def breach_record(
+    project_id: int,
+    experiment_id: int,
+    experiment_name: str,
+    breach: GuardrailBreach,
+    now_ms: int,
+) -> ActivityRecord:
+    """The activity record of a breach (its webhook event: ``experiment.guardrail_breached``):
+    the metric, the variant and the interval in ``detail.trigger.payload``."""
+    return ActivityRecord(
+        project_id=project_id,
+        scope=Scope.EXPERIMENT,
+        item_id=str(experiment_id),
+        activity=Activity.GUARDRAIL_BREACHED,
+        actor=Actor(is_system=True),
+        detail=Detail(name=experiment_name, trigger=breach_trigger(experiment_id, breach)),
+        created_at_ms=now_ms,
+    )
+
+
+def control_only_flag(flag: dict[str, Any], control_key: str) -> dict[str, Any]:
+    """The experiment's flag serving the control variant to every enrolled person (as a kill
+    switch would end the test): the control at 100%, every other variant at 0%."""
+    filters = dict(flag.get("filters") or {})
+    multivariate = dict(filters.get("multivariate") or {})
+    multivariate["variants"] = [
+        {**variant, "rollout_percentage": 100 if variant.get("key") == control_key else 0}
+        for variant in multivariate.get("variants") or []
+    ]
+    filters["multivariate"] = multivariate
+    return {**flag, "filters": filters}
