@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -288,3 +289,34 @@ def test_guardrail_breach_is_reported_only_when_significantly_worse() -> None:
         key="test", number_of_samples=2461, sum=256.0, sum_squares=300.0
     )
     assert build_results(definition(metrics_guardrail=[guard]), summary).guardrail_breaches == []
+
+
+def test_the_decision_in_one_sentence() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2024, 1, 11, tzinfo=UTC)
+    # PostHog's example is not significant at 5% (p 0.085): keep running, about N days
+    results = build_results(definition("frequentist"), summary_with(ROWS, FUNNEL), now)
+    decision = results.decision
+    assert decision is not None and decision.kind == "keep_running"
+    assert decision.days_remaining == pytest.approx(
+        results.metrics[0].sample_size.days_remaining  # type: ignore[union-attr]
+    )
+    assert f"about {math.ceil(decision.days_remaining)} more days" in decision.reason  # type: ignore[arg-type]
+    # a clear win on the primary metric: ship it
+    winning = dict(ROWS, test=(2461, 2461.0, 5000.0))
+    decision = build_results(definition("frequentist"), summary_with(winning, FUNNEL), now).decision
+    assert decision is not None and (decision.kind, decision.variant) == ("ship", "test")
+    assert decision.reason.startswith("Ship test: it is significantly better")
+    # the same win with a guardrail harmed: stop
+    summary = summary_with(winning, FUNNEL)
+    summary.metrics["err"] = [
+        VariantStatistics(key="control", number_of_samples=2507, sum=250.0, sum_squares=300.0),
+        VariantStatistics(key="test", number_of_samples=2461, sum=492.0, sum_squares=600.0),
+    ]
+    guard = {"uuid": "err", "metric_type": "mean", "goal": "decrease", "source": {"event": "e"}}
+    decision = build_results(
+        definition("frequentist", metrics_guardrail=[guard]), summary, now
+    ).decision
+    assert decision is not None and (decision.kind, decision.variant) == ("stop", "test")
+    assert decision.reason.startswith("Stop: Guardrail 'err' rose for variant 'test'")

@@ -39,6 +39,7 @@ import msgspec
 
 from flagstaff.experiments.corrections import adjust_p_values
 from flagstaff.experiments.cuped import CupedStatistic, cuped_effect
+from flagstaff.experiments.decision import Decision, decide
 from flagstaff.experiments.exposure import ExperimentSummary, VariantStatistics
 from flagstaff.experiments.guardrails import GuardrailBreach, guardrail_state
 from flagstaff.experiments.model import (
@@ -150,6 +151,8 @@ class ExperimentResults(msgspec.Struct, kw_only=True):
     metrics_secondary: list[MetricResult]
     metrics_guardrail: list[MetricResult] = msgspec.field(default_factory=list)
     guardrail_breaches: list[GuardrailBreach] = msgspec.field(default_factory=list)
+    decision: Decision | None = None
+    """Ship a variant, keep running (about N more days) or stop for harm, with the reason."""
 
 
 def _statistic(metric: Metric, row: VariantStatistics) -> Statistic:
@@ -459,6 +462,7 @@ def build_results(
         result.sample_size = _sample_size(
             metric, summary.metrics.get(metric.uuid, []), applied, exposures, elapsed
         )
+    breaches = _breaches(guardrails)
     return ExperimentResults(
         stats_method=method,
         stats_config_applied=applied,
@@ -470,7 +474,8 @@ def build_results(
         metrics=primary,
         metrics_secondary=secondary,
         metrics_guardrail=guardrails,
-        guardrail_breaches=_breaches(guardrails),
+        guardrail_breaches=breaches,
+        decision=decide(primary, breaches),
     )
 
 
