@@ -212,19 +212,9 @@ def _variant(metric: Metric, row: VariantStatistics, *, baseline: bool) -> Varia
     )
 
 
-class _Inference(msgspec.Struct, frozen=True):
-    """How one family of metrics is judged."""
-
-    method: Literal["bayesian", "frequentist"]
-    alpha: float
-    sequential: bool
-    tuning: float
-    cuped: bool
-
-
 def _effect(
     metric: Metric,
-    inference: _Inference,
+    inference: StatsApplied,
     row: VariantStatistics,
     control_row: VariantStatistics,
     result: VariantResult,
@@ -248,7 +238,7 @@ def _effect(
 
 def _compare(
     metric: Metric,
-    inference: _Inference,
+    inference: StatsApplied,
     result: VariantResult,
     row: VariantStatistics,
     control_row: VariantStatistics | None,
@@ -267,7 +257,9 @@ def _compare(
             result.significant = comparison.significant
             return
         outcome: FrequentistComparison = (
-            sequential_test(relative, alpha=inference.alpha, tuning=inference.tuning)
+            sequential_test(
+                relative, alpha=inference.alpha, tuning=inference.sequential_tuning_parameter
+            )
             if inference.sequential
             else t_test(relative, alpha=inference.alpha)
         )
@@ -285,7 +277,7 @@ def _compare(
 def _metric_result(
     metric: Metric,
     rows: list[VariantStatistics],
-    inference: _Inference,
+    inference: StatsApplied,
     holdouts: set[str],
 ) -> MetricResult:
     by_key = {row.key: row for row in rows}
@@ -436,24 +428,17 @@ def build_results(
                 ),
             )
         )
-    inference = _Inference(
-        method=method,
-        alpha=applied.alpha,
-        sequential=applied.sequential,
-        tuning=applied.sequential_tuning_parameter,
-        cuped=applied.cuped,
-    )
     # guardrails: always a confidence sequence at the experiment's alpha, never corrected
-    guarded = msgspec.structs.replace(inference, method="frequentist", sequential=True)
+    guarded = msgspec.structs.replace(applied, method="frequentist", sequential=True)
 
-    def results_of(metrics: list[Metric], how: _Inference) -> list[MetricResult]:
+    def results_of(metrics: list[Metric], how: StatsApplied) -> list[MetricResult]:
         return [
             _metric_result(metric, summary.metrics.get(metric.uuid, []), how, holdouts)
             for metric in metrics
         ]
 
-    primary = results_of(definition.metrics, inference)
-    secondary = results_of(definition.metrics_secondary, inference)
+    primary = results_of(definition.metrics, applied)
+    secondary = results_of(definition.metrics_secondary, applied)
     guardrails = results_of(definition.metrics_guardrail, guarded)
     if method == "frequentist":
         _correct([*primary, *secondary], applied)
