@@ -459,7 +459,12 @@ def test_sequential_corrected_results_agree_with_gbstats_end_to_end(
 ) -> None:
     """Events through /batch/, results through the API, against gbstats 0.8.0 and statsmodels
     on summary statistics the test computes from the same events."""
-    from gbstats.frequentist.tests import SequentialConfig, SequentialTwoSidedTTest
+    from gbstats.frequentist.tests import (
+        FrequentistConfig,
+        SequentialConfig,
+        SequentialTwoSidedTTest,
+        TwoSidedTTest,
+    )
     from gbstats.models import statistics as gb
     from statsmodels.stats.multitest import multipletests
 
@@ -549,6 +554,34 @@ def test_sequential_corrected_results_agree_with_gbstats_end_to_end(
         assert variant["significant"] == (adjusted < 0.05)
     size = got["metrics"][0]["sample_size"]
     assert size["minimum_detectable_effect"] == 0.05 and size["per_variant"] > 200
+
+    # the same events read fixed-horizon at PostHog's frequentist.alpha 0.1, with BH
+    fixed = {
+        "method": "frequentist",
+        "frequentist": {"alpha": 0.1},
+        "multiple_testing_correction": "benjamini_hochberg",
+    }
+    r = api.patch(f"{EXPERIMENTS}{created['id']}/", json={"stats_config": fixed})
+    assert r.status_code == 200, r.text
+    got = api.get(f"{EXPERIMENTS}{created['id']}/results/").json()
+    assert got["stats_config_applied"]["alpha"] == 0.1
+    tested = []
+    for metric in [*got["metrics"], *got["metrics_secondary"]]:
+        (variant,) = metric["variant_results"]
+        kind = metric["metric_type"]
+        expected = TwoSidedTTest(
+            reference(kind, "control"),  # type: ignore[arg-type]
+            reference(kind, "test"),  # type: ignore[arg-type]
+            FrequentistConfig(alpha=0.1),
+        ).compute_result()
+        assert variant["sequential"] is False
+        assert variant["p_value"] == pytest.approx(expected.p_value, abs=1e-6, rel=1e-6)
+        assert variant["confidence_interval"] == pytest.approx(expected.ci, abs=1e-6, rel=1e-6)
+        tested.append(variant)
+    bh = multipletests([v["p_value"] for v in tested], method="fdr_bh")[1]
+    for variant, adjusted in zip(tested, bh, strict=True):
+        assert variant["p_value_adjusted"] == pytest.approx(adjusted, abs=1e-12)
+        assert variant["significant"] == (adjusted < 0.1)
 
 
 def test_project_stats_defaults_fill_what_a_new_experiment_leaves_out(api: Api) -> None:
