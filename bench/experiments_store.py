@@ -2,6 +2,7 @@
 none, and the results endpoint over HTTP for an experiment with 1M exposed persons.
 
     python -m bench.experiments_store [--postgres] [--seconds 8] [--rounds 4] [--persons 1000000]
+    python -m bench.experiments_store --skip-ingest --trusted [--postgres]   # all inference on
     python -m bench.experiments_store --store-only [--postgres] [--rounds 3]
 
 Part 1, ingest: wrk posts 100-event `/batch/` requests (posthog-js-like, 10,000 users; of every
@@ -203,9 +204,30 @@ def ingest(
     return results
 
 
+TRUSTED = False
+"""``--trusted``: the results experiment with every inference of docs/experiments.md on."""
+
+
 def _results_body() -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(definition(0))
     body.update(name="1M", feature_flag_key="bench-results", start_date="2024-01-01T00:00:00Z")
+    if TRUSTED:
+        body["stats_config"] = {
+            "method": "frequentist",
+            "sequential": True,
+            "cuped": True,
+            "cuped_lookback_days": 14,
+            "multiple_testing_correction": "holm",
+            "minimum_detectable_effect": 0.02,
+        }
+        body["metrics_guardrail"] = [
+            {
+                "uuid": "guard-carts",
+                "metric_type": "mean",
+                "goal": "increase",
+                "source": {"event": "cart"},
+            }
+        ]
     return body
 
 
@@ -300,6 +322,7 @@ def results(srv: Server, persons: int) -> None:
             assert answer.status_code == 200, answer.text
         exposures = answer.json()["exposures"]
         assert sum(exposures.values()) == persons, exposures
+        print(f"stats_config_applied: {answer.json()['stats_config_applied']}")
         times = []
         for _ in range(20):
             t = time.perf_counter()
@@ -322,6 +345,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--persons", type=int, default=1_000_000)
     parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument(
+        "--trusted",
+        action="store_true",
+        help="part 2 with sequential testing, CUPED, Holm and a guardrail metric on",
+    )
     parser.add_argument(
         "--store-only", action="store_true", help="only part 3: the store's ingest in-process"
     )
@@ -347,7 +375,8 @@ def main() -> None:
         help="the first experiment also counts $pageview: every event concerns it",
     )
     args = parser.parse_args()
-    global PAGEVIEW_METRIC, EXPOSED_GOALS
+    global PAGEVIEW_METRIC, EXPOSED_GOALS, TRUSTED
+    TRUSTED = args.trusted
     PAGEVIEW_METRIC = args.pageview_metric
     EXPOSED_GOALS = args.exposed_goals
     if args.batch_path:

@@ -452,3 +452,166 @@ def test_recompute_command_counts_events_that_arrived_out_of_order(tmp_path: Pat
         assert r.returncode != 0 and "no experiment with id 424242" in r.stderr
     finally:
         srv.stop()
+
+
+def test_sequential_corrected_results_agree_with_gbstats_end_to_end(
+    api: Api, http: httpx.Client
+) -> None:
+    """Events through /batch/, results through the API, against gbstats 0.8.0 and statsmodels
+    on summary statistics the test computes from the same events."""
+    from gbstats.frequentist.tests import (
+        FrequentistConfig,
+        SequentialConfig,
+        SequentialTwoSidedTTest,
+        TwoSidedTTest,
+    )
+    from gbstats.models import statistics as gb
+    from statsmodels.stats.multitest import multipletests
+
+    ratio = {
+        "kind": "ExperimentMetric",
+        "metric_type": "ratio",
+        "uuid": "m-per-view",
+        "numerator": {"event": "purchase", "math": "sum", "math_property": "amount"},
+        "denominator": {"event": "$pageview"},
+    }
+    created = _create(
+        api,
+        start_date=STARTED,
+        metrics=[_funnel()],
+        metrics_secondary=[_mean(), ratio],
+        stats_config={
+            "method": "frequentist",
+            "sequential": True,
+            "sequential_tuning_parameter": 2000,
+            "multiple_testing_correction": "holm",
+        },
+    )
+    key, tag = created["feature_flag_key"], uuid.uuid4().hex[:8]
+    t0 = int(time.time() * 1000) - 600_000
+    wire: list[dict[str, Any]] = []
+    persons: dict[str, list[tuple[float, float, float, float]]] = {"control": [], "test": []}
+    for i in range(400):
+        variant = "control" if i % 2 else "test"
+        did = f"q{i}-{tag}"
+        wire.append(_exposure(key, did, variant, _iso(t0 + i)))
+        buys = i % 3 if variant == "test" else (i % 5) // 2
+        views = 1 + i % 4
+        amounts = [10.0 + (i + b) % 7 for b in range(buys)]
+        for b, amount in enumerate(amounts):
+            wire.append(_event("purchase", did, _iso(t0 + 10_000 + i * 10 + b), amount=amount))
+        for v in range(views):
+            wire.append(_event("$pageview", did, _iso(t0 + 20_000 + i * 10 + v)))
+        persons[variant].append((float(buys > 0), sum(amounts), sum(amounts), float(views)))
+    _capture(http, wire)
+    got = api.get(f"{EXPERIMENTS}{created['id']}/results/").json()
+    assert got["stats_config_applied"]["sequential"] is True
+    assert got["stats_config_applied"]["multiple_testing_correction"] == "holm"
+
+    def stats(variant: str, column: int) -> tuple[int, float, float]:
+        xs = [p[column] for p in persons[variant]]
+        return len(xs), sum(xs), sum(x * x for x in xs)
+
+    def reference(kind: str, variant: str) -> object:
+        if kind == "funnel":
+            n, s, _ = stats(variant, 0)
+            return gb.ProportionStatistic(n=n, sum=s)
+        if kind == "mean":
+            n, s, q = stats(variant, 1)
+            return gb.SampleMeanStatistic(n=n, sum=s, sum_squares=q)
+        n, ms, mq = stats(variant, 2)
+        _, ds, dq = stats(variant, 3)
+        product = sum(p[2] * p[3] for p in persons[variant])
+        return gb.RatioStatistic(
+            n=n,
+            m_statistic=gb.SampleMeanStatistic(n=n, sum=ms, sum_squares=mq),
+            d_statistic=gb.SampleMeanStatistic(n=n, sum=ds, sum_squares=dq),
+            m_d_sum_of_products=product,
+        )
+
+    config = SequentialConfig(alpha=0.05, sequential_tuning_parameter=2000)
+    tested = []
+    for metric in [*got["metrics"], *got["metrics_secondary"]]:
+        (variant,) = metric["variant_results"]
+        kind = metric["metric_type"]
+        expected = SequentialTwoSidedTTest(
+            reference(kind, "control"),  # type: ignore[arg-type]
+            reference(kind, "test"),  # type: ignore[arg-type]
+            config,
+        ).compute_result()
+        assert variant["sequential"] is True
+        assert variant["p_value"] == pytest.approx(expected.p_value, abs=1e-6, rel=1e-6)
+        assert variant["confidence_interval"] == pytest.approx(expected.ci, abs=1e-6, rel=1e-6)
+        tested.append(variant)
+    assert {m["metric_type"] for m in got["metrics"] + got["metrics_secondary"]} == {
+        "funnel",
+        "mean",
+        "ratio",
+    }
+    holm = multipletests([v["p_value"] for v in tested], method="holm")[1]
+    for variant, adjusted in zip(tested, holm, strict=True):
+        assert variant["p_value_adjusted"] == pytest.approx(adjusted, abs=1e-12)
+        assert variant["significant"] == (adjusted < 0.05)
+    size = got["metrics"][0]["sample_size"]
+    assert size["minimum_detectable_effect"] == 0.05 and size["per_variant"] > 200
+
+    # the same events read fixed-horizon at PostHog's frequentist.alpha 0.1, with BH
+    fixed = {
+        "method": "frequentist",
+        "frequentist": {"alpha": 0.1},
+        "multiple_testing_correction": "benjamini_hochberg",
+    }
+    r = api.patch(f"{EXPERIMENTS}{created['id']}/", json={"stats_config": fixed})
+    assert r.status_code == 200, r.text
+    got = api.get(f"{EXPERIMENTS}{created['id']}/results/").json()
+    assert got["stats_config_applied"]["alpha"] == 0.1
+    tested = []
+    for metric in [*got["metrics"], *got["metrics_secondary"]]:
+        (variant,) = metric["variant_results"]
+        kind = metric["metric_type"]
+        expected = TwoSidedTTest(
+            reference(kind, "control"),  # type: ignore[arg-type]
+            reference(kind, "test"),  # type: ignore[arg-type]
+            FrequentistConfig(alpha=0.1),
+        ).compute_result()
+        assert variant["sequential"] is False
+        assert variant["p_value"] == pytest.approx(expected.p_value, abs=1e-6, rel=1e-6)
+        assert variant["confidence_interval"] == pytest.approx(expected.ci, abs=1e-6, rel=1e-6)
+        tested.append(variant)
+    bh = multipletests([v["p_value"] for v in tested], method="fdr_bh")[1]
+    for variant, adjusted in zip(tested, bh, strict=True):
+        assert variant["p_value_adjusted"] == pytest.approx(adjusted, abs=1e-12)
+        assert variant["significant"] == (adjusted < 0.1)
+
+
+def test_project_stats_defaults_fill_what_a_new_experiment_leaves_out(api: Api) -> None:
+    project = "/api/projects/@current/"
+    r = api.patch(project, json={"experiment_stats_defaults": {"sequential": "on"}})
+    _error(r, 400, "experiment_stats_defaults.sequential")
+    r = api.patch(project, json={"experiment_stats_defaults": {"cuped_lookback_days": 999}})
+    _error(r, 400, "experiment_stats_defaults.cuped_lookback_days")
+    defaults = {"method": "frequentist", "sequential": True, "multiple_testing_correction": "holm"}
+    try:
+        r = api.patch(project, json={"experiment_stats_defaults": defaults})
+        assert r.status_code == 200, r.text
+        assert r.json()["experiment_stats_defaults"] == defaults
+        assert api.get(project).json()["experiment_stats_defaults"] == defaults
+        # left out: the project's default; given: the request's
+        created = _create(api, stats_config={"multiple_testing_correction": "none"})
+        config = created["stats_config"]
+        assert (config["method"], config["sequential"]) == ("frequentist", True)
+        assert config["multiple_testing_correction"] == "none"
+        applied = api.get(f"{EXPERIMENTS}{created['id']}/results/").json()["stats_config_applied"]
+        assert applied["sequential"] is True and applied["multiple_testing_correction"] == "none"
+    finally:
+        assert api.patch(project, json={"experiment_stats_defaults": None}).status_code == 200
+    # without project defaults, a left-out field means what it means in PostHog
+    plain = _create(api)
+    applied = api.get(f"{EXPERIMENTS}{plain['id']}/results/").json()["stats_config_applied"]
+    assert applied["method"] == "bayesian" and applied["sequential"] is False
+    assert applied["cuped"] is False and applied["multiple_testing_correction"] == "none"
+    r = api.post(
+        EXPERIMENTS,
+        json={"name": "x", "feature_flag_key": _key(), "stats_config": {"cuped_lookback_days": 0}},
+    )
+    _error(r, 400, "stats_config.cuped_lookback_days")

@@ -160,6 +160,7 @@ def test_an_experiment_from_the_form_to_a_shipped_variant(page: Any, seeded: See
     page.get_by_label("Metric 2 event").fill("purchase")
     page.get_by_label("Metric 2 aggregation").select_option("sum")
     page.get_by_label("Metric 2 property").fill("amount")
+    page.get_by_label("Method").select_option("bayesian")  # the console's default: frequentist
     page.get_by_label("Launch now").check()
     page.get_by_role("button", name="Create experiment").click()
     page.wait_for_url(re.compile(r".*/experiments/\d+$"))
@@ -275,3 +276,100 @@ def test_the_nav_holds_one_line_at_1280_px_and_the_favicon_answers(
     icon = httpx.get(f"{seeded.url}/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon"
     assert icon.content[:4] == b"\x00\x00\x01\x00"
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def test_the_form_starts_trusted_and_the_page_decides(page: Any, seeded: Seeded) -> None:
+    """The new-experiment form starts with sequential testing, CUPED over 14 days and Holm;
+    the page shows the inference, always-valid intervals, adjusted p-values, the guardrails'
+    state and the decision panel (here: stop, a guardrail is harmed)."""
+    url = seeded.url
+    _log_in(page, url, EDITOR_EMAIL)
+    page.goto(f"{url}/experiments/new")
+    assert page.get_by_label("Method").input_value() == "frequentist"
+    form = page.locator("[data-inference-options]")
+    assert form.locator('input[name="sequential"]').is_checked()
+    assert form.locator('input[name="cuped"]').is_checked()
+    assert page.get_by_label("CUPED look-back (days)").input_value() == "14"
+    assert form.locator('select[name="multiple_testing_correction"]').input_value() == "holm"
+    assert not form.locator('input[name="auto_stop"]').is_checked()
+    assert "however often you look" in form.inner_text()  # each choice explained in a line
+    key = "new-checkout"
+    page.get_by_label("Name", exact=True).fill("New checkout")
+    page.get_by_label("New flag key").fill(key)
+    page.get_by_role("button", name="Add metric").click()
+    page.get_by_label("Metric 1 name").fill("Bought")
+    page.get_by_label("Metric 1 type").select_option("funnel")
+    page.get_by_label("Metric 1 event").fill("purchase")
+    page.get_by_label("Launch now").check()
+    page.get_by_role("button", name="Create experiment").click()
+    page.wait_for_url(re.compile(r".*/experiments/\d+$"))
+    experiment_id = int(page.url.rsplit("/", 1)[1])
+    stored = seeded.api.get(f"{P}/experiments/{experiment_id}/").json()
+    config = stored["stats_config"]
+    assert (config["method"], config["sequential"], config["cuped"]) == ("frequentist", True, True)
+    assert config["cuped_lookback_days"] == 14 and config["multiple_testing_correction"] == "holm"
+
+    guardrail = {
+        "kind": "ExperimentMetric",
+        "metric_type": "mean",
+        "uuid": "errors",
+        "name": "Checkout errors",
+        "goal": "decrease",
+        "source": {"kind": "EventsNode", "event": "checkout_error"},
+    }
+    patched = seeded.api.patch(
+        f"{P}/experiments/{experiment_id}/", json={"metrics_guardrail": [guardrail]}
+    )
+    assert patched.status_code == 200, patched.text
+    t0 = int(time.time() * 1000) + 500  # just after the launch: the exposures count
+    events: list[dict[str, Any]] = []
+    for i in range(600):
+        variant = "control" if i % 2 else "test"
+        did = f"shopper-{i}"
+        events.append(
+            {"event": "$feature_flag_called", "distinct_id": did, "timestamp": _iso(t0 + i),
+             "properties": {"$feature_flag": key, "$feature_flag_response": variant}}
+        )  # fmt: skip
+        if i % 4 < 2:
+            events.append(
+                {"event": "purchase", "distinct_id": did, "timestamp": _iso(t0 + 700 + i),
+                 "properties": {}}
+            )  # fmt: skip
+        errors = (
+            3 if variant == "test" and i % 4 == 0 else int(variant == "control" and i % 10 == 1)
+        )
+        for e in range(errors):
+            events.append(
+                {"event": "checkout_error", "distinct_id": did,
+                 "timestamp": _iso(t0 + 1_400 + i * 4 + e), "properties": {}}
+            )  # fmt: skip
+    sent = httpx.post(f"{url}/batch/", json={"api_key": PROJECT_TOKEN, "batch": events})
+    assert sent.status_code == 200, sent.text
+    results_url = f"{P}/experiments/{experiment_id}/results/"
+    _wait(lambda: sum(seeded.api.get(results_url).json()["exposures"].values()) == 600)
+    results = seeded.api.get(results_url).json()
+    assert results["decision"]["kind"] == "stop"
+
+    page.reload()
+    inference = page.locator("[data-inference]").inner_text()
+    assert "sequential" in inference and "Holm-Bonferroni" in inference and "CUPED" in inference
+    panel = page.locator("[data-decision]")
+    assert panel.get_attribute("data-decision") == "stop"
+    assert "stop: harm on a guardrail" in panel.inner_text()
+    assert page.locator("[data-decision-reason]").inner_text() == results["decision"]["reason"]
+    metric = page.locator(f'[data-metric-result="{stored["metrics"][0]["uuid"]}"]')
+    assert metric.get_by_role("columnheader", name="Always-valid interval").count() == 1
+    (variant,) = results["metrics"][0]["variant_results"]
+    row = metric.locator('tr[data-variant="test"]')
+    assert row.locator('[data-cell="p-value-adjusted"]').inner_text() == (
+        f"{variant['p_value_adjusted']:.4f}"
+    )
+    guard = page.locator("[data-guardrails]")
+    assert guard.locator('tr[data-variant="test"] [data-cell="guardrail"]').inner_text() == "Harmed"
+    screenshot(page, "console-experiment-decision")
+    # the README's picture (docs/console-experiment-decision.png) is a copy of this one
+    page.locator("main").screenshot(path=str(SCREENSHOTS / "console-experiment-decision-main.png"))

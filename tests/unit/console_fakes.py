@@ -266,6 +266,9 @@ class MemoryTeamData:
     async def event_retention(self, project_id: int) -> int | None:
         return self.retention.get(project_id)
 
+    async def experiment_stats_defaults(self, project_id: int) -> dict[str, Any]:
+        return {}
+
     async def usage(self, project_id: int) -> Usage:
         return Usage(events=1_000_000, persons=12, flags=3, cohorts=len(self.cohort_list),
                      cap=1_000_000)  # fmt: skip

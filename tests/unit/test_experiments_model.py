@@ -128,6 +128,34 @@ def test_defaults_are_posthogs() -> None:
         ({"feature_flag_key": "has space"}, ("feature_flag_key", "Only letters")),
         ({"stats_config": {"method": "sequential"}}, ("stats_config.method", "Invalid value")),
         (
+            {"stats_config": {"sequential_tuning_parameter": 0}},
+            ("stats_config.sequential_tuning_parameter", "Must be a positive number"),
+        ),
+        (
+            {"stats_config": {"sequential": "yes"}},
+            ("stats_config.sequential", "Expected `bool | null`, got `str`"),
+        ),
+        (
+            {"stats_config": {"multiple_testing_correction": "bonferroni"}},
+            ("stats_config.multiple_testing_correction", "Invalid value 'bonferroni'"),
+        ),
+        (
+            {"stats_config": {"cuped_lookback_days": 0}},
+            ("stats_config.cuped_lookback_days", "Must be between 1 and 180."),
+        ),
+        (
+            {"stats_config": {"minimum_detectable_effect": 5}},
+            ("stats_config.minimum_detectable_effect", "Must be a relative effect"),
+        ),
+        (
+            {"stats_config": {"frequentist": {"alpha": 0.9}}},
+            ("stats_config.frequentist.alpha", "Must be between 0 and 0.5"),
+        ),
+        (
+            {"metrics_guardrail": [{"metric_type": "funnel", "series": []}]},
+            ("metrics_guardrail[0].series", "A funnel needs at least one step."),
+        ),
+        (
             {"metrics": [{"metric_type": "retention", "series": []}]},
             ("metrics[0].metric_type", "Invalid value 'retention'"),
         ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -175,3 +176,147 @@ def test_from_events_to_results() -> None:
     assert metric.variant_results[0].sum == sum(i % 3 + 1 for i in range(0, 200, 2))
     assert metric.variant_results[0].chance_to_win is not None
     assert metric.variant_results[0].chance_to_win > 0.99
+
+
+def _stats(**config: Any) -> dict[str, Any]:
+    return {"method": "frequentist", **config}
+
+
+def test_stats_config_applied_defaults_are_posthogs() -> None:
+    results = build_results(definition(), summary_with(ROWS, FUNNEL))
+    applied = results.stats_config_applied
+    assert (applied.method, applied.alpha, applied.sequential, applied.cuped) == (
+        "bayesian",
+        0.05,
+        False,
+        False,
+    )
+    assert applied.multiple_testing_correction == "none"
+    assert applied.sequential_tuning_parameter == 5000
+    assert applied.minimum_detectable_effect == 0.05
+    # sequential and corrections are frequentist: not applied under the Bayesian method
+    bayes = definition(stats_config={"sequential": True, "multiple_testing_correction": "holm"})
+    applied = build_results(bayes, summary_with(ROWS, FUNNEL)).stats_config_applied
+    assert (applied.sequential, applied.multiple_testing_correction) == (False, "none")
+    # PostHog's parameters.minimum_detectable_effect is a percentage
+    percent = definition(parameters={"minimum_detectable_effect": 3})
+    assert build_results(
+        percent, summary_with(ROWS, FUNNEL)
+    ).stats_config_applied.minimum_detectable_effect == pytest.approx(0.03)
+
+
+def test_sequential_interval_is_wider_and_p_value_larger() -> None:
+    fixed = build_results(definition("frequentist"), summary_with(ROWS, FUNNEL))
+    always = build_results(
+        definition(stats_config=_stats(sequential=True)), summary_with(ROWS, FUNNEL)
+    )
+    (f,) = fixed.metrics[0].variant_results
+    (s,) = always.metrics[0].variant_results
+    assert s.sequential is True and f.sequential is False
+    assert s.effect == pytest.approx(f.effect)
+    assert s.confidence_interval[0] < f.confidence_interval[0]  # type: ignore[index]
+    assert s.confidence_interval[1] > f.confidence_interval[1]  # type: ignore[index]
+    assert s.p_value > f.p_value  # type: ignore[operator]
+
+
+def test_holm_adjusts_across_metrics_and_significance_follows() -> None:
+    rows = dict(ROWS, test=(2461, 1400.0, 45000.0))
+    plain = build_results(definition(stats_config=_stats()), summary_with(rows, FUNNEL))
+    holm = build_results(
+        definition(stats_config=_stats(multiple_testing_correction="holm")),
+        summary_with(rows, FUNNEL),
+    )
+    p = [m.variant_results[0].p_value for m in [*plain.metrics, *plain.metrics_secondary]]
+    adjusted = [m.variant_results[0] for m in [*holm.metrics, *holm.metrics_secondary]]
+    low, high = sorted(p)  # type: ignore[type-var]
+    assert sorted(r.p_value_adjusted for r in adjusted) == pytest.approx(  # type: ignore[type-var]
+        [min(1, 2 * low), max(min(1, 2 * low), high)]
+    )
+    for result in adjusted:
+        assert result.significant == (result.p_value_adjusted < 0.05)  # type: ignore[operator]
+    assert [r.p_value_adjusted for m in plain.metrics for r in m.variant_results] == [p[0]]
+
+
+def test_cuped_uses_the_pre_exposure_sums_and_reports_the_reduction() -> None:
+    base = summary_with(ROWS, FUNNEL)
+    for row in base.metrics["rev"]:
+        # a covariate correlated with the metric: x = y / 2 + noise-free offset per person
+        row.pre_sum = row.sum / 2 + row.number_of_samples
+        row.pre_sum_squares = row.sum_squares / 4 + row.sum + row.number_of_samples * 1.2
+        row.pre_post_sum_product = row.sum_squares / 2 + row.sum
+    results = build_results(definition(stats_config=_stats(cuped=True)), base)
+    (test,) = results.metrics[0].variant_results
+    assert test.cuped_variance_reduction is not None and 0 < test.cuped_variance_reduction < 1
+    # the funnel has no pre-exposure sums: unadjusted, no reduction reported
+    assert results.metrics_secondary[0].variant_results[0].cuped_variance_reduction is None
+    off = build_results(definition(stats_config=_stats()), base)
+    assert off.metrics[0].variant_results[0].cuped_variance_reduction is None
+
+
+def test_sample_size_and_days_remaining() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2024, 1, 11, tzinfo=UTC)  # 10 days after the start
+    results = build_results(definition("frequentist"), summary_with(ROWS, FUNNEL), now)
+    size = results.metrics[0].sample_size
+    assert size is not None and size.per_variant is not None
+    # control: mean 0.477, variance 14.68 -> about 6.6 million persons per variant at 5%
+    assert size.per_variant > 2507
+    assert size.days_remaining == pytest.approx((size.per_variant - 2461) / 246.1, rel=1e-9)
+    assert results.metrics_secondary[0].sample_size is None  # primary metrics only
+
+
+def test_guardrail_breach_is_reported_only_when_significantly_worse() -> None:
+    guard = {"uuid": "err", "metric_type": "mean", "goal": "decrease", "source": {"event": "e"}}
+    summary = summary_with(ROWS, FUNNEL)
+    # errors per person: control 0.10, test 0.20 over ~2500 persons: clearly worse
+    summary.metrics["err"] = [
+        VariantStatistics(key="control", number_of_samples=2507, sum=250.0, sum_squares=300.0),
+        VariantStatistics(key="test", number_of_samples=2461, sum=492.0, sum_squares=600.0),
+    ]
+    results = build_results(definition(metrics_guardrail=[guard]), summary)
+    (variant,) = results.metrics_guardrail[0].variant_results
+    assert variant.sequential is True and variant.guardrail_state == "breached"
+    (breach,) = results.guardrail_breaches
+    assert (breach.metric_uuid, breach.variant) == ("err", "test")
+    assert breach.confidence_interval[0] > 0
+    # the same rise on a metric whose goal is to increase is good news, not a breach
+    results = build_results(definition(metrics_guardrail=[dict(guard, goal="increase")]), summary)
+    assert results.guardrail_breaches == []
+    assert results.metrics_guardrail[0].variant_results[0].guardrail_state == "clear"
+    # a small, not significant rise: never a breach
+    summary.metrics["err"][1] = VariantStatistics(
+        key="test", number_of_samples=2461, sum=256.0, sum_squares=300.0
+    )
+    assert build_results(definition(metrics_guardrail=[guard]), summary).guardrail_breaches == []
+
+
+def test_the_decision_in_one_sentence() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2024, 1, 11, tzinfo=UTC)
+    # PostHog's example is not significant at 5% (p 0.085): keep running, about N days
+    results = build_results(definition("frequentist"), summary_with(ROWS, FUNNEL), now)
+    decision = results.decision
+    assert decision is not None and decision.kind == "keep_running"
+    assert decision.days_remaining == pytest.approx(
+        results.metrics[0].sample_size.days_remaining  # type: ignore[union-attr]
+    )
+    assert f"about {math.ceil(decision.days_remaining)} more days" in decision.reason  # type: ignore[arg-type]
+    # a clear win on the primary metric: ship it
+    winning = dict(ROWS, test=(2461, 2461.0, 5000.0))
+    decision = build_results(definition("frequentist"), summary_with(winning, FUNNEL), now).decision
+    assert decision is not None and (decision.kind, decision.variant) == ("ship", "test")
+    assert decision.reason.startswith("Ship test: it is significantly better")
+    # the same win with a guardrail harmed: stop
+    summary = summary_with(winning, FUNNEL)
+    summary.metrics["err"] = [
+        VariantStatistics(key="control", number_of_samples=2507, sum=250.0, sum_squares=300.0),
+        VariantStatistics(key="test", number_of_samples=2461, sum=492.0, sum_squares=600.0),
+    ]
+    guard = {"uuid": "err", "metric_type": "mean", "goal": "decrease", "source": {"event": "e"}}
+    decision = build_results(
+        definition("frequentist", metrics_guardrail=[guard]), summary, now
+    ).decision
+    assert decision is not None and (decision.kind, decision.variant) == ("stop", "test")
+    assert decision.reason.startswith("Stop: Guardrail 'err' rose for variant 'test'")

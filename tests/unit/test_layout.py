@@ -25,7 +25,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "accounts": {"common"},
     "ingest": {"common", "accounts"},
     "activity": {"common", "accounts"},
-    "experiments": {"common", "flags", "ingest"},
+    "experiments": {"common", "flags", "ingest", "activity"},
     "surveys": {"common", "flags"},
     "ops": {"common"},
     # storage, the event stream, the use cases, the running service

@@ -23,6 +23,7 @@ class Scope(enum.StrEnum):
     MEMBERSHIP = "Membership"
     PROJECT = "Project"
     CHANGE_REQUEST = "ChangeRequest"
+    EXPERIMENT = "Experiment"
 
 
 class Activity(enum.StrEnum):
@@ -31,6 +32,7 @@ class Activity(enum.StrEnum):
     DELETED = "deleted"
     ROLLED_BACK = "rolled_back"  # an update that restores an earlier version
     REVOKED = "revoked"
+    GUARDRAIL_BREACHED = "guardrail_breached"  # an experiment's guardrail metric got worse
 
 
 class ChangeAction(enum.StrEnum):

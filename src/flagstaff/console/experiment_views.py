@@ -78,6 +78,11 @@ class VariantLine(msgspec.Struct, frozen=True):
     interval: str
     significance: str
     significant: bool
+    p_value_adjusted: str = ""
+    cuped: str = ""
+    """CUPED's variance reduction (e.g. "38% less variance")."""
+    guardrail: str = ""
+    """On a guardrail metric: "Harmed" or "Clear"."""
 
 
 class MetricView(msgspec.Struct, frozen=True):
@@ -122,8 +127,14 @@ def _line(
         chance = 1 - chance  # the API's P(variant > control); a decrease goal wins below it
     interval = result.get("credible_interval") or result.get("confidence_interval")
     p_value = result.get("p_value")
+    adjusted = result.get("p_value_adjusted")
+    reduction = result.get("cuped_variance_reduction")
+    state = result.get("guardrail_state")
     significance, significant = ("Baseline", False) if control else _significance(result, goal)
     return VariantLine(
+        p_value_adjusted=f"{adjusted:.4f}" if adjusted is not None else "",
+        cuped=f"{reduction * 100:.0f}% less variance" if reduction is not None else "",
+        guardrail={"breached": "Harmed", "clear": "Clear"}.get(state or "", ""),
         key=str(result["key"]),
         control=control,
         holdout=holdout,
@@ -137,8 +148,36 @@ def _line(
     )
 
 
-def metric_view(position: int, metric: dict[str, Any], secondary: bool = False) -> MetricView:
-    """One metric of the results response: its table and its delta chart."""
+CORRECTION_LABELS = {
+    "holm": "Holm-Bonferroni",
+    "benjamini_hochberg": "Benjamini-Hochberg",
+}
+
+
+def inference(applied: dict[str, Any]) -> str:
+    """The inference in use, in one line (the results' ``stats_config_applied``)."""
+    if applied["method"] == "bayesian":
+        parts = ["Bayesian (chance to win, 95% credible interval)"]
+    elif applied["sequential"]:
+        parts = [
+            f"Frequentist, sequential: always-valid p-values and intervals at alpha "
+            f"{applied['alpha']:g}, safe to read any day"
+        ]
+    else:
+        parts = [f"Frequentist, fixed horizon at alpha {applied['alpha']:g}: read once, at the end"]
+    if applied["cuped"]:
+        parts.append(f"CUPED over {applied['cuped_lookback_days']} days before exposure")
+    correction = CORRECTION_LABELS.get(applied["multiple_testing_correction"])
+    if correction:
+        parts.append(f"{correction} correction across metrics and variants")
+    if applied["auto_stop"]:
+        parts.append("auto-stop on a harmed guardrail")
+    return "; ".join(parts) + "."
+
+
+def metric_view(position: int, metric: dict[str, Any], secondary: bool | str = False) -> MetricView:
+    """One metric of the results response: its table and its delta chart (``secondary``: a
+    secondary metric, or the id prefix of another section's charts, e.g. ``guardrail-``)."""
     metric_type, goal = str(metric["metric_type"]), str(metric["goal"])
     title = metric.get("name") or f"{METRIC_TYPE_LABELS.get(metric_type, metric_type)} metric"
     rows = [_line(metric["baseline"], metric_type, goal, control=True, holdout=False)]
@@ -160,7 +199,7 @@ def metric_view(position: int, metric: dict[str, Any], secondary: bool = False) 
             )
     for result in metric.get("holdout_results") or []:
         rows.append(_line(result, metric_type, goal, control=False, holdout=True))
-    prefix = "secondary-" if secondary else ""
+    prefix = secondary if isinstance(secondary, str) else ("secondary-" if secondary else "")
     chart = (
         experiment_charts.delta_bars(
             f"delta-{prefix}{position}", f"{title}: each variant against control", deltas
@@ -241,3 +280,20 @@ def form_metrics(definition: ExperimentDefinition | None) -> list[Any]:
     if definition is None:
         return []
     return list(msgspec.to_builtins(definition.metrics))
+
+
+CONSOLE_STATS_DEFAULTS: dict[str, Any] = {
+    "method": "frequentist",
+    "sequential": True,
+    "cuped": True,
+    "cuped_lookback_days": 14,
+    "multiple_testing_correction": "holm",
+    "auto_stop": False,
+}
+"""What the console's new-experiment form starts with (the API's defaults are PostHog's):
+always-valid results, CUPED over 14 days and Holm's correction."""
+
+
+def form_stats_defaults(project_defaults: dict[str, Any]) -> dict[str, Any]:
+    """The form's starting choices: the console's, then the project's settings over them."""
+    return {**CONSOLE_STATS_DEFAULTS, **project_defaults}

@@ -74,6 +74,10 @@ class ExperimentData(Protocol):
 
     async def events_seen(self, project_id: int) -> EventsSeen: ...
 
+    async def stats_defaults(self, project_id: int) -> dict[str, Any]:
+        """The project's ``experiment_stats_defaults`` (the settings page sets them)."""
+        ...
+
 
 class StoreExperimentData:
     def __init__(self, store: Store, console: StoreConsoleData) -> None:
@@ -125,6 +129,9 @@ class StoreExperimentData:
             if isinstance(variants[0], dict) and variants[0].get("key") == "control":
                 keys.append(str(flag["key"]))
         return sorted(keys)
+
+    async def stats_defaults(self, project_id: int) -> dict[str, Any]:
+        return await self.store.get_experiment_stats_defaults(project_id)
 
     async def events_seen(self, project_id: int) -> EventsSeen:
         cached = self._seen.get(project_id)
@@ -184,6 +191,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
             flags=await data.multivariate_flags(project.id),
             seen=await data.events_seen(project.id),
             metrics_json=json.dumps([]),
+            defaults=experiment_views.form_stats_defaults(await data.stats_defaults(project.id)),
         )
         return html_page(body)
 
@@ -231,6 +239,13 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
                 experiment_views.metric_view(i, m, secondary=True)
                 for i, m in enumerate(results["metrics_secondary"])
             ],
+            guardrails=[
+                experiment_views.metric_view(i, m, secondary="guardrail-")
+                for i, m in enumerate(results.get("metrics_guardrail") or [])
+            ],
+            inference=experiment_views.inference(results["stats_config_applied"]),
+            applied=results["stats_config_applied"],
+            decision=results.get("decision"),
             timeline=timeline,
             undated=undated,
             can_edit=can_edit,

@@ -31,6 +31,10 @@ class TeamData(Protocol):
         """Days the project keeps events; None: forever."""
         ...
 
+    async def experiment_stats_defaults(self, project_id: int) -> dict[str, Any]:
+        """The stats_config fields a new experiment takes when left out ({}: PostHog's)."""
+        ...
+
     def quotas(self) -> tuple[int, int]:
         """The node's (flag requests, events) per minute and project; 0 is no quota."""
         ...
@@ -78,6 +82,9 @@ class StoreTeamData:
 
     async def event_retention(self, project_id: int) -> int | None:
         return await self.store.get_event_retention(project_id)
+
+    async def experiment_stats_defaults(self, project_id: int) -> dict[str, Any]:
+        return await self.store.get_experiment_stats_defaults(project_id)
 
     def quotas(self) -> tuple[int, int]:
         return self._quotas

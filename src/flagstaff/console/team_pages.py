@@ -247,6 +247,7 @@ class TeamPages:
             "settings",
             settings_project=project,
             retention_days=await self.data.event_retention(project.id),
+            stats_defaults=await self.data.experiment_stats_defaults(project.id),
             figures=team_views.usage_figures(usage, flag_quota, event_quota),
         )
 

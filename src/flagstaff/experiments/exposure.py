@@ -152,6 +152,9 @@ class VariantStatistics(msgspec.Struct, kw_only=True):
     denominator_sum_squares: float | None = None
     numerator_denominator_sum_product: float | None = None
     step_counts: list[int] | None = None
+    pre_sum: float | None = None
+    pre_sum_squares: float | None = None
+    pre_post_sum_product: float | None = None
 
 
 class ExperimentSummary(msgspec.Struct, kw_only=True):
@@ -463,7 +466,12 @@ class ExperimentSpec:
         self.metric_uuids: list[str] = []
         self.rules: list[_Rule] = []
         offset = 0
-        for index, metric in enumerate([*definition.metrics, *definition.metrics_secondary]):
+        measured = [
+            *definition.metrics,
+            *definition.metrics_secondary,
+            *definition.metrics_guardrail,
+        ]
+        for index, metric in enumerate(measured):
             rule = _Rule(index, offset, metric)
             offset += rule.width
             self.rules.append(rule)
@@ -498,6 +506,12 @@ class ExperimentSpec:
                     test_filters,
                     [_counting_fields(m) for m in definition.metrics],
                     [_counting_fields(m) for m in definition.metrics_secondary],
+                    # guardrails only when there are some: other fingerprints stay as they were
+                    *(
+                        [[_counting_fields(m) for m in definition.metrics_guardrail]]
+                        if definition.metrics_guardrail
+                        else []
+                    ),
                 ]
             )
         ).hexdigest()[:32]

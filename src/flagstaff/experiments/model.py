@@ -35,6 +35,7 @@ __all__ = [
     "ExperimentInvalid",
     "ExposureConfig",
     "ExposureCriteria",
+    "FrequentistOptions",
     "FunnelMetric",
     "Holdout",
     "MeanMetric",
@@ -42,8 +43,10 @@ __all__ = [
     "Parameters",
     "PropertyFilter",
     "RatioMetric",
+    "StatsApplied",
     "StatsConfig",
     "Variant",
+    "applied_stats",
     "apply_patch",
     "experiment_flag",
     "holdout_flag_filters",
@@ -51,6 +54,8 @@ __all__ = [
     "link_existing_flag",
     "parse_experiment",
     "parse_holdout",
+    "parse_stats_defaults",
+    "with_stats_defaults",
 ]
 
 CONTROL_VARIANT_KEY = "control"
@@ -88,8 +93,139 @@ class Parameters(msgspec.Struct, kw_only=True):
     minimum_detectable_effect: float | None = None
 
 
+class FrequentistOptions(msgspec.Struct, kw_only=True):
+    """PostHog's ``stats_config.frequentist``: the significance level."""
+
+    alpha: float | None = None
+
+
 class StatsConfig(msgspec.Struct, kw_only=True):
+    """How results are inferred. A field left out means what it means in PostHog (see
+    ``applied_stats``); the API fills left-out fields from the project's defaults on create."""
+
     method: Literal["bayesian", "frequentist"] = "bayesian"
+    frequentist: FrequentistOptions | None = None
+    sequential: bool | None = None
+    sequential_tuning_parameter: float | None = None
+    cuped: bool | None = None
+    cuped_lookback_days: int | None = None
+    multiple_testing_correction: Literal["holm", "benjamini_hochberg", "none"] | None = None
+    minimum_detectable_effect: float | None = None
+    """Relative (0.05 is 5%); ``parameters.minimum_detectable_effect`` is PostHog's percent."""
+    auto_stop: bool | None = None
+
+
+class StatsApplied(msgspec.Struct, kw_only=True):
+    """What the results applied: every ``StatsConfig`` field resolved."""
+
+    method: Literal["bayesian", "frequentist"]
+    alpha: float
+    sequential: bool
+    sequential_tuning_parameter: float
+    cuped: bool
+    cuped_lookback_days: int
+    multiple_testing_correction: Literal["holm", "benjamini_hochberg", "none"]
+    minimum_detectable_effect: float
+    auto_stop: bool
+
+
+DEFAULT_ALPHA = 0.05
+DEFAULT_TUNING_PARAMETER = 5000.0
+"""gbstats' and GrowthBook's default ``sequential_tuning_parameter``."""
+DEFAULT_CUPED_LOOKBACK_DAYS = 14
+DEFAULT_MINIMUM_DETECTABLE_EFFECT = 0.05
+MAX_CUPED_LOOKBACK_DAYS = 180
+
+
+def applied_stats(config: StatsConfig, parameters: Parameters | None = None) -> StatsApplied:
+    """The settings in force. PostHog's meaning of a left-out field: no sequential testing,
+    no CUPED, no correction, alpha 0.05. Sequential testing and corrections are frequentist:
+    under the Bayesian method they are reported as not applied."""
+    frequentist = config.method == "frequentist"
+    mde = config.minimum_detectable_effect
+    if mde is None and parameters is not None and parameters.minimum_detectable_effect:
+        mde = parameters.minimum_detectable_effect / 100  # PostHog's is a percentage
+    alpha = config.frequentist.alpha if config.frequentist is not None else None
+    return StatsApplied(
+        method=config.method,
+        alpha=DEFAULT_ALPHA if alpha is None else alpha,
+        sequential=frequentist and bool(config.sequential),
+        sequential_tuning_parameter=config.sequential_tuning_parameter or DEFAULT_TUNING_PARAMETER,
+        cuped=bool(config.cuped),
+        cuped_lookback_days=config.cuped_lookback_days or DEFAULT_CUPED_LOOKBACK_DAYS,
+        multiple_testing_correction=(config.multiple_testing_correction or "none")
+        if frequentist
+        else "none",
+        minimum_detectable_effect=mde or DEFAULT_MINIMUM_DETECTABLE_EFFECT,
+        auto_stop=bool(config.auto_stop),
+    )
+
+
+def parse_stats_defaults(data: Any) -> dict[str, Any]:
+    """A project's defaults of ``stats_config`` (the fields given, validated as in an
+    experiment; errors name ``experiment_stats_defaults.<field>``)."""
+    if not isinstance(data, dict):
+        raise ExperimentInvalid([("experiment_stats_defaults", "Must be an object.")])
+    try:
+        config = msgspec.convert(data, StatsConfig)
+    except msgspec.ValidationError as error:
+        path, message = _msgspec_error(error)
+        raise ExperimentInvalid(
+            [(f"experiment_stats_defaults.{path}".rstrip("."), message)]
+        ) from None
+    errors: Errors = []
+    _check_stats_config(config, errors)
+    if errors:
+        raise ExperimentInvalid(
+            [
+                (path.replace("stats_config", "experiment_stats_defaults", 1), m)
+                for path, m in errors
+            ]
+        )
+    given = msgspec.to_builtins(config)
+    return {key: given[key] for key in data if given.get(key) is not None}
+
+
+def with_stats_defaults(data: Any, defaults: dict[str, Any]) -> Any:
+    """A new experiment's request with the project's defaults in the ``stats_config`` fields
+    it leaves out (as PostHog fills a team's default method on create)."""
+    if not defaults or not isinstance(data, dict):
+        return data
+    config = data.get("stats_config")
+    if config is not None and not isinstance(config, dict):
+        return data  # parse_experiment names the error
+    filled = dict(defaults)
+    filled.update({key: value for key, value in (config or {}).items() if value is not None})
+    return {**data, "stats_config": filled}
+
+
+def _check_stats_config(config: StatsConfig, errors: Errors) -> None:
+    path = "stats_config"
+    alpha = config.frequentist.alpha if config.frequentist is not None else None
+    if alpha is not None and not 0 < alpha < 0.5:
+        errors.append((f"{path}.frequentist.alpha", "Must be between 0 and 0.5 (exclusive)."))
+    tuning = config.sequential_tuning_parameter
+    if tuning is not None and not 0 < tuning <= 1e9:
+        errors.append(
+            (
+                f"{path}.sequential_tuning_parameter",
+                "Must be a positive number of persons (at most 1e9): the sample size where "
+                "the confidence sequence is tightest.",
+            )
+        )
+    days = config.cuped_lookback_days
+    if days is not None and not 1 <= days <= MAX_CUPED_LOOKBACK_DAYS:
+        errors.append(
+            (f"{path}.cuped_lookback_days", f"Must be between 1 and {MAX_CUPED_LOOKBACK_DAYS}.")
+        )
+    mde = config.minimum_detectable_effect
+    if mde is not None and not 0 < mde <= 1:
+        errors.append(
+            (
+                f"{path}.minimum_detectable_effect",
+                "Must be a relative effect above 0 and at most 1 (0.05 is 5%).",
+            )
+        )
 
 
 class PropertyFilter(msgspec.Struct, kw_only=True):
@@ -184,6 +320,9 @@ class ExperimentDefinition(msgspec.Struct, kw_only=True):
     exposure_criteria: ExposureCriteria = msgspec.field(default_factory=ExposureCriteria)
     metrics: list[Metric] = msgspec.field(default_factory=list)
     metrics_secondary: list[Metric] = msgspec.field(default_factory=list)
+    metrics_guardrail: list[Metric] = msgspec.field(default_factory=list)
+    """Metrics that must not get worse (each ``goal`` the good direction): judged with
+    always-valid tests at the experiment's alpha, whatever the method."""
     conclusion: str | None = None
     conclusion_comment: str | None = None
 
@@ -355,7 +494,7 @@ def parse_experiment(data: Any) -> ExperimentDefinition:
         raise ExperimentInvalid([("", "Must be an object.")])
     if "holdout_id" not in data and isinstance(data.get("holdout"), int | None):
         data = {**data, "holdout_id": data.get("holdout")}
-    for field in ("metrics", "metrics_secondary"):
+    for field in ("metrics", "metrics_secondary", "metrics_guardrail"):
         if data.get(field) is None and field in data:
             data = {**data, field: []}
     try:
@@ -390,6 +529,8 @@ def parse_experiment(data: Any) -> ExperimentDefinition:
     seen: set[str] = set()
     _check_metrics("metrics", definition.metrics, seen, errors)
     _check_metrics("metrics_secondary", definition.metrics_secondary, seen, errors)
+    _check_metrics("metrics_guardrail", definition.metrics_guardrail, seen, errors)
+    _check_stats_config(definition.stats_config, errors)
     if errors:
         raise ExperimentInvalid(errors)
     return definition

@@ -17,45 +17,70 @@ Holdout persons (``holdout-<id>``) are reported apart: ``holdout_results`` per m
 with the control the same way, and ``holdout_exposures``. The response also carries exposures
 per variant, the persons excluded for seeing several variants, the sample-ratio-mismatch test
 against the configured split, and warnings.
+
+Trusted decisions (``stats_config``, resolved in ``stats_config_applied``): frequentist
+results may be sequential (confidence sequences, always-valid p-values: ``sequential.py``);
+mean and funnel metrics may be CUPED-adjusted when the pre-exposure sums are there
+(``cuped_variance_reduction`` per variant: ``cuped.py``); frequentist p-values of every
+primary and secondary metric x variant are corrected together (``p_value_adjusted``,
+``significant`` follows it: ``corrections.py``). Each primary metric carries ``sample_size``:
+persons per variant to detect the minimum detectable effect at 80% power, and the days that
+takes at the exposure rate so far (``power.py``). ``metrics_guardrail`` are always judged by
+confidence sequences at the experiment's alpha; a variant significantly worse on one is in
+``guardrail_breaches`` (``guardrails.py``).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
 
+from flagstaff.experiments.corrections import adjust_p_values
+from flagstaff.experiments.cuped import CupedStatistic, cuped_effect
+from flagstaff.experiments.decision import Decision, decide
 from flagstaff.experiments.exposure import ExperimentSummary, VariantStatistics
+from flagstaff.experiments.guardrails import GuardrailBreach, guardrail_state
 from flagstaff.experiments.model import (
     CONTROL_VARIANT_KEY,
     ExperimentDefinition,
     FunnelMetric,
     MeanMetric,
     Metric,
+    StatsApplied,
+    applied_stats,
 )
+from flagstaff.experiments.power import days_to_reach, required_sample
+from flagstaff.experiments.sequential import sequential_test
 from flagstaff.experiments.stats import (
     MIN_EXPOSURES,
-    BayesianComparison,
     FrequentistComparison,
     MeanStatistic,
     ProportionStatistic,
     RatioStatistic,
+    RelativeEffect,
     SampleRatioMismatch,
     Statistic,
     StatisticError,
-    bayesian,
-    frequentist,
+    bayesian_checks,
+    bayesian_effect,
+    relative_effect,
     sample_ratio_mismatch,
+    t_test,
     validation_failures,
 )
 
 __all__ = [
     "ExperimentResults",
     "MetricResult",
+    "SampleSize",
     "VariantResult",
     "Warning",
     "build_results",
 ]
+
+DAY_SECONDS = 86_400.0
 
 
 class VariantResult(msgspec.Struct, kw_only=True):
@@ -76,9 +101,25 @@ class VariantResult(msgspec.Struct, kw_only=True):
     credible_interval: tuple[float, float] | None = None
     p_value: float | None = None
     confidence_interval: tuple[float, float] | None = None
+    sequential: bool | None = None
+    """The interval is a confidence sequence and the p-value always valid."""
+    p_value_adjusted: float | None = None
+    """After the experiment's multiple-testing correction (the p-value itself without one)."""
     significant: bool | None = None
+    cuped_variance_reduction: float | None = None
+    """1 - var(CUPED effect) / var(unadjusted effect): the share of variance CUPED removed."""
+    guardrail_state: Literal["breached", "clear"] | None = None
+    """On a guardrail metric: significantly worse (breached) or not (clear)."""
     error: str | None = None
     """Why no statistics were computed although the validation passed."""
+
+
+class SampleSize(msgspec.Struct, kw_only=True):
+    minimum_detectable_effect: float
+    per_variant: int | None
+    """Persons each variant needs to detect the effect at 80% power (None: no data yet)."""
+    days_remaining: float | None
+    """More days to reach it at the exposure rate so far (0: reached; None: unknown)."""
 
 
 class MetricResult(msgspec.Struct, kw_only=True):
@@ -89,6 +130,7 @@ class MetricResult(msgspec.Struct, kw_only=True):
     baseline: VariantResult
     variant_results: list[VariantResult]
     holdout_results: list[VariantResult]
+    sample_size: SampleSize | None = None
 
 
 class Warning(msgspec.Struct, kw_only=True):
@@ -99,6 +141,7 @@ class Warning(msgspec.Struct, kw_only=True):
 
 class ExperimentResults(msgspec.Struct, kw_only=True):
     stats_method: Literal["bayesian", "frequentist"]
+    stats_config_applied: StatsApplied
     exposures: dict[str, int]
     holdout_exposures: dict[str, int]
     multiple_variant_persons: int
@@ -106,6 +149,10 @@ class ExperimentResults(msgspec.Struct, kw_only=True):
     warnings: list[Warning]
     metrics: list[MetricResult]
     metrics_secondary: list[MetricResult]
+    metrics_guardrail: list[MetricResult] = msgspec.field(default_factory=list)
+    guardrail_breaches: list[GuardrailBreach] = msgspec.field(default_factory=list)
+    decision: Decision | None = None
+    """Ship a variant, keep running (about N more days) or stop for harm, with the reason."""
 
 
 def _statistic(metric: Metric, row: VariantStatistics) -> Statistic:
@@ -117,6 +164,26 @@ def _statistic(metric: Metric, row: VariantStatistics) -> Statistic:
         return numerator
     denominator = MeanStatistic(n, row.denominator_sum or 0.0, row.denominator_sum_squares or 0.0)
     return RatioStatistic(n, numerator, denominator, row.numerator_denominator_sum_product or 0.0)
+
+
+def _cuped_statistic(metric: Metric, row: VariantStatistics) -> CupedStatistic | None:
+    """The row with its pre-exposure sums (None: a ratio, or the sums are not there)."""
+    if row.pre_sum is None or row.pre_post_sum_product is None:
+        return None
+    n = row.number_of_samples
+    if isinstance(metric, FunnelMetric):
+        return CupedStatistic(
+            ProportionStatistic(n, row.sum),
+            ProportionStatistic(n, row.pre_sum),
+            row.pre_post_sum_product,
+        )
+    if isinstance(metric, MeanMetric) and row.pre_sum_squares is not None:
+        return CupedStatistic(
+            MeanStatistic(n, row.sum, row.sum_squares),
+            MeanStatistic(n, row.pre_sum, row.pre_sum_squares),
+            row.pre_post_sum_product,
+        )
+    return None
 
 
 def _mean(metric: Metric, row: VariantStatistics) -> float | None:
@@ -145,38 +212,72 @@ def _variant(metric: Metric, row: VariantStatistics, *, baseline: bool) -> Varia
     )
 
 
+def _effect(
+    metric: Metric,
+    inference: StatsApplied,
+    row: VariantStatistics,
+    control_row: VariantStatistics,
+    result: VariantResult,
+) -> RelativeEffect:
+    treatment, control = _statistic(metric, row), _statistic(metric, control_row)
+    if inference.cuped:
+        adjusted_t, adjusted_c = (
+            _cuped_statistic(metric, row),
+            _cuped_statistic(metric, control_row),
+        )
+        if adjusted_t is not None and adjusted_c is not None:
+            adjusted = cuped_effect(adjusted_t, adjusted_c)
+            result.cuped_variance_reduction = adjusted.variance_reduction
+            return adjusted.relative
+    if type(treatment) is not type(control):
+        raise StatisticError("Treatment and control statistics must be the same kind.")
+    return relative_effect(
+        treatment.mean, treatment.variance, treatment.n, control.mean, control.variance, control.n
+    )
+
+
 def _compare(
     metric: Metric,
-    method: Literal["bayesian", "frequentist"],
+    inference: StatsApplied,
     result: VariantResult,
     row: VariantStatistics,
-    control: Statistic | None,
+    control_row: VariantStatistics | None,
 ) -> None:
-    result.method = method
-    if control is None or result.validation_failures:
+    result.method = inference.method
+    if control_row is None or result.validation_failures:
         return
     try:
-        treatment = _statistic(metric, row)
-        comparison: BayesianComparison | FrequentistComparison
-        if method == "bayesian":
-            comparison = bayesian(treatment, control)
+        relative = _effect(metric, inference, row, control_row, result)
+        if inference.method == "bayesian":
+            bayesian_checks(_statistic(metric, row), _statistic(metric, control_row))
+            comparison = bayesian_effect(relative)
             result.chance_to_win = comparison.chance_to_win
             result.credible_interval = comparison.credible_interval
-        else:
-            outcome = frequentist(treatment, control)
-            result.p_value = outcome.p_value
-            result.confidence_interval = outcome.confidence_interval
-            comparison = outcome
-        result.effect = comparison.effect
-        result.significant = comparison.significant
+            result.effect = comparison.effect
+            result.significant = comparison.significant
+            return
+        outcome: FrequentistComparison = (
+            sequential_test(
+                relative, alpha=inference.alpha, tuning=inference.sequential_tuning_parameter
+            )
+            if inference.sequential
+            else t_test(relative, alpha=inference.alpha)
+        )
+        result.sequential = inference.sequential
+        result.p_value = outcome.p_value
+        result.p_value_adjusted = outcome.p_value
+        result.confidence_interval = outcome.confidence_interval
+        result.effect = outcome.effect
+        result.significant = outcome.significant
     except StatisticError as error:
         result.error = str(error)
+        result.cuped_variance_reduction = None
 
 
 def _metric_result(
     metric: Metric,
     rows: list[VariantStatistics],
-    method: Literal["bayesian", "frequentist"],
+    inference: StatsApplied,
     holdouts: set[str],
 ) -> MetricResult:
     by_key = {row.key: row for row in rows}
@@ -184,14 +285,14 @@ def _metric_result(
         key=CONTROL_VARIANT_KEY, number_of_samples=0, sum=0.0, sum_squares=0.0
     )
     baseline = _variant(metric, control_row, baseline=True)
-    control = None if baseline.validation_failures else _statistic(metric, control_row)
+    usable_control = None if baseline.validation_failures else control_row
     variants: list[VariantResult] = []
     held: list[VariantResult] = []
     for row in rows:
         if row.key == CONTROL_VARIANT_KEY:
             continue
         result = _variant(metric, row, baseline=False)
-        _compare(metric, method, result, row, control)
+        _compare(metric, inference, result, row, usable_control)
         (held if row.key in holdouts else variants).append(result)
     return MetricResult(
         uuid=metric.uuid,
@@ -204,11 +305,90 @@ def _metric_result(
     )
 
 
+def _sample_size(
+    metric: Metric,
+    rows: list[VariantStatistics],
+    applied: StatsApplied,
+    exposures: dict[str, int],
+    elapsed_days: float,
+) -> SampleSize:
+    mde = applied.minimum_detectable_effect
+    control_row = next((row for row in rows if row.key == CONTROL_VARIANT_KEY), None)
+    needed = None
+    if control_row is not None and control_row.number_of_samples >= 2:
+        try:
+            control = _statistic(metric, control_row)
+            needed = required_sample(
+                control.mean,
+                control.variance,
+                mde=mde,
+                alpha=applied.alpha,
+                sequential_tuning=applied.sequential_tuning_parameter
+                if applied.sequential
+                else None,
+            )
+        except StatisticError:
+            needed = None
+    return SampleSize(
+        minimum_detectable_effect=mde,
+        per_variant=needed,
+        days_remaining=None if needed is None else days_to_reach(needed, exposures, elapsed_days),
+    )
+
+
+def _elapsed_days(definition: ExperimentDefinition, now: datetime | None) -> float:
+    if definition.start_date is None or now is None:
+        return 0.0
+    end = now if definition.end_date is None else min(now, definition.end_date)
+    return max((end - definition.start_date).total_seconds() / DAY_SECONDS, 0.0)
+
+
+def _correct(families: list[MetricResult], applied: StatsApplied) -> None:
+    """Adjust the p-values of every metric x variant together; ``significant`` follows."""
+    tested = [
+        result
+        for metric in families
+        for result in metric.variant_results
+        if result.p_value is not None
+    ]
+    method = applied.multiple_testing_correction
+    adjusted = adjust_p_values([result.p_value for result in tested], method)  # type: ignore[misc]
+    for result, p_value in zip(tested, adjusted, strict=True):
+        result.p_value_adjusted = p_value
+        result.significant = p_value < applied.alpha
+
+
+def _breaches(guardrails: list[MetricResult]) -> list[GuardrailBreach]:
+    found = []
+    for metric in guardrails:
+        for result in metric.variant_results:
+            if result.confidence_interval is None or result.p_value is None:
+                continue
+            result.guardrail_state = guardrail_state(metric.goal, result.confidence_interval)
+            if result.guardrail_state == "breached":
+                found.append(
+                    GuardrailBreach(
+                        metric_uuid=metric.uuid,
+                        metric_name=metric.name,
+                        variant=result.key,
+                        goal=metric.goal,
+                        effect=result.effect or 0.0,
+                        confidence_interval=result.confidence_interval,
+                        p_value=result.p_value,
+                    )
+                )
+    return found
+
+
 def build_results(
-    definition: ExperimentDefinition, summary: ExperimentSummary
+    definition: ExperimentDefinition,
+    summary: ExperimentSummary,
+    now: datetime | None = None,
 ) -> ExperimentResults:
-    """The results response for one experiment from its per-variant sufficient statistics."""
-    method = definition.stats_config.method
+    """The results response for one experiment from its per-variant sufficient statistics
+    (``now`` dates the exposure rate of the sample-size estimate)."""
+    applied = applied_stats(definition.stats_config, definition.parameters)
+    method = applied.method
     holdouts = set(summary.holdout_variants)
     exposures = {k: v for k, v in summary.exposures.items() if k not in holdouts}
     holdout_exposures = {k: v for k, v in summary.exposures.items() if k in holdouts}
@@ -248,22 +428,39 @@ def build_results(
                 ),
             )
         )
+    # guardrails: always a confidence sequence at the experiment's alpha, never corrected
+    guarded = msgspec.structs.replace(applied, method="frequentist", sequential=True)
 
-    def results_of(metrics: list[Metric]) -> list[MetricResult]:
+    def results_of(metrics: list[Metric], how: StatsApplied) -> list[MetricResult]:
         return [
-            _metric_result(metric, summary.metrics.get(metric.uuid, []), method, holdouts)
+            _metric_result(metric, summary.metrics.get(metric.uuid, []), how, holdouts)
             for metric in metrics
         ]
 
+    primary = results_of(definition.metrics, applied)
+    secondary = results_of(definition.metrics_secondary, applied)
+    guardrails = results_of(definition.metrics_guardrail, guarded)
+    if method == "frequentist":
+        _correct([*primary, *secondary], applied)
+    elapsed = _elapsed_days(definition, now)
+    for metric, result in zip(definition.metrics, primary, strict=True):
+        result.sample_size = _sample_size(
+            metric, summary.metrics.get(metric.uuid, []), applied, exposures, elapsed
+        )
+    breaches = _breaches(guardrails)
     return ExperimentResults(
         stats_method=method,
+        stats_config_applied=applied,
         exposures=exposures,
         holdout_exposures=holdout_exposures,
         multiple_variant_persons=summary.multiple_variant_persons,
         sample_ratio_mismatch=srm,
         warnings=warnings,
-        metrics=results_of(definition.metrics),
-        metrics_secondary=results_of(definition.metrics_secondary),
+        metrics=primary,
+        metrics_secondary=secondary,
+        metrics_guardrail=guardrails,
+        guardrail_breaches=breaches,
+        decision=decide(primary, breaches),
     )
 
 

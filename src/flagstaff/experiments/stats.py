@@ -32,6 +32,8 @@ from typing import Literal
 import msgspec
 from scipy import special
 
+from flagstaff.experiments.model import DEFAULT_ALPHA
+
 __all__ = [
     "BASELINE_MEAN_IS_ZERO",
     "MIN_EXPOSURES",
@@ -44,17 +46,22 @@ __all__ = [
     "MeanStatistic",
     "ProportionStatistic",
     "RatioStatistic",
+    "RelativeEffect",
     "SampleRatioMismatch",
     "Statistic",
     "StatisticError",
     "bayesian",
+    "bayesian_checks",
+    "bayesian_effect",
     "frequentist",
+    "relative_effect",
     "sample_ratio_mismatch",
+    "t_test",
     "validation_failures",
 ]
 
-CI_LEVEL = 0.95
-ALPHA = 1 - CI_LEVEL
+ALPHA = DEFAULT_ALPHA
+CI_LEVEL = 1 - ALPHA
 MIN_EXPOSURES = 50
 """PostHog: fewer exposed persons in a variant than this is ``not-enough-exposures``."""
 MIN_FUNNEL_CONVERSIONS = 5
@@ -153,7 +160,8 @@ class FrequentistComparison(msgspec.Struct, frozen=True):
     p_value: float
     confidence_interval: tuple[float, float]
     significant: bool
-    degrees_of_freedom: float
+    degrees_of_freedom: float | None
+    """None for a confidence sequence (it has none)."""
     method: Literal["frequentist"] = "frequentist"
 
 
@@ -166,30 +174,71 @@ class SampleRatioMismatch(msgspec.Struct, frozen=True):
     observed: dict[str, int]
 
 
-def _relative(treatment: Statistic, control: Statistic) -> tuple[float, float]:
-    """(relative effect, its delta-method variance)."""
+class RelativeEffect(msgspec.Struct, frozen=True):
+    """A relative effect ready for a test: the estimate, its delta-method variance, Welch's
+    degrees of freedom, and the persons of both groups (what a confidence sequence needs)."""
+
+    effect: float
+    variance: float
+    degrees_of_freedom: float
+    persons: int
+
+
+def relative_effect(
+    treatment_mean: float,
+    treatment_variance: float,
+    treatment_n: int,
+    control_mean: float,
+    control_variance: float,
+    control_n: int,
+    *,
+    adjusted_difference: float | None = None,
+) -> RelativeEffect:
+    """The relative effect from each group's (unadjusted) mean, variance and size.
+
+    ``adjusted_difference`` replaces ``treatment_mean - control_mean`` in the estimate (CUPED's
+    adjusted means; the denominator stays the control's unadjusted mean, as in gbstats).
+    """
+    if treatment_n < 2 or control_n < 2:
+        raise StatisticError("Each variant needs at least two persons.")
+    if control_mean == 0:
+        raise StatisticError("The baseline mean is zero: a relative effect is undefined.")
+    difference = (
+        treatment_mean - control_mean if adjusted_difference is None else adjusted_difference
+    )
+    effect = difference / control_mean
+    per_treatment = treatment_variance / treatment_n
+    per_control = control_variance / control_n
+    variance = per_treatment / control_mean**2 + treatment_mean**2 * per_control / control_mean**4
+    if not variance > 0 or not math.isfinite(variance):
+        raise StatisticError("The effect has no variance: every person has the same value.")
+    dof = (per_treatment + per_control) ** 2 / (
+        per_treatment**2 / (treatment_n - 1) + per_control**2 / (control_n - 1)
+    )
+    return RelativeEffect(effect, variance, float(dof), treatment_n + control_n)
+
+
+def _relative(treatment: Statistic, control: Statistic) -> RelativeEffect:
     if type(treatment) is not type(control):
         raise StatisticError("Treatment and control statistics must be the same kind.")
     if treatment.n < 2 or control.n < 2:
         raise StatisticError("Each variant needs at least two persons.")
-    control_mean = control.mean
-    if control_mean == 0:
-        raise StatisticError("The baseline mean is zero: a relative effect is undefined.")
-    treatment_mean = treatment.mean
-    effect = (treatment_mean - control_mean) / control_mean
-    variance = treatment.variance / (treatment.n * control_mean**2) + (
-        treatment_mean**2 * control.variance
-    ) / (control.n * control_mean**4)
-    if not variance > 0 or not math.isfinite(variance):
-        raise StatisticError("The effect has no variance: every person has the same value.")
-    return effect, variance
+    return relative_effect(
+        treatment.mean, treatment.variance, treatment.n, control.mean, control.variance, control.n
+    )
 
 
 def bayesian(
     treatment: Statistic, control: Statistic, *, lower_is_better: bool = False
 ) -> BayesianComparison:
     """Chance to win and 95% credible interval of the relative effect (flat prior)."""
-    effect, variance = _relative(treatment, control)
+    relative = _relative(treatment, control)
+    bayesian_checks(treatment, control)
+    return bayesian_effect(relative, lower_is_better=lower_is_better)
+
+
+def bayesian_checks(treatment: Statistic, control: Statistic) -> None:
+    """PostHog's conditions of the Bayesian normal approximation (raises when unmet)."""
     if control.mean < 0:
         raise StatisticError("The baseline mean must be positive for a relative effect.")
     if isinstance(control, ProportionStatistic) and isinstance(treatment, ProportionStatistic):
@@ -199,7 +248,14 @@ def bayesian(
                     f"The normal approximation needs at least {MIN_FUNNEL_CONVERSIONS} "
                     f"conversions and non-conversions in the {name}."
                 )
-    scale = math.sqrt(variance)
+
+
+def bayesian_effect(
+    relative: RelativeEffect, *, lower_is_better: bool = False
+) -> BayesianComparison:
+    """The flat-prior posterior of a relative effect: normal around it, its variance."""
+    effect = relative.effect
+    scale = math.sqrt(relative.variance)
     # the posterior of the effect is normal(effect, scale): P(effect < 0) or P(effect > 0)
     chance = float(special.ndtr(-effect / scale if lower_is_better else effect / scale))
     margin = float(special.ndtri(1 - ALPHA / 2)) * scale
@@ -211,22 +267,24 @@ def bayesian(
     )
 
 
-def frequentist(treatment: Statistic, control: Statistic) -> FrequentistComparison:
-    """Welch's two-sided t-test on the relative effect, with its 95% confidence interval."""
-    effect, variance = _relative(treatment, control)
-    per_treatment = treatment.variance / treatment.n
-    per_control = control.variance / control.n
-    dof = (per_treatment + per_control) ** 2 / (
-        per_treatment**2 / (treatment.n - 1) + per_control**2 / (control.n - 1)
-    )
-    error = math.sqrt(variance)
+def frequentist(
+    treatment: Statistic, control: Statistic, *, alpha: float = ALPHA
+) -> FrequentistComparison:
+    """Welch's two-sided t-test on the relative effect, with its ``1 - alpha`` interval."""
+    return t_test(_relative(treatment, control), alpha=alpha)
+
+
+def t_test(relative: RelativeEffect, *, alpha: float = ALPHA) -> FrequentistComparison:
+    """The fixed-horizon test of a relative effect (gbstats' ``TwoSidedTTest``)."""
+    effect, dof = relative.effect, relative.degrees_of_freedom
+    error = math.sqrt(relative.variance)
     p_value = float(2 * special.stdtr(dof, -abs(effect) / error))  # two-sided: 2 * sf(|t|)
-    margin = float(special.stdtrit(dof, 1 - ALPHA / 2)) * error
+    margin = float(special.stdtrit(dof, 1 - alpha / 2)) * error
     return FrequentistComparison(
         effect=effect,
         p_value=p_value,
         confidence_interval=(effect - margin, effect + margin),
-        significant=p_value < ALPHA,
+        significant=p_value < alpha,
         degrees_of_freedom=float(dof),
     )
 

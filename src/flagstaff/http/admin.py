@@ -112,9 +112,7 @@ async def get_project(ctx: AdminContext, request: Request) -> Any:
     project = await ctx.store.get_project(ctx.project_id)
     if project is None:
         raise ApiError(404, "not_found", "no such project")
-    out = _project_json(project)
-    out["event_retention_days"] = await ctx.store.get_event_retention(ctx.project_id)
-    return out
+    return await admin_team.project_settings_json(ctx, project)
 
 
 # feature flags ----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from flagstaff.experiments.model import (
     link_existing_flag,
     parse_experiment,
     parse_holdout,
+    with_stats_defaults,
 )
 from flagstaff.experiments.warm import warm_results
 from flagstaff.http.admin_context import AdminContext
@@ -131,8 +132,9 @@ async def list_experiments(ctx: AdminContext, request: Request) -> Any:
 
 async def create_experiment(ctx: AdminContext, request: Request) -> Any:
     warm_results()
+    defaults = await ctx.store.get_experiment_stats_defaults(ctx.project_id)
     try:
-        definition = parse_experiment(await _body(request))
+        definition = parse_experiment(with_stats_defaults(await _body(request), defaults))
     except ExperimentInvalid as error:
         raise invalid_input(error) from None
     holdout = await _holdout_of(ctx, definition)

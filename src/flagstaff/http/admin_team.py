@@ -20,12 +20,13 @@ from flagstaff.accounts import passwords
 from flagstaff.accounts.records import Membership, Role, User
 from flagstaff.accounts.roles import Action, parse_role
 from flagstaff.accounts.users import email_problem, normalize_email
-from flagstaff.application.errors import ApiError
+from flagstaff.application.errors import ApiError, invalid_input
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
+from flagstaff.experiments.model import ExperimentInvalid, parse_stats_defaults
 from flagstaff.http.admin_context import AdminContext, Handler, project_json
 from flagstaff.http.rest import MAX_ID, group_type_index_param, int_param, json_body
-from flagstaff.store.base import Conflict, Group
+from flagstaff.store.base import Conflict, Group, Project
 from flagstaff.store.retention import retention_problem
 
 MAX_PROJECT_NAME = 200
@@ -144,8 +145,16 @@ async def remove_member(ctx: AdminContext, request: Request) -> Any:
 async def update_project(ctx: AdminContext, request: Request) -> Any:
     """Rename the project and/or set its ``event_retention_days`` (null: keep forever)."""
     body = _object(await json_body(request))
-    if "name" not in body and "event_retention_days" not in body:
+    if not {"name", "event_retention_days", "experiment_stats_defaults"} & body.keys():
         raise ApiError(400, "required", "name is required", "name")
+    if "experiment_stats_defaults" in body:
+        raw = body["experiment_stats_defaults"]
+        try:
+            defaults = parse_stats_defaults({} if raw is None else raw)
+        except ExperimentInvalid as error:
+            raise invalid_input(error) from None
+        if not await ctx.store.set_experiment_stats_defaults(ctx.project_id, defaults):
+            raise ApiError(404, "not_found", "no such project")
     name = body.get("name")
     if "name" in body:
         if not isinstance(name, str) or not name.strip():
@@ -167,8 +176,14 @@ async def update_project(ctx: AdminContext, request: Request) -> Any:
         project = await ctx.store.get_project(ctx.project_id)
     if project is None:
         raise ApiError(404, "not_found", "no such project")
+    return await project_settings_json(ctx, project)
+
+
+async def project_settings_json(ctx: AdminContext, project: Project) -> dict[str, Any]:
+    """A project with its settings (event retention, experiments' stats defaults)."""
     out = project_json(project)
     out["event_retention_days"] = await ctx.store.get_event_retention(ctx.project_id)
+    out["experiment_stats_defaults"] = await ctx.store.get_experiment_stats_defaults(ctx.project_id)
     return out
 
 

@@ -226,6 +226,9 @@ class Project(msgspec.Struct):
 class ProjectSettings(Project):
     event_retention_days: int | None
     """Days events (and ingestion warnings) are kept; null keeps them forever."""
+    experiment_stats_defaults: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The ``stats_config`` fields a new experiment takes when its request leaves them out
+    (``sequential``, ``cuped``, ``multiple_testing_correction``...; {}: PostHog's meanings)."""
 
 
 class ProjectUpdate(msgspec.Struct):
@@ -233,6 +236,8 @@ class ProjectUpdate(msgspec.Struct):
 
     name: str | None = None
     event_retention_days: int | None = None
+    experiment_stats_defaults: dict[str, Any] | None = None
+    """Replaces the project's stats defaults of new experiments (null or {}: none)."""
 
 
 class CreatedProject(Project):

@@ -118,6 +118,9 @@ class Settings:
     503. None: min(1 GB, 5% of the volume); 0: no reserve. See ``server/disk.py``."""
     retention_check_seconds: float = 15.0
     """How often event retention looks for expired events (and for changed settings)."""
+    guardrail_check_seconds: float = 30.0
+    """How often a worker judges the guardrail metrics of running experiments (a breach is
+    reported within two of these of the data that shows it, see server/guardrail_watch.py)."""
     webhook_retry_delays: str | None = None
     """Seconds before each retry of a failed webhook delivery, comma separated (default
     10,60,300,1800,7200,21600); fewer numbers, fewer retries."""

@@ -22,6 +22,7 @@ from flagstaff.server.disk import data_volume, reserve_reason
 from flagstaff.server.draining import DRAINING
 from flagstaff.server.flag_reads import FlagReads
 from flagstaff.server.geoip import GeoIP, open_geoip
+from flagstaff.server.guardrail_watch import guardrail_loop
 from flagstaff.server.jobs import scheduled_changes_loop
 from flagstaff.server.quotas import Quotas
 from flagstaff.server.readiness import Readiness
@@ -114,6 +115,7 @@ class Services:
         self._webhooks: asyncio.Task[Any] | None = None
         self._warm: asyncio.Task[Any] | None = None
         self._retention: asyncio.Task[Any] | None = None
+        self._guardrails: asyncio.Task[Any] | None = None
 
     async def _disk_ready(self) -> str | None:
         return reserve_reason(self.disk)
@@ -148,6 +150,9 @@ class Services:
         self._retention = asyncio.create_task(
             retention_loop(self.store, self.settings.retention_check_seconds)
         )
+        self._guardrails = asyncio.create_task(
+            guardrail_loop(self.store, self.changes.bump, self.settings.guardrail_check_seconds)
+        )
 
     async def _warm_experiments(self) -> None:
         """If the server has experiments, import the results module in a thread now, so that
@@ -164,7 +169,7 @@ class Services:
         self.changes.bump()
 
     async def stop(self) -> None:
-        for job in (self._jobs, self._webhooks, self._warm, self._retention):
+        for job in (self._jobs, self._webhooks, self._warm, self._retention, self._guardrails):
             if job is not None:
                 job.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -152,7 +152,14 @@
         name: value(form, "name"),
         description: value(form, "description"),
         feature_flag_key: existing ? value(form, "existing_flag_key") : value(form, "new_flag_key"),
-        stats_config: { method: value(form, "stats_method") },
+        stats_config: {
+          method: value(form, "stats_method"),
+          sequential: data.get("sequential") === "on",
+          cuped: data.get("cuped") === "on",
+          cuped_lookback_days: Number(value(form, "cuped_lookback_days")) || null,
+          multiple_testing_correction: value(form, "multiple_testing_correction"),
+          auto_stop: data.get("auto_stop") === "on",
+        },
         metrics: metrics(),
       };
       if (!existing) body.parameters = { feature_flag_variants: variants() };

@@ -222,6 +222,28 @@
     });
   }
 
+  function setUpStatsDefaults(form) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const checked = (name) => named(form, name).checked;
+      const defaults = {
+        sequential: checked("sequential"),
+        cuped: checked("cuped"),
+        cuped_lookback_days: Number(named(form, "cuped_lookback_days").value) || 14,
+        multiple_testing_correction: named(form, "multiple_testing_correction").value,
+        auto_stop: checked("auto_stop"),
+      };
+      const method = named(form, "method").value;
+      if (method) defaults.method = method;
+      try {
+        await api("PATCH", `${apiBase}/`, { experiment_stats_defaults: defaults });
+        window.location.reload();
+      } catch (error) {
+        showErrors([said(error)]);
+      }
+    });
+  }
+
   document.addEventListener("click", async (event) => {
     const remove = event.target.closest('button[data-action="remove-member"]');
     if (remove) {
@@ -255,5 +277,6 @@
     document.querySelectorAll("form[data-cohort-upload]").forEach(setUpCohortUpload);
     document.querySelectorAll("form[data-rename-project]").forEach(setUpRename);
     document.querySelectorAll("form[data-event-retention]").forEach(setUpRetention);
+    document.querySelectorAll("form[data-stats-defaults]").forEach(setUpStatsDefaults);
   });
 })();

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from flagstaff.activity.records import ChangeSource
+from flagstaff.activity.records import ActivityRecord, ChangeSource
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals
 from flagstaff.experiments.model import ExperimentDefinition, Holdout
 from flagstaff.store.experiment_batch import (
@@ -28,6 +28,7 @@ from flagstaff.store.experiment_batch import (
 )
 from flagstaff.store.records import Conflict, NotFound, Page
 from flagstaff.store.rows import FLAG_COLUMNS, flag_record, now_iso
+from flagstaff.store.sql.activity import write_activity
 from flagstaff.store.sql.db import Db, Reader, Row, Tx, by_id, insert_id, page
 from flagstaff.store.sql.flag_writes import write_flag
 
@@ -158,6 +159,49 @@ class ExperimentMethods(Protocol):
                 await self.recompute_in(tx, project_id, ExperimentSpec(experiment_id, definition))
             await tx.bump_definitions(project_id)
             return await _experiment_row(tx, project_id, experiment_id)
+
+        return await self.sql.write(write)
+
+    async def guarded_experiments(self) -> list[tuple[int, ExperimentRecord]]:
+        """(project id, experiment) of every running experiment with guardrail metrics."""
+        rows = await self.sql.fetch(
+            f"SELECT project_id, {EXPERIMENT_COLUMNS} FROM experiments "
+            "WHERE NOT deleted AND NOT archived "
+            """AND CAST(definition AS text) LIKE '%"metrics_guardrail":[{%'"""
+        )
+        out = []
+        for row in rows:
+            record = experiment_record(tuple(row)[1:])
+            definition = record.definition
+            if definition.metrics_guardrail and definition.start_date is not None:
+                out.append((int(row[0]), record))
+        return out
+
+    async def report_guardrail_breach(
+        self,
+        project_id: int,
+        experiment_id: int,
+        metric_uuid: str,
+        variant: str,
+        record: ActivityRecord,
+    ) -> bool:
+        """Remember the breach and write its activity record (and webhook deliveries) in one
+        transaction; False when it was reported already (by this or another worker)."""
+
+        async def write(tx: Tx) -> bool:
+            row = await tx.fetchrow(
+                "INSERT INTO experiment_guardrail_breaches (experiment_id, metric_uuid, "
+                "variant, reported_at_ms) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING "
+                "RETURNING experiment_id",
+                experiment_id,
+                metric_uuid,
+                variant,
+                record.created_at_ms,
+            )
+            if row is None:
+                return False
+            await write_activity(tx, record)
+            return True
 
         return await self.sql.write(write)
 

@@ -4,7 +4,9 @@ mixin of both stores)."""
 from __future__ import annotations
 
 import uuid
-from typing import Protocol
+from typing import Any, Protocol
+
+import orjson
 
 from flagstaff.accounts import keys
 from flagstaff.accounts.api_keys import key_prefix
@@ -53,6 +55,29 @@ class ProjectMethods(Protocol):
             f"SELECT {PROJECT_COLUMNS} FROM projects WHERE id = $1", project_id
         )
         return Project(*row) if row else None
+
+    async def get_experiment_stats_defaults(self, project_id: int) -> dict[str, Any]:
+        """The project's defaults of a new experiment's ``stats_config`` ({}: PostHog's)."""
+        value = await self.sql.fetchval(
+            "SELECT experiment_stats_defaults FROM projects WHERE id = $1", project_id
+        )
+        return orjson.loads(value) if value else {}
+
+    async def set_experiment_stats_defaults(
+        self, project_id: int, defaults: dict[str, Any]
+    ) -> bool:
+        """Replace them ({}: none); False when the project does not exist."""
+        text = orjson.dumps(defaults).decode() if defaults else None
+
+        async def write(tx: Tx) -> bool:
+            row = await tx.fetchrow(
+                "UPDATE projects SET experiment_stats_defaults = $2 WHERE id = $1 RETURNING id",
+                project_id,
+                text,
+            )
+            return row is not None
+
+        return await self.sql.write(write)
 
     async def get_project_by_token(self, api_token: str) -> Project | None:
         row = await self.sql.fetchrow(
