@@ -21,12 +21,13 @@ from flagstaff.accounts.records import Membership, Role, User
 from flagstaff.accounts.roles import Action, parse_role
 from flagstaff.accounts.users import email_problem, normalize_email
 from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.people import group_json
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.experiments.model import ExperimentInvalid, parse_stats_defaults
 from flagstaff.http.admin_context import AdminContext, Handler, project_json
 from flagstaff.http.rest import MAX_ID, group_type_index_param, int_param, json_body
-from flagstaff.store.base import Conflict, Group, Project
+from flagstaff.store.base import Conflict, Project
 from flagstaff.store.retention import retention_problem
 
 MAX_PROJECT_NAME = 200
@@ -188,16 +189,6 @@ async def project_settings_json(ctx: AdminContext, project: Project) -> dict[str
 
 
 # groups ------------------------------------------------------------------------------------
-
-
-def group_json(group: Group) -> dict[str, Any]:
-    return {
-        "group_type_index": group.group_type_index,
-        "group_type": group.group_type,
-        "group_key": group.group_key,
-        "group_properties": group.properties,
-        "created_at": _iso(group.created_at_ms),
-    }
 
 
 async def list_groups(ctx: AdminContext, request: Request) -> Any:
