@@ -23,6 +23,7 @@ class Scope(enum.StrEnum):
     MEMBERSHIP = "Membership"
     PROJECT = "Project"
     CHANGE_REQUEST = "ChangeRequest"
+    USER = "User"  # single sign-on: logins, refusals, sessions ended by an admin
 
 
 class Activity(enum.StrEnum):
@@ -31,6 +32,9 @@ class Activity(enum.StrEnum):
     DELETED = "deleted"
     ROLLED_BACK = "rolled_back"  # an update that restores an earlier version
     REVOKED = "revoked"
+    LOGGED_IN = "logged_in"
+    LOGIN_REFUSED = "login_refused"
+    SESSIONS_ENDED = "sessions_ended"
 
 
 class ChangeAction(enum.StrEnum):

@@ -234,6 +234,17 @@
       }
       return;
     }
+    const end = event.target.closest('button[data-action="end-sessions"]');
+    if (end) {
+      if (!window.confirm(`Log ${end.dataset.email} out everywhere now?`)) return;
+      try {
+        const done = await api("POST", `${apiBase}/members/${end.dataset.userId}/end_sessions/`);
+        end.replaceWith(`${done.ended_sessions} session(s) ended`);
+      } catch (error) {
+        showErrors([said(error)]);
+      }
+      return;
+    }
     const copy = event.target.closest('button[data-action="copy"]');
     if (copy) {
       const source = document.querySelector(`[data-copy-source="${copy.dataset.copyTarget}"]`);
