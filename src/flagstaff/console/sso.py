@@ -94,7 +94,9 @@ class SsoPages:
             reason=refused.reason,
         )
         response = html_page(body, status)
-        response.headers.append("set-cookie", self._state_cookie("", 0))
+        if refused.refusal is not Refusal.STATE:
+            # (a request with another state leaves this browser's own sign-in alone)
+            response.headers.append("set-cookie", self._state_cookie("", 0))
         return response
 
     async def start(self, request: Request) -> Response:
