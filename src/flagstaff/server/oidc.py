@@ -7,6 +7,7 @@ The rules (what a valid ID token is) are ``accounts/oidc.py``.
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable
 from typing import Any
@@ -143,19 +144,16 @@ class Provider:
             "redirect_uri": self.config.redirect_uri,
             "code_verifier": code_verifier,
         }
-        auth: httpx.BasicAuth | None = None
+        headers = {"Accept": "application/json"}
         methods = meta.token_endpoint_auth_methods_supported or ["client_secret_basic"]
         if "client_secret_basic" in methods:
-            auth = httpx.BasicAuth(
-                quote_plus(self.config.client_id), quote_plus(self.config.client_secret)
-            )
+            pair = f"{quote_plus(self.config.client_id)}:{quote_plus(self.config.client_secret)}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         else:
             form["client_id"] = self.config.client_id
             form["client_secret"] = self.config.client_secret
         try:
-            answer = await self._http().post(
-                meta.token_endpoint, data=form, auth=auth, headers={"Accept": "application/json"}
-            )
+            answer = await self._http().post(meta.token_endpoint, data=form, headers=headers)
         except httpx.HTTPError as exc:
             raise ProviderUnreachable(f"the token endpoint: {exc.__class__.__name__}") from None
         try:
