@@ -5,16 +5,17 @@ session; a role changed at the provider applies at the next login."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.e2e.test_console_editor import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.test_console_editor import browser, page
 from tests.oidc_op import IdentityProvider, user
 from tests.server import Server, free_port
 
-sync_api = pytest.importorskip("playwright.sync_api")
+__all__ = ["browser", "page"]  # the browser fixtures of the console's journeys
 
 
 class Console:
@@ -42,31 +43,6 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         server.stop()
         op.stop()
     errors = [line for line in server.logs().splitlines() if '"level":"error"' in line]
-    assert not errors, errors
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is not installed")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context()
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        yield page
-    finally:
-        context.close()
     assert not errors, errors
 
 
@@ -125,3 +101,25 @@ def test_a_role_changed_at_the_provider_applies_at_the_next_login(
     page.wait_for_url(f"{console.url}/feature_flags")
     assert page.locator(".who .role").inner_text() == "viewer"
     assert page.get_by_role("link", name="New feature flag").count() == 0
+
+
+def test_an_admin_ends_a_persons_sessions_from_the_members_page(
+    page: Any, browser: Any, console: Console
+) -> None:
+    elsewhere = browser.new_context()
+    try:
+        cys = elsewhere.new_page()
+        _sign_in(cys, console, "cy")
+        cys.wait_for_url(f"{console.url}/feature_flags")
+        _sign_in(page, console, "ada")
+        page.wait_for_url(f"{console.url}/feature_flags")
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("link", name="Members").click()
+        page.get_by_role("button", name="End sessions of cy@example.com").click()
+        ended = page.get_by_role("status").filter(has_text="of cy@example.com ended")
+        ended.wait_for()
+        assert re.match(r"[1-9]\d* session", ended.inner_text())
+        cys.reload()
+        cys.wait_for_url(f"{console.url}/login?next=%2Ffeature_flags")
+    finally:
+        elsewhere.close()

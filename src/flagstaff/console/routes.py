@@ -235,8 +235,14 @@ class ConsolePages:
         }
 
     def _error_page(
-        self, auth: console_session.Authenticated | None, status: int, title: str, message: str
+        self,
+        auth: console_session.Authenticated | None,
+        status: int,
+        title: str,
+        message: str,
+        reason: str | None = None,
     ) -> Response:
+        """A page saying what went wrong; with ``reason``, a refused login (no session)."""
         body = templates.render(
             "error.html",
             user=auth.user if auth else None,
@@ -247,6 +253,7 @@ class ConsolePages:
             nav="",
             title=title,
             message=message,
+            reason=reason,
         )
         return _html(body, status)
 

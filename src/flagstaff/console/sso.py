@@ -14,12 +14,9 @@ from starlette.routing import BaseRoute, Route
 from flagstaff.accounts import cookies, csrf, oidc, sso_login
 from flagstaff.accounts.oidc import ProviderUnreachable, SsoConfig
 from flagstaff.accounts.sso_login import Refusal, Refused
-from flagstaff.console import templates
 from flagstaff.console.routes import (
     SECURITY_HEADERS,
-    STATIC_URL,
     ConsolePages,
-    html_page,
     safe_next,
 )
 from flagstaff.ops import logs
@@ -81,19 +78,7 @@ class SsoPages:
             who=refused.name,
             ip=request.client.host if request.client else "",
         )
-        body = templates.render(
-            "sso_refused.html",
-            user=None,
-            csrf_token="",
-            project=None,
-            role="",
-            static_url=STATIC_URL,
-            nav="",
-            title=title,
-            message=message,
-            reason=refused.reason,
-        )
-        response = html_page(body, status)
+        response = self.pages._error_page(None, status, title, message, refused.reason)
         if refused.refusal is not Refusal.STATE:
             # (a request with another state leaves this browser's own sign-in alone)
             response.headers.append("set-cookie", self._state_cookie("", 0))

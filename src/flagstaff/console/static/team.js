@@ -239,7 +239,10 @@
       if (!window.confirm(`Log ${end.dataset.email} out everywhere now?`)) return;
       try {
         const done = await api("POST", `${apiBase}/members/${end.dataset.userId}/end_sessions/`);
-        end.replaceWith(`${done.ended_sessions} session(s) ended`);
+        const note = document.createElement("span");
+        note.setAttribute("role", "status");
+        note.textContent = `${done.ended_sessions} session(s) of ${end.dataset.email} ended`;
+        end.replaceWith(note);
       } catch (error) {
         showErrors([said(error)]);
       }
