@@ -148,13 +148,16 @@ def test_someone_removed_from_every_group_is_refused_with_sessions_and_keys(sso:
     made = client.post("/api/personal_api_keys/", json={"label": "cat's"}, headers=headers)
     assert made.status_code == 201, made.text
     key = made.json()["value"]
+    definitions = "/api/feature_flag/local_evaluation"
     with httpx.Client(base_url=sso.url, headers={"Authorization": f"Bearer {key}"}) as api:
         assert api.get(f"{P}/feature_flags/").status_code == 200
+        assert api.get(definitions).status_code == 200
         sso.op.set_groups("cat")
         _, again = sign_in(sso.url, "cat")
         refused(again, 403, "No access")
         assert "none of the person&#39;s groups" in again.text
         assert api.get(f"{P}/feature_flags/").status_code == 401
+        assert api.get(definitions).status_code == 401
     assert client.get(f"{P}/feature_flags/").status_code == 401
     assert sso.member("cat@example.com") is None
     reasons = [
