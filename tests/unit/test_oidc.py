@@ -294,18 +294,29 @@ def test_an_unreachable_provider_is_reported_as_such() -> None:
         asyncio.run(client.authorization_url("s", "n", "v"))
 
 
-def test_a_discovery_document_naming_another_issuer_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"issuer": "https://evil.example"}, "names issuer"),
+        ({"token_endpoint": "http://idp.example.com/token"}, "token_endpoint is not an https"),
+        ({"jwks_uri": "http://idp.example.com/jwks"}, "jwks_uri is not an https"),
+        ({"code_challenge_methods_supported": ["plain"]}, "PKCE"),
+    ],
+)
+def test_a_discovery_document_that_cannot_be_trusted_is_refused(
+    change: dict[str, Any], reason: str
+) -> None:
     idp = FakeIdp([KEY])
     original = idp.handle
 
-    def other_issuer(request: httpx.Request) -> httpx.Response:
+    def changed(request: httpx.Request) -> httpx.Response:
         answer = original(request)
         if request.url.path.endswith("openid-configuration"):
-            return httpx.Response(200, json={**answer.json(), "issuer": "https://evil.example"})
+            return httpx.Response(200, json={**answer.json(), **change})
         return answer
 
-    idp.handle = other_issuer  # type: ignore[method-assign]
-    with pytest.raises(oidc.ProviderUnreachable, match="issuer"):
+    idp.handle = changed  # type: ignore[method-assign]
+    with pytest.raises(oidc.ProviderUnreachable, match=reason):
         asyncio.run(provider(idp, [0.0]).metadata())
 
 

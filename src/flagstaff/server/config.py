@@ -269,13 +269,13 @@ class Settings:
         if self.oidc_issuer is None:
             return None
         issuer = self.oidc_issuer.strip().rstrip("/")
-        if not _web_url(issuer, allow_path=True):
+        if not web_url(issuer, allow_path=True):
             raise ConfigError(
                 f"FLAGSTAFF_OIDC_ISSUER must be an https URL (http only on localhost), got "
                 f"{self.oidc_issuer!r}"
             )
         public_url = (self.public_url or "").strip().rstrip("/")
-        if not _web_url(public_url, allow_path=False, allow_http=True):
+        if not web_url(public_url, allow_path=False, allow_http=True):
             raise ConfigError(
                 "single sign-on needs FLAGSTAFF_PUBLIC_URL, the console's address such as "
                 f"https://flags.example.com (no path), got {self.public_url!r}"
@@ -347,7 +347,7 @@ def secure_data_dir(path: Path) -> None:
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-def _web_url(url: str, *, allow_path: bool, allow_http: bool = False) -> bool:
+def web_url(url: str, *, allow_path: bool, allow_http: bool = False) -> bool:
     """An absolute http(s) URL with a host, no query or fragment; http only for loopback hosts
     unless ``allow_http`` (a console reached over plain http on a private network)."""
     parts = urlsplit(url)

@@ -26,6 +26,7 @@ from flagstaff.accounts.oidc import (
     SsoConfig,
     UnknownKey,
 )
+from flagstaff.server.config import web_url
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 METADATA_TTL_S = 3600.0
@@ -99,6 +100,11 @@ class Provider:
             raise ProviderUnreachable(
                 f"the discovery document names issuer {found.issuer!r}, not {self.config.issuer!r}"
             )
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+            if not web_url(getattr(found, name), allow_path=True):
+                raise ProviderUnreachable(
+                    f"the discovery document's {name} is not an https URL: {getattr(found, name)!r}"
+                )
         methods = found.code_challenge_methods_supported
         if methods and "S256" not in methods:
             raise ProviderUnreachable("the provider does not support PKCE with S256")
