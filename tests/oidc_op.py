@@ -28,6 +28,8 @@ def user(email: str, *groups: str, verified: bool = True) -> dict[str, Any]:
 class IdentityProvider:
     redirect_uri: str
     users: dict[str, dict[str, Any]] = field(default_factory=dict)
+    port: int = 0
+    """The provider's port (0: any free one)."""
     issuer: str = ""
     other_issuer: str = ""
     proc: subprocess.Popen[str] | None = None
@@ -39,6 +41,7 @@ class IdentityProvider:
             "client_secret": CLIENT_SECRET,
             "redirect_uri": self.redirect_uri,
             "users": self.users,
+            "port": self.port,
         }
         self.proc = subprocess.Popen(
             ["node", "oidc_provider.mjs", json.dumps(spec)],

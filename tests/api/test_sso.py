@@ -322,17 +322,34 @@ def test_the_provider_sending_an_error_back_is_refused(sso: Sso) -> None:
 
 
 def test_an_unreachable_provider_gets_a_page_and_no_session(tmp_path: Path) -> None:
-    port, dead = free_port(), free_port()
+    port, op_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
-    op = IdentityProvider(url + "/login/oidc/callback")
-    op.issuer = f"http://127.0.0.1:{dead}"  # nothing listens there
+    op = IdentityProvider(url + "/login/oidc/callback", {"kim": user("kim@example.com")}, op_port)
+    op.issuer = f"http://127.0.0.1:{op_port}"  # nothing listens there yet
     server = Server(tmp_path / "data", port=port, env=op.sso_env(url)).start()
     try:
         answer = httpx.get(url + "/login/oidc")
         refused(answer, 502, "Identity provider unreachable")
         assert "discovery document" in answer.text
+        # up for the sign-in, gone before the code is exchanged
+        op.start()
+        client = httpx.Client(base_url=url, timeout=30)
+        callback = to_callback(
+            client, client.get("/login/oidc"), "kim", url + "/login/oidc/callback"
+        )
+        op.stop()
+        answer = client.get(callback)
+        refused(answer, 502, "Identity provider unreachable")
+        assert "token endpoint" in answer.text
+        log = httpx.get(
+            url + f"{P}/activity_log/",
+            params={"scope": "User"},
+            headers={"Authorization": f"Bearer {PERSONAL_KEY}"},
+        ).json()["results"]
+        assert "unreachable" in log[0]["detail"]["trigger"]["payload"]["reason"]
     finally:
         server.stop()
+        op.stop()
     assert "single sign-on refused" in server.logs()
 
 
