@@ -21,7 +21,7 @@ from flagstaff.accounts import oidc
 from flagstaff.accounts.records import Role
 from flagstaff.console.routes import safe_next
 from flagstaff.server.config import ConfigError, Settings
-from flagstaff.server.oidc import JWKS_REFETCH_S, Provider
+from flagstaff.server.oidc import JWKS_REFETCH_S, ProviderClient
 
 ISSUER = "https://idp.example.com/realms/acme"
 CLIENT = "flagstaff"
@@ -250,7 +250,7 @@ class FakeIdp:
         return httpx.Response(404)
 
 
-def provider(idp: FakeIdp, clock: list[float]) -> Provider:
+def provider(idp: FakeIdp, clock: list[float]) -> ProviderClient:
     config = oidc.SsoConfig(
         issuer=ISSUER,
         client_id=CLIENT,
@@ -258,7 +258,7 @@ def provider(idp: FakeIdp, clock: list[float]) -> Provider:
         public_url="https://flags.example.com",
         role_map=oidc.parse_role_map("*=viewer"),
     )
-    return Provider(config, httpx.MockTransport(idp.handle), clock=lambda: clock[0])
+    return ProviderClient(config, httpx.MockTransport(idp.handle), clock=lambda: clock[0])
 
 
 def test_a_rotated_key_is_fetched_and_unknown_kids_refetch_at_most_every_30s() -> None:

@@ -14,11 +14,7 @@ from starlette.routing import BaseRoute, Route
 from flagstaff.accounts import cookies, csrf, oidc, sso_login
 from flagstaff.accounts.oidc import ProviderUnreachable, SsoConfig
 from flagstaff.accounts.sso_login import Refusal, Refused
-from flagstaff.console.routes import (
-    SECURITY_HEADERS,
-    ConsolePages,
-    safe_next,
-)
+from flagstaff.console.routes import SECURITY_HEADERS, ConsolePages, safe_next
 from flagstaff.ops import logs
 
 STATE_COOKIE = "flagstaff_oidc"

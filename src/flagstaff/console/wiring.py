@@ -17,7 +17,7 @@ from flagstaff.console.team_data import StoreTeamData
 from flagstaff.console.team_pages import team_routes
 from flagstaff.console.webhooks import StoreWebhookData, webhook_routes
 from flagstaff.server.config import Settings
-from flagstaff.server.oidc import Provider
+from flagstaff.server.oidc import ProviderClient
 from flagstaff.store.base import Store
 
 
@@ -28,7 +28,7 @@ def console_for(settings: Settings, store: Store) -> list[BaseRoute]:
     sso = settings.sso_config()
     extra_sso = []
     if sso is not None:
-        provider = Provider(sso)
+        provider = ProviderClient(sso)
         extra_sso.append(lambda pages: sso_routes(pages, sso, provider))
     return console_routes(
         accounts,

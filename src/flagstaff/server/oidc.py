@@ -46,7 +46,7 @@ class Metadata(msgspec.Struct, frozen=True):
     code_challenge_methods_supported: list[str] = []
 
 
-class Provider:
+class ProviderClient:
     """One worker's view of the provider; metadata and keys are kept between sign-ins."""
 
     def __init__(
