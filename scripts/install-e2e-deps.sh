@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the end-to-end tests need: Debian's Chromium and the npm tooling
-# (posthog-node, posthog-js, playwright-core, the OpenFeature SDKs and OFREP providers) in
+# (posthog-node, posthog-js, playwright-core, the OpenFeature SDKs and OFREP providers, and
+# oidc-provider, the OpenID Provider of the single sign-on tests) in
 # tests/e2e/tooling. Safe to run repeatedly.
 set -euo pipefail
 

@@ -26,6 +26,8 @@ NPM_PACKAGES = (
     "@openfeature/ofrep-provider",
     "@openfeature/web-sdk",
     "@openfeature/ofrep-web-provider",
+    "oidc-provider",  # the OpenID Provider of the single sign-on tests
+    "jose",
 )
 
 

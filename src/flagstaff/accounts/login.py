@@ -32,6 +32,10 @@ class LoginOutcome(msgspec.Struct, frozen=True):
 
 
 WRONG_CREDENTIALS = "The email or password is not right."
+PASSWORD_LOGIN_OFF = (
+    "Password login is turned off here; use single sign-on. Only break-glass accounts may "
+    "log in with a password."
+)
 
 
 async def log_in(
@@ -43,8 +47,11 @@ async def log_in(
     now_ms: int,
     session_policy: sessions.SessionPolicy = sessions.DEFAULT_POLICY,
     throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE,
+    password_login_off: bool = False,
 ) -> LoginOutcome:
-    """Check the credentials under the throttle; on success a new session is stored."""
+    """Check the credentials under the throttle; on success a new session is stored. With
+    ``password_login_off`` (single sign-on only) a right password of a user who is not a
+    break-glass user is refused all the same (403)."""
     email = normalize_email(email)
     recent = await store.recent_login_attempts(email, ip, now_ms - throttle_policy.window_ms)
     decision = throttle.LoginThrottle.from_attempts(recent, throttle_policy).check(
@@ -65,6 +72,8 @@ async def log_in(
     await store.record_login_attempt(LoginAttempt(email, ip, now_ms, verified.ok))
     if not verified.ok:
         return LoginOutcome(error=WRONG_CREDENTIALS, status=401)
+    if password_login_off and not user.break_glass:
+        return LoginOutcome(error=PASSWORD_LOGIN_OFF, status=403)
     if verified.new_hash is not None:
         await store.set_password_hash(user.id, verified.new_hash)
     new = sessions.start_session(now_ms, session_policy)

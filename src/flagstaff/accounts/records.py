@@ -23,6 +23,11 @@ class User(msgspec.Struct, frozen=True):
     is_active: bool = True
     first_name: str = ""
     last_login_ms: int | None = None
+    break_glass: bool = False
+    """Made by ``flagstaff user create --break-glass``: may log in by password when single
+    sign-on is the only way in (``FLAGSTAFF_OIDC_ONLY``)."""
+    oidc_issuer: str | None = None
+    """The provider that signed this user in (single sign-on); None for a local user."""
 
 
 class Membership(msgspec.Struct, frozen=True):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from flagstaff.accounts.oidc import Identity, PendingLogin, SsoSync
 from flagstaff.accounts.records import (
     ApiKeyInfo,
     LoginAttempt,
@@ -119,3 +120,30 @@ class AccountStore(Protocol):
         ...
 
     async def prune_login_attempts(self, before_ms: int) -> int: ...
+
+    # single sign-on (store/sql/sso.py)
+    async def set_break_glass(self, user_id: int) -> None: ...
+
+    async def create_oidc_login(
+        self, state_hash: str, login: PendingLogin, now_ms: int
+    ) -> None: ...
+
+    async def take_oidc_login(self, state_hash: str, now_ms: int) -> PendingLogin | None: ...
+
+    async def sync_sso_user(
+        self, identity: Identity, role: Role | None, project_id: int | None, now_ms: int
+    ) -> SsoSync: ...
+
+    async def record_sso_refusal(
+        self,
+        project_id: int | None,
+        user: User | None,
+        name: str,
+        issuer: str,
+        reason: str,
+        now_ms: int,
+    ) -> None: ...
+
+    async def end_user_sessions(
+        self, project_id: int, user_id: int, source: ChangeSource | None, now_ms: int
+    ) -> int: ...

@@ -24,6 +24,7 @@ class Scope(enum.StrEnum):
     PROJECT = "Project"
     CHANGE_REQUEST = "ChangeRequest"
     EXPERIMENT = "Experiment"
+    USER = "User"  # single sign-on: logins, refusals, sessions ended by an admin
 
 
 class Activity(enum.StrEnum):
@@ -33,6 +34,9 @@ class Activity(enum.StrEnum):
     ROLLED_BACK = "rolled_back"  # an update that restores an earlier version
     REVOKED = "revoked"
     GUARDRAIL_BREACHED = "guardrail_breached"  # an experiment's guardrail metric got worse
+    LOGGED_IN = "logged_in"
+    LOGIN_REFUSED = "login_refused"
+    SESSIONS_ENDED = "sessions_ended"
 
 
 class ChangeAction(enum.StrEnum):

@@ -197,8 +197,14 @@ def cmd_user_create(args: argparse.Namespace) -> int:
             )
         except UserError as exc:
             raise SystemExit(f"flagstaff: {exc}") from None
+        if args.break_glass:
+            await store.set_break_glass(user.id)
         state = "created" if created else "exists already (password unchanged)"
-        print(f"user {user.id} {user.email} {state}; {args.role} of project {project_id}")
+        glass = "; break-glass (password login even when single sign-on is the only way)"
+        print(
+            f"user {user.id} {user.email} {state}; {args.role} of project {project_id}"
+            + (glass if args.break_glass else "")
+        )
 
     _with_store(settings, run)
     return 0
@@ -515,6 +521,12 @@ def build_parser() -> argparse.ArgumentParser:
     ucreate.add_argument("--password", required=True, help="the password, or - to read stdin")
     ucreate.add_argument("--role", choices=["admin", "editor", "viewer"], default="admin")
     ucreate.add_argument("--project", type=int, help="project id (needed with several)")
+    ucreate.add_argument(
+        "--break-glass",
+        action="store_true",
+        help="this user may log in by password even with FLAGSTAFF_OIDC_ONLY (an emergency "
+        "account for when the identity provider is down)",
+    )
     _store_options(ucreate)
     ucreate.set_defaults(fn=cmd_user_create)
 

@@ -124,6 +124,10 @@ class ConsoleData(Protocol):
 
 class ConsoleSettings(msgspec.Struct, frozen=True):
     trust_forwarded: bool = False
+    sso_name: str | None = None
+    """Single sign-on's provider name: the login page offers "Sign in with" it."""
+    password_login_off: bool = False
+    """``FLAGSTAFF_OIDC_ONLY``: only break-glass users may log in by password."""
     session_policy: sessions.SessionPolicy = sessions.DEFAULT_POLICY
     throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE
 
@@ -145,8 +149,17 @@ redirect = _redirect
 
 
 def safe_next(value: str | None) -> str:
-    """Only local paths are followed after login (no open redirect)."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+    """Only local paths are followed after login (no open redirect): one leading slash, no
+    backslash (browsers read ``/\\evil`` as ``//evil``), no control characters or spaces
+    (browsers drop tabs and newlines, so ``/<tab>/evil`` would become ``//evil``)."""
+    if (
+        not value
+        or len(value) > 2000
+        or not value.startswith("/")
+        or value.startswith("//")
+        or "\\" in value
+        or any(ord(c) <= 0x20 or ord(c) == 0x7F for c in value)
+    ):
         return "/feature_flags"
     return value
 
@@ -217,8 +230,14 @@ class ConsolePages:
         }
 
     def _error_page(
-        self, auth: console_session.Authenticated | None, status: int, title: str, message: str
+        self,
+        auth: console_session.Authenticated | None,
+        status: int,
+        title: str,
+        message: str,
+        reason: str | None = None,
     ) -> Response:
+        """A page saying what went wrong; with ``reason``, a refused login (no session)."""
         body = templates.render(
             "error.html",
             user=auth.user if auth else None,
@@ -229,6 +248,7 @@ class ConsolePages:
             nav="",
             title=title,
             message=message,
+            reason=reason,
         )
         return _html(body, status)
 
@@ -254,6 +274,9 @@ class ConsolePages:
             error=error,
             email=email,
             next=next_path,
+            sso_name=self.settings.sso_name,
+            sso_url=f"/login/oidc?next={quote(next_path, safe='')}",
+            password_login_off=self.settings.password_login_off,
         )
         response = _html(body, status)
         response.headers.append(
@@ -292,6 +315,7 @@ class ConsolePages:
             self.clock(),
             self.settings.session_policy,
             self.settings.throttle_policy,
+            password_login_off=self.settings.password_login_off,
         )
         if outcome.session is None:
             response = self._login_page(request, outcome.status, outcome.error, email, next_path)

@@ -24,12 +24,21 @@ class MemberRow(msgspec.Struct, frozen=True):
     joined_ms: int
     last_login_ms: int | None
     is_you: bool
+    single_sign_on: bool = False
 
 
 def member_rows(members: Iterable[tuple[User, Membership]], me: int) -> list[MemberRow]:
     """Members by email."""
     rows = [
-        MemberRow(u.id, u.email, m.role.value, m.created_at_ms, u.last_login_ms, u.id == me)
+        MemberRow(
+            u.id,
+            u.email,
+            m.role.value,
+            m.created_at_ms,
+            u.last_login_ms,
+            u.id == me,
+            u.oidc_issuer is not None,
+        )
         for u, m in members
     ]
     return sorted(rows, key=lambda r: r.email)

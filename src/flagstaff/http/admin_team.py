@@ -65,6 +65,7 @@ def member_json(user: User, membership: Membership) -> dict[str, Any]:
         "role": membership.role.value,
         "joined_at": _iso(membership.created_at_ms),
         "last_login": _iso(user.last_login_ms),
+        "single_sign_on": user.oidc_issuer is not None,
     }
 
 
@@ -138,6 +139,15 @@ async def remove_member(ctx: AdminContext, request: Request) -> Any:
     user, _ = await _member(ctx, _user_id(request))
     await ctx.accounts.change_membership(user.id, ctx.project_id, None, clock.now_ms(), ctx.source)
     return 204, None
+
+
+async def end_member_sessions(ctx: AdminContext, request: Request) -> Any:
+    """Log the member out everywhere at once (every console session; keys are not touched)."""
+    user, _ = await _member(ctx, _user_id(request))
+    ended = await ctx.accounts.end_user_sessions(
+        ctx.project_id, user.id, ctx.source, clock.now_ms()
+    )
+    return {"ended_sessions": ended}
 
 
 # the project -------------------------------------------------------------------------------
@@ -234,6 +244,12 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
         remove_member,
         "Remove a member (the project keeps at least one admin)",
     ),
+    (
+        "POST",
+        "/members/{user_id}/end_sessions/",
+        end_member_sessions,
+        "End all of a member's console sessions at once",
+    ),
     ("GET", "/groups/", list_groups, "List a group type's groups, searched by key"),
 ]
 """Paths below ``/api/projects/{project_id}``: the management API's ``ROUTES`` adds them."""
@@ -243,5 +259,6 @@ ROUTE_ACTIONS: dict[Handler, Action] = {
     add_member: Action.MANAGE,
     update_member: Action.MANAGE,
     remove_member: Action.MANAGE,
+    end_member_sessions: Action.MANAGE,
 }
 """Members and the project's settings are the admins' (reading the members is anyone's)."""

@@ -135,6 +135,7 @@ _ADMIN: dict[str, Doc] = {
     "add_member": Doc("", t.CreatedMember, t.MemberInput, 201),
     "update_member": Doc("", t.Member, t.MemberRoleInput),
     "remove_member": Doc("", None, status=204),
+    "end_member_sessions": Doc("", t.EndedSessions, dict[str, Any]),
     "list_groups": Doc(
         "",
         t.GroupPage,

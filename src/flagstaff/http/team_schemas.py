@@ -25,6 +25,8 @@ class Member(msgspec.Struct):
     role: RoleName
     joined_at: str
     last_login: str | None
+    single_sign_on: bool
+    """Whether the user signs in through the OpenID Connect provider (roles come from it)."""
 
 
 class CreatedMember(Member):
@@ -44,6 +46,11 @@ class MemberInput(msgspec.Struct):
     role: RoleName
     password: str | None = None
     """The initial password of a user who does not exist yet (ignored for an existing one)."""
+
+
+class EndedSessions(msgspec.Struct):
+    ended_sessions: int
+    """How many console sessions were ended."""
 
 
 class MemberRoleInput(msgspec.Struct):

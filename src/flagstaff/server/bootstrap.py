@@ -84,6 +84,8 @@ def _no_admin_yet(settings: Settings) -> Notice:
         if settings.database_url
         else f" --data-dir {settings.data_dir}"
     )
+    if settings.oidc_issuer is not None and settings.oidc_only:
+        where += " --break-glass"  # the only password login single sign-on leaves
     command = f"flagstaff user create --email you@example.com --password -{where}"
     return Notice(
         f"the console at http://{settings.host}:{settings.port}/ has no user yet: create its "

@@ -10,7 +10,9 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from flagstaff.accounts.oidc import SsoConfig, parse_domains, parse_role_map
 from flagstaff.activity.webhooks import RETRY_DELAYS_S, parse_retry_delays
 from flagstaff.store.sqlite.person_cache import DEFAULT_PERSON_CACHE_MB
 from flagstaff.store.sqlite.person_version import DEFAULT_CONTEXT_CACHE_MB
@@ -143,6 +145,31 @@ class Settings:
     stream_fetch_wait: float = 0.5
     """Seconds a consumer's open pull on a shard lasts before it is renewed. Not a delay: a
     message is delivered as soon as it is published (the pull returns at once)."""
+    public_url: str | None = None
+    """The console's own address as people reach it (``https://flags.example.com``); single
+    sign-on's redirect URI is ``<public_url>/login/oidc/callback``."""
+    oidc_issuer: str | None = None
+    """Single sign-on's OpenID Connect provider, found through its
+    ``/.well-known/openid-configuration``. Unset: password login only."""
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    oidc_client_secret_file: str | None = None
+    """A file holding the client secret (instead of ``oidc_client_secret``)."""
+    oidc_scopes: str = "openid email profile"
+    oidc_groups_claim: str = "groups"
+    oidc_role_map: str | None = None
+    """Groups to roles: ``flag-admins=admin,flag-editors=editor,*=viewer``; ``*`` is anyone the
+    provider authenticates; without it a person in no listed group is refused."""
+    oidc_allowed_domains: str | None = None
+    """Comma-separated email domains allowed to sign in (their email must be verified)."""
+    oidc_only: bool = False
+    """Password login off, except for users made with ``flagstaff user create --break-glass``."""
+    oidc_name: str = "single sign-on"
+    """The provider's name on the login page's button ("Sign in with ...")."""
+    oidc_session_hours: float = 12.0
+    """The longest an SSO session lasts (it ends with the ID token if that comes first)."""
+    oidc_project: int | None = None
+    """The project whose roles the role map gives; unset: the first project."""
 
     @property
     def sqlite_path(self) -> Path:
@@ -223,6 +250,8 @@ class Settings:
                 raise ConfigError("stream batch must be at least 1")
             if not 0.01 <= self.stream_fetch_wait <= 60:
                 raise ConfigError("stream fetch wait must be between 0.01 and 60 seconds")
+        if self.oidc_issuer is not None:
+            self.sso_config()
         if self.webhook_retry_delays is not None:
             try:
                 parse_retry_delays(self.webhook_retry_delays)
@@ -255,6 +284,62 @@ class Settings:
             return RETRY_DELAYS_S
         return parse_retry_delays(self.webhook_retry_delays)
 
+    def sso_config(self) -> SsoConfig | None:
+        """Single sign-on's checked settings, or None when no provider is set."""
+        if self.oidc_issuer is None:
+            return None
+        issuer = self.oidc_issuer.strip().rstrip("/")
+        if not web_url(issuer, allow_path=True):
+            raise ConfigError(
+                f"FLAGSTAFF_OIDC_ISSUER must be an https URL (http only on localhost), got "
+                f"{self.oidc_issuer!r}"
+            )
+        public_url = (self.public_url or "").strip().rstrip("/")
+        if not web_url(public_url, allow_path=False, allow_http=True):
+            raise ConfigError(
+                "single sign-on needs FLAGSTAFF_PUBLIC_URL, the console's address such as "
+                f"https://flags.example.com (no path), got {self.public_url!r}"
+            )
+        if not self.oidc_client_id:
+            raise ConfigError("single sign-on needs FLAGSTAFF_OIDC_CLIENT_ID")
+        if self.oidc_client_secret and self.oidc_client_secret_file:
+            raise ConfigError(
+                "set FLAGSTAFF_OIDC_CLIENT_SECRET or FLAGSTAFF_OIDC_CLIENT_SECRET_FILE, not both"
+            )
+        secret = self.oidc_client_secret or ""
+        if self.oidc_client_secret_file:
+            try:
+                secret = Path(self.oidc_client_secret_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"FLAGSTAFF_OIDC_CLIENT_SECRET_FILE: {exc}") from None
+        if not secret:
+            raise ConfigError(
+                "single sign-on needs FLAGSTAFF_OIDC_CLIENT_SECRET or ..._SECRET_FILE"
+            )
+        try:
+            role_map = parse_role_map(self.oidc_role_map or "")
+        except ValueError as exc:
+            raise ConfigError(f"FLAGSTAFF_OIDC_ROLE_MAP: {exc}") from None
+        scopes = " ".join((self.oidc_scopes or "").split())
+        if "openid" not in scopes.split():
+            raise ConfigError("FLAGSTAFF_OIDC_SCOPES must include openid")
+        if not 0 < self.oidc_session_hours <= 24 * 30:
+            raise ConfigError("FLAGSTAFF_OIDC_SESSION_HOURS must be between 0 and 720")
+        return SsoConfig(
+            issuer=issuer,
+            client_id=self.oidc_client_id,
+            client_secret=secret,
+            public_url=public_url,
+            role_map=role_map,
+            scopes=scopes,
+            groups_claim=(self.oidc_groups_claim or "groups").strip(),
+            allowed_domains=parse_domains(self.oidc_allowed_domains),
+            only=self.oidc_only,
+            name=(self.oidc_name or "single sign-on").strip()[:80],
+            session_hours=self.oidc_session_hours,
+            project_id=self.oidc_project,
+        )
+
     def to_env(self) -> dict[str, str]:
         """The environment that makes :meth:`from_env` rebuild these settings in a worker."""
         env: dict[str, str] = {}
@@ -277,6 +362,22 @@ def secure_data_dir(path: Path) -> None:
     for child in path.iterdir():
         if child.is_file():
             child.chmod(0o600)
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def web_url(url: str, *, allow_path: bool, allow_http: bool = False) -> bool:
+    """An absolute http(s) URL with a host, no query or fragment; http only for loopback hosts
+    unless ``allow_http`` (a console reached over plain http on a private network)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return False
+    if parts.scheme == "http" and not allow_http and parts.hostname not in _LOOPBACK:
+        return False
+    if parts.query or parts.fragment or parts.username:
+        return False
+    return allow_path or parts.path in ("", "/")
 
 
 def _convert(name: str, annotation: Any, raw: str) -> Any:

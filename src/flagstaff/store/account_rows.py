@@ -18,7 +18,10 @@ from flagstaff.activity.records import (
 from flagstaff.activity.scheduled import Operation, ScheduledChange
 
 _decode = msgspec.json.decode
-USER_COLUMNS = "id, email, password_hash, created_at_ms, is_active, first_name, last_login_ms"
+USER_COLUMNS = (
+    "id, email, password_hash, created_at_ms, is_active, first_name, last_login_ms, "
+    "break_glass, oidc_issuer"
+)
 KEY_COLUMNS = (
     "id, project_id, label, prefix, mask, COALESCE(created_at_ms, 0), user_id, last_used_ms, "
     "revoked_at_ms"
@@ -33,7 +36,7 @@ ACTIVITY_COLUMNS = (
 
 
 def user_record(row: Any) -> User:
-    return User(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
+    return User(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6], bool(row[7]), row[8])
 
 
 def membership_detail(email: str, role: Role | None) -> dict[str, Any] | None:

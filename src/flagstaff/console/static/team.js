@@ -256,6 +256,20 @@
       }
       return;
     }
+    const end = event.target.closest('button[data-action="end-sessions"]');
+    if (end) {
+      if (!window.confirm(`Log ${end.dataset.email} out everywhere now?`)) return;
+      try {
+        const done = await api("POST", `${apiBase}/members/${end.dataset.userId}/end_sessions/`);
+        const note = document.createElement("span");
+        note.setAttribute("role", "status");
+        note.textContent = `${done.ended_sessions} session(s) of ${end.dataset.email} ended`;
+        end.replaceWith(note);
+      } catch (error) {
+        showErrors([said(error)]);
+      }
+      return;
+    }
     const copy = event.target.closest('button[data-action="copy"]');
     if (copy) {
       const source = document.querySelector(`[data-copy-source="${copy.dataset.copyTarget}"]`);

@@ -118,7 +118,8 @@ class Accounts(ActivityMethods, Protocol):
             "JOIN users u ON u.id = m.user_id WHERE m.project_id = $1 ORDER BY u.email",
             project_id,
         )
-        return [(user_record(r), Membership(r[0], project_id, Role(r[7]), r[8])) for r in rows]
+        n = len(USER_COLUMNS.split(","))
+        return [(user_record(r), Membership(r[0], project_id, Role(r[n]), r[n + 1])) for r in rows]
 
     async def remove_membership(self, user_id: int, project_id: int) -> bool:
         removed = await self.sql.execute(

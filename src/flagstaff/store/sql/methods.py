@@ -10,6 +10,7 @@ from flagstaff.store.sql.definitions import DefinitionReads
 from flagstaff.store.sql.experiments import ExperimentMethods
 from flagstaff.store.sql.flags import FlagMethods
 from flagstaff.store.sql.projects import ProjectMethods
+from flagstaff.store.sql.sso import SsoMethods
 from flagstaff.store.sql.surveys import SurveyMethods
 from flagstaff.store.sql.webhooks import WebhookMethods
 
@@ -19,6 +20,7 @@ class ManagementMethods(
     DefinitionReads,
     FlagMethods,
     Accounts,
+    SsoMethods,
     SurveyMethods,
     ExperimentMethods,
     ApprovalMethods,

@@ -113,7 +113,8 @@ class ProjectMethods(Protocol):
     async def find_personal_key(self, value: str) -> PersonalKey | None:
         row = await self.sql.fetchrow(
             f"SELECT {PERSONAL_KEY_COLUMNS} FROM personal_api_keys WHERE secure_value = $1 "
-            "AND revoked_at_ms IS NULL",
+            "AND revoked_at_ms IS NULL AND (user_id IS NULL OR user_id IN "
+            "(SELECT id FROM users WHERE is_active))",
             keys.hash_key(value),
         )
         return PersonalKey(*row) if row else None
