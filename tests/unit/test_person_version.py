@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import random
+import tracemalloc
 from pathlib import Path
+
+import msgspec
 
 from flagstaff.store.base import FlagContext
 from flagstaff.store.sqlite.person_version import FlagContextCache, context_size, person_version
@@ -47,17 +52,61 @@ def test_a_context_read_before_a_change_is_not_kept(tmp_path: Path) -> None:
     assert cache.get("u") is None
 
 
-def test_the_cache_starts_over_past_its_bytes(tmp_path: Path) -> None:
+def test_past_its_bytes_the_least_recently_used_go_first(tmp_path: Path) -> None:
     size = context_size(1000)
     cache = FlagContextCache(person_version(tmp_path / "db"), size * 3)
     cache.get("first")
     for n in range(3):
         cache.put(n, _context("x"), cache.version, size)
-    assert cache.bytes == size * 3 and cache.get(2) == _context("x")
+    assert cache.bytes == size * 3 and cache.get(0) == _context("x")  # 0: now the most recent
     cache.put(2, _context("z"), cache.version, size)  # the same key again: not counted twice
     assert cache.bytes == size * 3
     cache.put("last", _context("y"), cache.version, size)
-    assert cache.get(0) is None and cache.get("last") == _context("y")
-    assert cache.bytes == size
+    assert cache.get(1) is None  # the least recently used went, and only it
+    assert cache.get(0) == _context("x") and cache.get("last") == _context("y")
+    assert cache.bytes == size * 3 and len(cache) == 3
     cache.put("huge", _context("h"), cache.version, size * 4)  # larger than the whole cache
     assert cache.get("huge") is None and cache.get("last") == _context("y")
+
+
+def test_the_estimate_bounds_what_the_contexts_take(tmp_path: Path) -> None:
+    """What the kept contexts hold (tracemalloc) never passes the bytes counted against the
+    bound, and the count never passes the bound."""
+    rng = random.Random(1)
+    stored = [
+        (
+            f"person-{n}",
+            msgspec.json.encode(
+                {
+                    "email": f"user{n}@example.com",
+                    "country": rng.choice(["US", "GB", "DE"]),
+                    "plan": rng.choice(["free", "pro"]),
+                    "age": rng.randint(12, 80),
+                    "beta": rng.random() < 0.5,
+                    "app_version": f"{rng.randint(1, 3)}.{rng.randint(0, 9)}.0",
+                    "name": f"User {n}",
+                }
+            ),
+        )
+        for n in range(3000)
+    ]
+    cache = FlagContextCache(person_version(tmp_path / "db"), 2 << 20)
+    cache.get("first")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for did, text in stored[:1000]:
+            key = (1, did, False, False)
+            context = FlagContext(msgspec.json.decode(text), {}, {}, frozenset(), 1)
+            cache.put(key, context, cache.version, context_size(len(text)))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache) == 1000 and held <= cache.bytes
+    for did, text in stored:
+        context = FlagContext(msgspec.json.decode(text), {}, {}, frozenset(), 1)
+        cache.put((1, did, False, False), context, cache.version, context_size(len(text)))
+        assert cache.bytes <= cache.limit
+    assert len(cache) < len(stored)
