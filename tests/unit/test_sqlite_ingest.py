@@ -143,3 +143,48 @@ def test_the_person_cache_starts_over_past_its_bytes() -> None:
     cache.remember(1, {"d4": state(4)})  # past the bound: starts over with the new batch
     assert len(cache) == 1 and cache.get(1, "d4") is not None and cache.get(1, "d1") is None
     assert cache.bytes == one
+
+
+def test_the_person_cache_estimate_bounds_what_persons_take() -> None:
+    """What the ingest writer's cached persons hold (tracemalloc, with their distinct ids)
+    never passes the bytes counted against the bound, nor the count the bound."""
+    import gc
+    import tracemalloc
+
+    from flagstaff.ingest.persons import PersonState, person_uuid
+
+    rng = random.Random(3)
+    stored = [
+        msgspec.json.encode(
+            {
+                "email": f"user{n}@example.com",
+                "country": rng.choice(["US", "GB", "DE"]),
+                "plan": rng.choice(["free", "pro"]),
+                "age": rng.randint(12, 80),
+                "beta": rng.random() < 0.5,
+                "app_version": f"{rng.randint(1, 3)}.{rng.randint(0, 9)}.0",
+                "name": f"User {n}",
+            }
+        )
+        for n in range(3000)
+    ]
+    cache = PersonCache(limit_bytes=2 << 20)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n, text in enumerate(stored[:1000]):
+            did = f"person-{n}"
+            state = PersonState(n + 1, person_uuid(1, did), msgspec.json.decode(text), False, 0)
+            cache.remember(1, {did: state})
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache) == 1000 and held <= cache.bytes
+    for n, text in enumerate(stored):
+        did = f"person-{n}"
+        state = PersonState(n + 1, person_uuid(1, did), msgspec.json.decode(text), False, 0)
+        cache.remember(1, {did: state})
+        assert cache.bytes <= cache.limit
+    assert len(cache) < len(stored)
