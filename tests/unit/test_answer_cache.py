@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 import time
-import tracemalloc
 
 from flagstaff.flags import FlagResult
 from flagstaff.http.flags import v2_parts
 from flagstaff.server.answers import ENTRY_OVERHEAD, PART_OVERHEAD, AnswerCache, parts_size
 from flagstaff.server.caches import Fragments
+from tests.memory import held_after
 
 
 def _key(n: int, body: bytes = b"{}") -> tuple[object, ...]:
@@ -101,18 +100,13 @@ def test_the_estimate_bounds_what_the_answers_take() -> None:
         % (n, n % 50)
         for n in range(6000)
     ]
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for n, body in enumerate(bodies[:2000]):
-            cache.put(_key(n, body), v2_parts(results, fragments), 50, 1, 1, False)
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+
+    def put(n: int, body: bytes) -> None:
+        cache.put(_key(n, body), v2_parts(results, fragments), 50, 1, 1, False)
+
+    held = held_after(lambda: [put(n, body) for n, body in enumerate(bodies[:2000])])
     assert len(cache) == 2000 and held <= cache.bytes
     for n, body in enumerate(bodies):
-        cache.put(_key(n, body), v2_parts(results, fragments), 50, 1, 1, False)
+        put(n, body)
         assert cache.bytes <= cache.limit
     assert len(cache) < len(bodies)

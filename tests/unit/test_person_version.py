@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import gc
-import random
-import tracemalloc
 from pathlib import Path
 
 import msgspec
 
 from flagstaff.store.base import FlagContext
 from flagstaff.store.sqlite.person_version import FlagContextCache, context_size, person_version
+from tests.memory import held_after, stored_persons
 
 LIMIT = 1 << 20
 
@@ -72,41 +70,17 @@ def test_past_its_bytes_the_least_recently_used_go_first(tmp_path: Path) -> None
 def test_the_estimate_bounds_what_the_contexts_take(tmp_path: Path) -> None:
     """What the kept contexts hold (tracemalloc) never passes the bytes counted against the
     bound, and the count never passes the bound."""
-    rng = random.Random(1)
-    stored = [
-        (
-            f"person-{n}",
-            msgspec.json.encode(
-                {
-                    "email": f"user{n}@example.com",
-                    "country": rng.choice(["US", "GB", "DE"]),
-                    "plan": rng.choice(["free", "pro"]),
-                    "age": rng.randint(12, 80),
-                    "beta": rng.random() < 0.5,
-                    "app_version": f"{rng.randint(1, 3)}.{rng.randint(0, 9)}.0",
-                    "name": f"User {n}",
-                }
-            ),
-        )
-        for n in range(3000)
-    ]
+    stored = stored_persons(3000)
     cache = FlagContextCache(person_version(tmp_path / "db"), 2 << 20)
     cache.get("first")
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for did, text in stored[:1000]:
-            key = (1, did, False, False)
-            context = FlagContext(msgspec.json.decode(text), {}, {}, frozenset(), 1)
-            cache.put(key, context, cache.version, context_size(len(text)))
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert len(cache) == 1000 and held <= cache.bytes
-    for did, text in stored:
+
+    def put(did: str, text: bytes) -> None:
         context = FlagContext(msgspec.json.decode(text), {}, {}, frozenset(), 1)
         cache.put((1, did, False, False), context, cache.version, context_size(len(text)))
+
+    held = held_after(lambda: [put(did, text) for did, text in stored[:1000]])
+    assert len(cache) == 1000 and held <= cache.bytes
+    for did, text in stored:
+        put(did, text)
         assert cache.bytes <= cache.limit
     assert len(cache) < len(stored)

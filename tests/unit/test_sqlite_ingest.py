@@ -16,6 +16,7 @@ from flagstaff.store.sqlite.person_cache import PersonCache
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import connect
 from tests.events import T0, event, random_person_event, seq_uuid
+from tests.memory import held_after, stored_persons
 
 
 def _state(conn: sqlite3.Connection) -> list[Any]:
@@ -148,43 +149,18 @@ def test_the_person_cache_starts_over_past_its_bytes() -> None:
 def test_the_person_cache_estimate_bounds_what_persons_take() -> None:
     """What the ingest writer's cached persons hold (tracemalloc, with their distinct ids)
     never passes the bytes counted against the bound, nor the count the bound."""
-    import gc
-    import tracemalloc
-
     from flagstaff.ingest.persons import PersonState, person_uuid
 
-    rng = random.Random(3)
-    stored = [
-        msgspec.json.encode(
-            {
-                "email": f"user{n}@example.com",
-                "country": rng.choice(["US", "GB", "DE"]),
-                "plan": rng.choice(["free", "pro"]),
-                "age": rng.randint(12, 80),
-                "beta": rng.random() < 0.5,
-                "app_version": f"{rng.randint(1, 3)}.{rng.randint(0, 9)}.0",
-                "name": f"User {n}",
-            }
-        )
-        for n in range(3000)
-    ]
+    stored = stored_persons(3000, seed=3)
     cache = PersonCache(limit_bytes=2 << 20)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for n, text in enumerate(stored[:1000]):
-            did = f"person-{n}"
-            state = PersonState(n + 1, person_uuid(1, did), msgspec.json.decode(text), False, 0)
-            cache.remember(1, {did: state})
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert len(cache) == 1000 and held <= cache.bytes
-    for n, text in enumerate(stored):
-        did = f"person-{n}"
+
+    def remember(n: int, did: str, text: bytes) -> None:
         state = PersonState(n + 1, person_uuid(1, did), msgspec.json.decode(text), False, 0)
         cache.remember(1, {did: state})
+
+    held = held_after(lambda: [remember(n, *person) for n, person in enumerate(stored[:1000])])
+    assert len(cache) == 1000 and held <= cache.bytes
+    for n, person in enumerate(stored):
+        remember(n, *person)
         assert cache.bytes <= cache.limit
     assert len(cache) < len(stored)
