@@ -125,15 +125,7 @@ def postgres_persons(persons: int) -> str:
                 )
                 await conn.copy_records_to_table(
                     "persons",
-                    columns=[
-                        "id",
-                        "project_id",
-                        "uuid",
-                        "properties",
-                        "is_identified",
-                        "created_at_ms",
-                        "version",
-                    ],
+                    columns=list(prefill.PERSON_COLUMNS),
                     records=[
                         (r[0], r[1], r[2], r[3].decode(), bool(r[4]), r[5], r[6]) for r in rows
                     ],
@@ -329,6 +321,56 @@ async def sqlite_stages(
         await store.close()
 
 
+async def postgres_stages(
+    url: str, persons: int, requests: int, sample: list[tuple[str, dict[str, str]]]
+) -> None:
+    """The same stages on PostgreSQL: one statement reads the person, overrides, cohorts and
+    groups (``_FLAG_CONTEXT``), decoded by the store; nothing is cached (no person version)."""
+    import asyncpg
+
+    from flagstaff.store.postgres.store import PostgresStore
+
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        pf = ProjectFlags(await store.definitions(1))
+        index = dict(pf.group_type_index)
+        conn = await asyncpg.connect(store.dsn)
+        try:
+            stored = [
+                await conn.fetchval(
+                    "SELECT p.properties::text FROM person_distinct_ids d JOIN persons p "
+                    "ON p.id = d.person_id WHERE d.project_id = 1 AND d.distinct_id = $1",
+                    distinct_id,
+                )
+                for distinct_id, _ in sample
+            ]
+        finally:
+            await conn.close()
+        stages = Stages()
+        read_ns: list[int] = []
+        decode_ns: list[int] = []
+        gc.collect()
+        for (distinct_id, groups), text in zip(sample, stored, strict=True):
+            indexes = {index[n]: k for n, k in groups.items()}
+            started = time.perf_counter_ns()
+            ctx = await store.flag_context(1, distinct_id, indexes)
+            read_ns.append(time.perf_counter_ns() - started)
+            started = time.perf_counter_ns()
+            msgspec.json.decode(text)
+            decode_ns.append(time.perf_counter_ns() - started)
+            evaluate_and_encode(stages, pf, distinct_id, groups, ctx)
+        stages.spent = {
+            "store read (one statement)": [r - d for r, d in zip(read_ns, decode_ns, strict=True)],
+            "decode properties": decode_ns,
+            **stages.spent,
+        }
+        print(f"PostgreSQL, {persons:,} persons, {requests:,} cold requests (uniform):")
+        print("\n".join(stages.lines()))
+    finally:
+        await store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--persons", default="10000,1000000")
@@ -342,6 +384,9 @@ def main() -> None:
         sample2 = [(did, groups) for did, _, groups in sample]
         del people
         asyncio.run(sqlite_stages(persons, args.requests, sample2))
+        if args.postgres:
+            url = postgres_persons(persons)
+            asyncio.run(postgres_stages(url, persons, args.requests, sample2))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ every request naming a person drawn uniformly at random from all of them (so at 
 nearly every request is a person no cache holds, and at 10k most are repeats). It prints
 each size's req/s, the server's CPU per request and RSS per process, and each size's rate
 as a ratio to the first size's (``--rounds``, ``--postgres``: the persons copied into a fresh
-PostgreSQL database per size).
+PostgreSQL database per size; ``--by-set``: stored through ``/batch/`` by the server itself).
 
 Steps: start the real server (fresh data dir), create the benchmark's 3 cohorts and 50 flags
 through the management API (``bench.engine.build_definitions``), ingest the persons' properties
@@ -77,12 +77,19 @@ def _load_people(url: str, people: list[tuple[str, dict, dict[str, str]]]) -> fl
 
 
 def _uniform_server(
-    persons: int, workers: int, env: dict[str, str], postgres_url: str | None
+    persons: int, workers: int, env: dict[str, str], postgres_url: str | None, by_set: bool
 ) -> tuple[Server, Path]:
-    """A server over ``persons`` stored persons (the data dir copied, or PostgreSQL's)."""
-    from bench.cold_path import copy_data_dir
+    """A server over ``persons`` stored persons (the data dir copied, or PostgreSQL's; with
+    ``by_set`` a fresh data dir whose persons this server ingests through ``/batch/``)."""
+    from bench.cold_path import PEOPLE_SEED, copy_data_dir
 
     root = Path(tempfile.mkdtemp(prefix="flagstaff-bench-"))
+    if by_set:
+        srv = Server(data_dir=root / "data", workers=workers, env=env).start(timeout=60)
+        _load_definitions(Api(srv.url), random.Random(7))
+        took = _load_people(srv.url, build_people(random.Random(PEOPLE_SEED), persons))
+        print(f"{persons:,} persons stored through /batch/ in {took:.0f} s", flush=True)
+        return srv, root
     if postgres_url is not None:
         env = {**env, DATABASE_URL_ENV: postgres_url}
         srv = Server(data_dir=root / "data", workers=workers, env=env)
@@ -107,7 +114,7 @@ def uniform(args: argparse.Namespace) -> None:
     databases = {n: postgres_persons(n) for n in sizes} if args.postgres else {}
     try:
         for name, env, n in runs:
-            srv, root = _uniform_server(n, args.workers, env, databases.get(n))
+            srv, root = _uniform_server(n, args.workers, env, databases.get(n), args.by_set)
             script = spread_script(build_people(random.Random(PEOPLE_SEED), n), root)
             servers[(name, n)] = (srv, root, script)
             wrk(
@@ -170,6 +177,12 @@ def main() -> None:
         help="with --uniform: name:ENV=V,... (as bench.cpu_ab; PYTHONPATH=<tree>/src for A/B)",
     )
     parser.add_argument("--warm", type=int, default=3, help="seconds of warm-up per server")
+    parser.add_argument(
+        "--by-set",
+        action="store_true",
+        help="with --uniform on SQLite: each server ingests its persons through /batch/ $set "
+        "events first (the ingest writer's memory as after real traffic; minutes at 1M)",
+    )
     args = parser.parse_args()
     if args.uniform:
         uniform(args)
