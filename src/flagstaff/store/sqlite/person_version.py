@@ -18,8 +18,11 @@ from typing import Any
 from flagstaff.store.changes import ChangeCounter
 from flagstaff.store.records import FlagContext
 
-DEFAULT_CONTEXT_CACHE_MB = 16
-"""Memory one worker's flag contexts may take (estimated); the least recently used go first."""
+DEFAULT_CONTEXT_CACHE_MB = 8
+"""Memory one worker's flag contexts may take (estimated); the least recently used go first.
+8 MB (~6,000 contexts): the answer cache in front of it answers a returning person's same
+request, so a context serves only the same person asking differently; 16 MB put a worker at
+1M persons above 100 MB (docs/benchmarks.md, issue 39)."""
 CONTEXT_OVERHEAD = 800
 """Bytes a context costs besides its stored JSON (record, key, ordered dict's slot and link,
 empty dicts); with :data:`JSON_EXPANSION` an upper bound of what tracemalloc measures
