@@ -290,13 +290,14 @@ async def sqlite_stages(
             head = evaluate_and_encode(stages, pf, distinct_id, groups, ctx)
             key = (1, distinct_id, False, False, *indexes.items())
             before = len(contexts._contexts) + (key not in contexts._contexts)
-            stages.timed(
-                "flag-context cache miss+put",
-                lambda key=key, ctx=ctx, size=size: (
-                    contexts.get(key),
-                    contexts.put(key, ctx, contexts.version, context_size(size)),
-                ),
-            )
+
+            def miss_and_put(
+                key: tuple[Any, ...] = key, ctx: FlagContext = ctx, size: int = size
+            ) -> None:
+                contexts.get(key)
+                contexts.put(key, ctx, contexts.version, context_size(size))
+
+            stages.timed("flag-context cache miss+put", miss_and_put)
             watch.context_drops += before - len(contexts._contexts)
             answer_key = (
                 1,
@@ -308,10 +309,13 @@ async def sqlite_stages(
                 None,
                 _body(distinct_id, groups),
             )
-            stages.timed(
-                "answer cache put",
-                lambda k=answer_key, h=head: watch.put_answer(k, h),
-            )
+
+            def put_answer(
+                k: tuple[Any, ...] = answer_key, h: tuple[bytes | memoryview, ...] = head
+            ) -> None:
+                watch.put_answer(k, h)
+
+            stages.timed("answer cache put", put_answer)
         gc.callbacks.remove(collector)
         decode = decode_ns
         stages.spent = {

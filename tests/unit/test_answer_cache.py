@@ -61,7 +61,7 @@ def test_parts_shared_with_the_definitions_cost_a_pointer() -> None:
 
 def test_the_least_recently_used_answer_goes_first() -> None:
     head = (b"a" * 1000,)
-    cache = AnswerCache((parts_size(head) + len(_key(0)[-1]) + ENTRY_OVERHEAD) * 3)
+    cache = AnswerCache((parts_size(head) + len(b"{}0") + ENTRY_OVERHEAD) * 3)
     for n in range(3):
         cache.put(_key(n), head, 1, 1, 1, reads_clock=False)
     assert cache.get(_key(0), 1, 1) is not None  # used again: now the most recent
@@ -104,7 +104,11 @@ def test_the_estimate_bounds_what_the_answers_take() -> None:
     def put(n: int, body: bytes) -> None:
         cache.put(_key(n, body), v2_parts(results, fragments), 50, 1, 1, False)
 
-    held = held_after(lambda: [put(n, body) for n, body in enumerate(bodies[:2000])])
+    def fill() -> None:
+        for n, body in enumerate(bodies[:2000]):
+            put(n, body)
+
+    held = held_after(fill)
     assert len(cache) == 2000 and held <= cache.bytes
     for n, body in enumerate(bodies):
         put(n, body)

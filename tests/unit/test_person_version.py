@@ -78,7 +78,11 @@ def test_the_estimate_bounds_what_the_contexts_take(tmp_path: Path) -> None:
         context = FlagContext(msgspec.json.decode(text), {}, {}, frozenset(), 1)
         cache.put((1, did, False, False), context, cache.version, context_size(len(text)))
 
-    held = held_after(lambda: [put(did, text) for did, text in stored[:1000]])
+    def fill() -> None:
+        for did, text in stored[:1000]:
+            put(did, text)
+
+    held = held_after(fill)
     assert len(cache) == 1000 and held <= cache.bytes
     for did, text in stored:
         put(did, text)

@@ -158,7 +158,11 @@ def test_the_person_cache_estimate_bounds_what_persons_take() -> None:
         state = PersonState(n + 1, person_uuid(1, did), msgspec.json.decode(text), False, 0)
         cache.remember(1, {did: state})
 
-    held = held_after(lambda: [remember(n, *person) for n, person in enumerate(stored[:1000])])
+    def fill() -> None:
+        for n, person in enumerate(stored[:1000]):
+            remember(n, *person)
+
+    held = held_after(fill)
     assert len(cache) == 1000 and held <= cache.bytes
     for n, person in enumerate(stored):
         remember(n, *person)
