@@ -37,6 +37,7 @@ from tests.server import PERSONAL_KEY, PROJECT_TOKEN, Server
 from bench.console_pages import make_flag
 from bench.engine import build_people
 from bench.load import CpuMeter, start_server
+from bench.prefill import PERSON_COLUMNS
 from flagstaff.common.units import DAY_MS
 
 ADMIN_EMAIL = "bench@example.com"
@@ -153,15 +154,7 @@ async def fill_postgres(url: str, persons: int) -> None:
             await conn.copy_records_to_table(
                 "persons",
                 records=[(r[0], r[1], uuid.UUID(r[2]), r[3], r[4], r[5], 0) for r in rows],
-                columns=[
-                    "id",
-                    "project_id",
-                    "uuid",
-                    "properties",
-                    "is_identified",
-                    "created_at_ms",
-                    "version",
-                ],
+                columns=list(PERSON_COLUMNS),
             )
             await conn.copy_records_to_table(
                 "person_distinct_ids",

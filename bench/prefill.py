@@ -101,6 +101,18 @@ def prefill_events(
     return {"rows_per_s": rows / elapsed, "bytes_per_row": db.stat().st_size / total}
 
 
+PERSON_COLUMNS = (
+    "id",
+    "project_id",
+    "uuid",
+    "properties",
+    "is_identified",
+    "created_at_ms",
+    "version",
+)
+"""The ``persons`` columns of each row :func:`person_rows` builds, in order."""
+
+
 def person_rows(
     people: Iterable[tuple[str, dict[str, Any], dict[str, str]]],
     first_id: int,
@@ -141,8 +153,7 @@ def prefill_persons(
             persons, ids = person_rows(people[start : start + chunk], first_id + start, created)
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(
-                "INSERT INTO persons (id, project_id, uuid, properties, is_identified, "
-                "created_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO persons ({', '.join(PERSON_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 persons,
             )
             conn.executemany(

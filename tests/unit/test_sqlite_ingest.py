@@ -16,6 +16,7 @@ from flagstaff.store.sqlite.person_cache import PersonCache
 from flagstaff.store.sqlite.schema import migrate
 from flagstaff.store.sqlite.writer import connect
 from tests.events import T0, event, random_person_event, seq_uuid
+from tests.memory import held_after, stored_persons
 
 
 def _state(conn: sqlite3.Connection) -> list[Any]:
@@ -143,3 +144,27 @@ def test_the_person_cache_starts_over_past_its_bytes() -> None:
     cache.remember(1, {"d4": state(4)})  # past the bound: starts over with the new batch
     assert len(cache) == 1 and cache.get(1, "d4") is not None and cache.get(1, "d1") is None
     assert cache.bytes == one
+
+
+def test_the_person_cache_estimate_bounds_what_persons_take() -> None:
+    """What the ingest writer's cached persons hold (tracemalloc, with their distinct ids)
+    never passes the bytes counted against the bound, nor the count the bound."""
+    from flagstaff.ingest.persons import PersonState, person_uuid
+
+    stored = stored_persons(3000, seed=3)
+    cache = PersonCache(limit_bytes=2 << 20)
+
+    def remember(n: int, did: str, text: bytes) -> None:
+        state = PersonState(n + 1, person_uuid(1, did), msgspec.json.decode(text), False, 0)
+        cache.remember(1, {did: state})
+
+    def fill() -> None:
+        for n, person in enumerate(stored[:1000]):
+            remember(n, *person)
+
+    held = held_after(fill)
+    assert len(cache) == 1000 and held <= cache.bytes
+    for n, person in enumerate(stored):
+        remember(n, *person)
+        assert cache.bytes <= cache.limit
+    assert len(cache) < len(stored)

@@ -10,7 +10,6 @@ lists of ``products.py`` too.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -19,6 +18,7 @@ import uuid_utils
 
 from flagstaff.accounts.keys import check_project_token
 from flagstaff.application.errors import ApiError
+from flagstaff.common import clock
 from flagstaff.flags import EvalRequest, FlagResult, detect_runtime, evaluate_checked
 from flagstaff.flags.dates import CLOCK
 from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
@@ -467,7 +467,7 @@ async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
             config_fields(bool(pf.definitions.flags), await svc.surveys.any_active(project.id))
         )
     # Built by hand: msgspec would copy the ~10 kB flags object into a growing buffer.
-    evaluated = b"" if legacy else b',"evaluatedAt":%d' % int(time.time() * 1000)
+    evaluated = b"" if legacy else b',"evaluatedAt":%d' % clock.now_ms()
     rest = b',"errorsWhileComputingFlags":%s,"requestId":%s%s%s' % (
         b"true" if errors else b"false",
         _encode(request_id),

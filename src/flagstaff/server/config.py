@@ -106,10 +106,11 @@ class Settings:
     ``WRITE_CACHE_KB``)."""
     flags_answer_cache_mb: int = 16
     """Encoded /flags answers each worker keeps for repeated requests (SQLite store; see
-    ``server/answers.py``); 0 turns the cache off."""
+    ``server/answers.py``), the least recently used dropped first; 0 turns the cache off."""
     flag_context_cache_mb: int = DEFAULT_CONTEXT_CACHE_MB
     """Stored persons and groups each worker keeps for /flags while nothing changes them
-    (SQLite store; estimated from their JSON); 0 reads them every time."""
+    (SQLite store; estimated from their JSON), the least recently used dropped first; 0 reads
+    them every time."""
     person_cache_mb: int = DEFAULT_PERSON_CACHE_MB
     """Persons the SQLite ingest writer keeps in memory (estimated); past it, it starts over
     and reads them again as events name them."""

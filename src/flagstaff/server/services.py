@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,6 +154,11 @@ class Services:
         self._guardrails = asyncio.create_task(
             guardrail_loop(self.store, self.changes.bump, self.settings.guardrail_check_seconds)
         )
+        # What start-up built (modules, routes, the app) lives as long as the worker: leave it
+        # out of the cyclic collector's full passes, which the caches' turnover sets off every
+        # few thousand cold /flags requests (a pass over ~50,000 objects stalls the worker for
+        # tens of milliseconds; see docs/benchmarks.md, issue 39).
+        gc.freeze()
 
     async def _warm_experiments(self) -> None:
         """If the server has experiments, import the results module in a thread now, so that

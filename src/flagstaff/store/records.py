@@ -60,8 +60,11 @@ class Definitions(msgspec.Struct, frozen=True):
     group_type_mapping: dict[str, str]
 
 
-class FlagContext(msgspec.Struct):
-    """Stored state behind one /flags request: the person and the groups named in it."""
+class FlagContext(msgspec.Struct, gc=False):
+    """Stored state behind one /flags request: the person and the groups named in it.
+
+    Not tracked by the cyclic collector (it is never part of a cycle): a worker caches tens of
+    thousands of them, and each full collection would walk them all."""
 
     person_properties: dict[str, Any]
     group_properties: dict[str, dict[str, Any]]

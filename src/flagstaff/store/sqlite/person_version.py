@@ -11,18 +11,24 @@ reads the person again (read-your-writes).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from flagstaff.store.changes import ChangeCounter
 from flagstaff.store.records import FlagContext
 
-DEFAULT_CONTEXT_CACHE_MB = 16
-"""Memory one worker's flag contexts may take (estimated); the cache starts over beyond it."""
-CONTEXT_OVERHEAD = 600
-"""Bytes a context costs besides its stored JSON (record, key, dict slot, empty dicts)."""
+DEFAULT_CONTEXT_CACHE_MB = 8
+"""Memory one worker's flag contexts may take (estimated); the least recently used go first.
+8 MB (~6,000 contexts): the answer cache in front of it answers a returning person's same
+request, so a context serves only the same person asking differently; 16 MB put a worker at
+1M persons above 100 MB (docs/benchmarks.md, issue 39)."""
+CONTEXT_OVERHEAD = 800
+"""Bytes a context costs besides its stored JSON (record, key, ordered dict's slot and link,
+empty dicts); with :data:`JSON_EXPANSION` an upper bound of what tracemalloc measures
+(``tests/unit/test_person_version.py``)."""
 JSON_EXPANSION = 4
-"""Decoded properties take about this many times the bytes of their JSON text."""
+"""Decoded properties take at most about this many times the bytes of their JSON text."""
 
 
 def context_size(json_bytes: int) -> int:
@@ -36,14 +42,17 @@ def person_version(db_path: Path) -> ChangeCounter:
 
 
 class FlagContextCache:
-    """A worker's stored flag contexts, valid while the person version has not moved."""
+    """A worker's stored flag contexts, valid while the person version has not moved; past
+    its bound the least recently used go first (not all at once: a start-over dropped the
+    persons coming back with the rest)."""
 
     __slots__ = ("_cell", "_contexts", "_seen", "bytes", "hits", "limit", "misses")
 
     def __init__(self, version: ChangeCounter, limit_bytes: int) -> None:
         self._cell = version.cell
         self._seen = -1
-        self._contexts: dict[Any, FlagContext] = {}
+        self._contexts: OrderedDict[Any, tuple[FlagContext, int]] = OrderedDict()
+        """Each context with its estimated size, the least recently used first."""
         self.limit = limit_bytes
         """Estimated bytes the contexts may take (:func:`context_size`); 0 keeps none."""
         self.bytes = 0
@@ -59,25 +68,30 @@ class FlagContextCache:
             self._seen = now
             self.misses += 1
             return None
-        context = self._contexts.get(key)
-        if context is None:
+        entry = self._contexts.get(key)
+        if entry is None:
             self.misses += 1
-        else:
-            self.hits += 1
-        return context
+            return None
+        self._contexts.move_to_end(key)
+        self.hits += 1
+        return entry[0]
 
     def put(self, key: Any, context: FlagContext, version: int, size: int) -> None:
         """Remember a context read after the counter showed ``version``, of ``size``
-        estimated bytes; past the limit the cache starts over."""
+        estimated bytes; past the limit the least recently used go."""
         if version != self._seen or size > self.limit:
             return
         contexts = self._contexts
-        if key not in contexts:
-            if self.bytes + size > self.limit:
-                contexts.clear()
-                self.bytes = 0
-            self.bytes += size
-        contexts[key] = context
+        old = contexts.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        contexts[key] = (context, size)
+        self.bytes += size
+        while self.bytes > self.limit:
+            self.bytes -= contexts.popitem(last=False)[1][1]
+
+    def __len__(self) -> int:
+        return len(self._contexts)
 
     @property
     def version(self) -> int:
