@@ -88,8 +88,19 @@ class Parameters(msgspec.Struct, kw_only=True):
     minimum_detectable_effect: float | None = None
 
 
+DEFAULT_CUPED_LOOKBACK_DAYS = 14
+"""The days before a person's first exposure whose metric value is CUPED's covariate."""
+MAX_CUPED_LOOKBACK_DAYS = 365
+
+
 class StatsConfig(msgspec.Struct, kw_only=True):
     method: Literal["bayesian", "frequentist"] = "bayesian"
+    cuped: bool | None = None
+    """CUPED variance reduction of mean and funnel metrics (the covariates are collected
+    during ingestion only when on)."""
+    cuped_lookback_days: int | None = None
+    """The covariate's window before a person's first exposure
+    (``DEFAULT_CUPED_LOOKBACK_DAYS`` when None)."""
 
 
 class PropertyFilter(msgspec.Struct, kw_only=True):
@@ -389,6 +400,14 @@ def parse_experiment(data: Any) -> ExperimentDefinition:
         and definition.start_date >= definition.end_date
     ):
         errors.append(("end_date", "End date must be after start date."))
+    lookback = definition.stats_config.cuped_lookback_days
+    if lookback is not None and not 1 <= lookback <= MAX_CUPED_LOOKBACK_DAYS:
+        errors.append(
+            (
+                "stats_config.cuped_lookback_days",
+                f"Must be between 1 and {MAX_CUPED_LOOKBACK_DAYS}.",
+            )
+        )
     config = definition.exposure_criteria.exposure_config
     if config is not None:
         if not config.event:
