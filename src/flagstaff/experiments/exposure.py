@@ -671,6 +671,7 @@ class _Running:
         events to give it again: their window or their identities changed."""
         if self.spec.lookback_ms is None or person.excluded:
             return
+        self.dirty.add(person_id)
         if any(person.pre):
             metrics = self.variant_totals(person.variant).metrics
             for rule in self.spec.rules:
@@ -814,6 +815,9 @@ class _Running:
         persons = self.state.persons
         source = persons.pop(source_id, None)
         if source is None:
+            target = persons.get(target_id)
+            if target is not None:  # the source's events before exposure are the target's now
+                self._refetch(target_id, target)
             return
         self.dirty.add(source_id)
         self.dirty.add(target_id)

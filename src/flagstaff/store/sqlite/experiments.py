@@ -17,6 +17,7 @@ import msgspec
 import orjson
 
 from flagstaff.experiments.exposure import (
+    CovariateRequests,
     ExperimentAccumulator,
     ExperimentEvent,
     ExperimentSpec,
@@ -30,19 +31,24 @@ from flagstaff.store.experiment_batch import (
     BatchWork,
     Running,
     SpecCache,
-    apply_work,
+    apply_events,
     backfill_days,
     batch_work,
+    covariate_span,
     decode_person,
     decode_totals,
     encode_person,
     encode_totals,
+    identities,
     merged_away,
     recompute,
     retry_candidates,
     running_specs,
     spec_events,
+    window_distinct_ids,
+    window_events,
 )
+from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.experiment_memory import ExperimentMemory, Remembered
 
 LANE = 0
@@ -165,7 +171,13 @@ def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool)
             prepared.mark,
         )
     )
-    changes = apply_work(accumulator, work, {}, duplicates)
+    apply_events(accumulator, work, {}, duplicates)
+    requests = accumulator.covariate_requests()
+    if requests is not None:
+        accumulator.add_covariates(
+            _stored_in_windows(conn, prepared.project_id, work, requests, prepared.mark)
+        )
+    changes = accumulator.drain()
     conn.executemany(
         _UPSERT_STATE,
         [
@@ -260,6 +272,71 @@ def _load(conn: sqlite3.Connection, experiment_id: int, uuids: set[str]) -> dict
     return out
 
 
+_WINDOW_COLUMNS = "e.distinct_id, e.event, e.timestamp_ms, e.properties"
+_WINDOWS = (
+    "WITH w(did, lo, hi) AS (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+    "json_extract(value, '$[2]') FROM json_each(?1)) "
+    f"SELECT {_WINDOW_COLUMNS} FROM w CROSS JOIN json_each(?2) AS b "
+    "CROSS JOIN events_by_distinct_id x CROSS JOIN events e "
+    "WHERE x.project_id = ?3 AND x.bucket = b.value AND x.distinct_id = w.did "
+    "AND x.timestamp_ms >= w.lo AND x.timestamp_ms < w.hi AND x.seq <= ?4 "
+    "AND e.seq = x.seq AND e.event IN (SELECT value FROM json_each(?5))"
+)
+"""The indexed events of distinct ids in their windows (``[[distinct id, from, to]...]``), one
+seek per distinct id and bucket."""
+_WINDOWS_TAIL = (
+    f"SELECT {_WINDOW_COLUMNS} FROM events e WHERE e.seq > ?1 AND e.seq <= ?2 "
+    "AND +e.project_id = ?3 AND e.distinct_id IN (SELECT value FROM json_each(?4)) "
+    "AND e.event IN (SELECT value FROM json_each(?5))"
+)
+"""The events of these distinct ids past the index's watermark (a range of ``seq``)."""
+
+
+def _stored_in_windows(
+    conn: sqlite3.Connection,
+    project_id: int,
+    work: BatchWork,
+    requests: CovariateRequests,
+    mark: int,
+) -> list[ExperimentEvent]:
+    """The events stored before the batch (``seq`` up to ``mark``) of the persons asked for,
+    in their windows: those of every distinct id each person has now."""
+    stored: list[tuple[str, str]] = []
+    for chunk in _chunks(sorted(requests.windows)):
+        marks = ",".join("?" * len(chunk))
+        stored += conn.execute(
+            "SELECT p.uuid, d.distinct_id FROM persons p JOIN person_distinct_ids d "
+            f"ON d.person_id = p.id WHERE p.uuid IN ({marks})",
+            chunk,
+        ).fetchall()
+    owners = window_distinct_ids(requests, identities(work, requests.windows), stored)
+    windows = orjson.dumps(
+        [[did, *requests.windows[person]] for did, person in sorted(owners.items())]
+    ).decode()
+    names = orjson.dumps(sorted(requests.events)).decode()
+    rows = conn.execute(
+        _WINDOWS,
+        (
+            windows,
+            orjson.dumps(list(event_index.buckets(conn, project_id))).decode(),
+            project_id,
+            mark,
+            names,
+        ),
+    ).fetchall()
+    rows += conn.execute(
+        _WINDOWS_TAIL,
+        (
+            event_index.watermark(conn),
+            mark,
+            project_id,
+            orjson.dumps(sorted(owners)).decode(),
+            names,
+        ),
+    ).fetchall()
+    return window_events(requests, owners, rows)
+
+
 def _stored_before(
     conn: sqlite3.Connection, project_id: int, uuids: list[str], mark: int
 ) -> set[str]:
@@ -307,7 +384,28 @@ def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: Experi
                 orjson.loads(properties),
             )
 
-    state = recompute(spec, events())
+    def before() -> Iterator[ExperimentEvent]:
+        span = covariate_span(spec)
+        assert span is not None
+        names, first, last = span
+        marks = ",".join("?" * len(names))
+        for distinct_id, name, timestamp_ms, properties, person in conn.execute(
+            "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid FROM events e "
+            "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+            "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
+            f"WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.timestamp_ms <= ? "
+            f"AND e.event IN ({marks})",
+            (project_id, first, last, *names),
+        ):
+            yield ExperimentEvent(
+                person or person_rules.person_uuid(project_id, distinct_id),
+                distinct_id,
+                name,
+                timestamp_ms,
+                orjson.loads(properties),
+            )
+
+    state = recompute(spec, events(), before)
     eid = spec.experiment_id
     conn.execute("DELETE FROM experiment_person_state WHERE experiment_id = ?", (eid,))
     conn.execute("DELETE FROM experiment_totals WHERE experiment_id = ?", (eid,))
