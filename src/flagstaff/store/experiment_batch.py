@@ -25,7 +25,6 @@ import orjson
 
 from flagstaff.common.units import DAY_MS
 from flagstaff.experiments.exposure import (
-    CovariateRequests,
     ExperimentAccumulator,
     ExperimentChanges,
     ExperimentEvent,
@@ -582,44 +581,6 @@ def identities(work: BatchWork, persons: Iterable[str]) -> dict[str, set[str]]:
         if person in wanted:
             found[person].add(distinct_id)
     return found
-
-
-def window_events(
-    requests: CovariateRequests,
-    owners: Mapping[str, str],
-    rows: Iterable[Sequence[Any]],
-) -> list[ExperimentEvent]:
-    """The stored events ``rows`` (distinct id, event, timestamp, properties JSON) of the
-    persons asked for, within their windows, as the person's (``owners``: distinct id ->
-    person uuid)."""
-    windows = requests.windows
-    out: list[ExperimentEvent] = []
-    for distinct_id, name, timestamp_ms, properties in rows:
-        person = owners.get(distinct_id)
-        if person is None:
-            continue
-        low, high = windows[person]
-        if low <= timestamp_ms < high:
-            out.append(
-                ExperimentEvent(person, distinct_id, name, timestamp_ms, orjson.loads(properties))
-            )
-    return out
-
-
-def window_distinct_ids(
-    requests: CovariateRequests, batch: Mapping[str, set[str]], stored: Iterable[Sequence[Any]]
-) -> dict[str, str]:
-    """Per distinct id, its person among those asked for: the batch's (``batch``, from
-    :func:`identities`) and the stored ``(person uuid, distinct id)`` rows."""
-    owners = {
-        distinct_id: person
-        for person, distinct_ids in batch.items()
-        for distinct_id in distinct_ids
-    }
-    for person, distinct_id in stored:
-        if person in requests.windows:
-            owners[distinct_id] = person
-    return owners
 
 
 def recompute(

@@ -10,7 +10,7 @@ project without running experiments costs one indexed read of its definitions ve
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -45,8 +45,6 @@ from flagstaff.store.experiment_batch import (
     retry_candidates,
     running_specs,
     spec_events,
-    window_distinct_ids,
-    window_events,
 )
 from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.experiment_memory import ExperimentMemory, Remembered
@@ -309,7 +307,7 @@ def _stored_in_windows(
             f"ON d.person_id = p.id WHERE p.uuid IN ({marks})",
             chunk,
         ).fetchall()
-    owners = window_distinct_ids(requests, identities(work, requests.windows), stored)
+    owners = _window_owners(requests, identities(work, requests.windows), stored)
     windows = orjson.dumps(
         [[did, *requests.windows[person]] for did, person in sorted(owners.items())]
     ).decode()
@@ -334,7 +332,45 @@ def _stored_in_windows(
             names,
         ),
     ).fetchall()
-    return window_events(requests, owners, rows)
+    return _window_events(requests, owners, rows)
+
+
+def _window_events(
+    requests: CovariateRequests,
+    owners: Mapping[str, str],
+    rows: Iterable[Sequence[Any]],
+) -> list[ExperimentEvent]:
+    """The stored events ``rows`` (distinct id, event, timestamp, properties JSON) of the
+    persons asked for, within their windows, as the person's (``owners``: distinct id ->
+    person uuid)."""
+    windows = requests.windows
+    out: list[ExperimentEvent] = []
+    for distinct_id, name, timestamp_ms, properties in rows:
+        person = owners.get(distinct_id)
+        if person is None:
+            continue
+        low, high = windows[person]
+        if low <= timestamp_ms < high:
+            out.append(
+                ExperimentEvent(person, distinct_id, name, timestamp_ms, orjson.loads(properties))
+            )
+    return out
+
+
+def _window_owners(
+    requests: CovariateRequests, batch: Mapping[str, set[str]], stored: Iterable[Sequence[Any]]
+) -> dict[str, str]:
+    """Per distinct id, its person among those asked for: the batch's (``batch``, from
+    :func:`identities`) and the stored ``(person uuid, distinct id)`` rows."""
+    owners = {
+        distinct_id: person
+        for person, distinct_ids in batch.items()
+        for distinct_id in distinct_ids
+    }
+    for person, distinct_id in stored:
+        if person in requests.windows:
+            owners[distinct_id] = person
+    return owners
 
 
 def _stored_before(
