@@ -7,6 +7,7 @@ computed here from the events sent, and against a recompute."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from flagstaff.common.units import DAY_MS
@@ -15,12 +16,14 @@ from flagstaff.experiments.model import experiment_flag, parse_experiment
 from flagstaff.ingest.model import Event
 from flagstaff.store.base import Store
 from tests.events import T0, event
-from tests.unit.test_experiments_store import START, open_store, run
+from tests.unit.test_experiments_store import open_store, run
 
 __all__ = ["open_store"]
 
 LOOKBACK_DAYS = 2
 LOOKBACK = LOOKBACK_DAYS * DAY_MS
+START_MS = T0 - 5 * DAY_MS // 2
+"""Two and a half days before the exposures: some windows begin before the start."""
 METRICS = [
     {
         "uuid": "spend",
@@ -43,7 +46,7 @@ def definition() -> Any:
         {
             "name": "e",
             "feature_flag_key": "exp",
-            "start_date": START,
+            "start_date": datetime.fromtimestamp(START_MS / 1000, UTC).isoformat(),
             "stats_config": {"cuped": True, "cuped_lookback_days": LOOKBACK_DAYS},
             "metrics": METRICS,
         }
@@ -73,6 +76,7 @@ def batches() -> list[list[Event]]:
             buy("a2", 6, T0 - DAY_MS),  # a2 turns out to be a1
             view("c1", T0 - 5, process_person=False),
             buy("d1", 1, T0 - 7),
+            view("e1", T0 - 3 * DAY_MS),  # before the start; in e1's window once known
         ],
         [
             flag_call("a1", "test", T0),
@@ -80,12 +84,14 @@ def batches() -> list[list[Event]]:
             flag_call("b1", "control", T0 + 10),
             buy("a1", 3, T0 + 20),
             flag_call("d1", "test", T0),
+            flag_call("e1", "test", T0),
         ],
         [
             buy("b1", 2, T0 - 100),  # late: inside b1's window, after its exposure arrived
             retried,  # a retry: counts once
             view("a1", T0),  # at the exposure's instant: after, not a covariate
             flag_call("d1", "control", T0 + 1),  # d1 saw both variants: excluded
+            flag_call("e1", "test", T0 - 2 * DAY_MS),  # late, earlier: e1's window moves
         ],
         [event("$identify", "a1", props={"$anon_distinct_id": "a2"}, ts=T0 + 40)],
         [flag_call("c1", "control", T0 + 50, process_person=False)],
@@ -163,4 +169,5 @@ def test_covariates_kept_at_ingestion_equal_the_events_and_a_recompute(
     assert kept["per-view"] == {"control": (None, None, None), "test": (None, None, None)}
     # the scenario reaches what it is about: a1's window holds a2's buy, b1's the late one
     assert want["spend"] == {"test": (10.0, 100.0, 30.0), "control": (2.0, 4.0, 0.0)}
+    assert want["views"]["test"] == (2.0, 2.0, 1.0)  # a1 (1 before, 1 after) and e1
     assert recomputed == kept
