@@ -3,6 +3,8 @@ events captured through the public endpoints (on the backend the run selects).""
 
 from __future__ import annotations
 
+import calendar
+import random
 import time
 import uuid
 from pathlib import Path
@@ -452,3 +454,131 @@ def test_recompute_command_counts_events_that_arrived_out_of_order(tmp_path: Pat
         assert r.returncode != 0 and "no experiment with id 424242" in r.stderr
     finally:
         srv.stop()
+
+
+# CUPED covariates ------------------------------------------------------------------------
+
+
+def _covariates(results: dict[str, Any]) -> dict[str, dict[str, tuple[Any, Any, Any]]]:
+    """Per metric uuid and variant: (pre_sum, pre_sum_squares, pre_post_sum_product)."""
+    out: dict[str, dict[str, tuple[Any, Any, Any]]] = {}
+    for metric in [*results["metrics"], *results["metrics_secondary"]]:
+        rows = [metric["baseline"], *metric["variant_results"]]
+        out[metric["uuid"]] = {
+            row["key"]: (row["pre_sum"], row["pre_sum_squares"], row["pre_post_sum_product"])
+            for row in rows
+        }
+    return out
+
+
+def _cuped_expected(
+    events: list[dict[str, Any]], lookback_ms: int
+) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """The covariates from the events sent: per person, x over the window before their first
+    exposure and y from it on, for the revenue mean and the purchase funnel."""
+    exposed: dict[str, tuple[int, str]] = {}
+    purchases: dict[str, list[tuple[int, float]]] = {}
+    for e in events:
+        ms = _ms(e["timestamp"])
+        if e["event"] == "$feature_flag_called":
+            variant = e["properties"]["$feature_flag_response"]
+            exposed[e["distinct_id"]] = min(
+                exposed.get(e["distinct_id"], (ms, variant)), (ms, variant)
+            )
+        else:
+            purchases.setdefault(e["distinct_id"], []).append((ms, e["properties"]["amount"]))
+    want: dict[str, dict[str, tuple[float, float, float]]] = {
+        uuid_: {"control": (0, 0, 0), "test": (0, 0, 0)} for uuid_ in ("m-revenue", "m-funnel")
+    }
+    for person, (at, variant) in exposed.items():
+        mine = purchases.get(person, [])
+        before = [amount for ms, amount in mine if at - lookback_ms <= ms < at]
+        after = [amount for ms, amount in mine if ms >= at]
+        for uuid_, x, y in (
+            ("m-revenue", sum(before), sum(after)),
+            ("m-funnel", float(bool(before)), float(bool(after))),
+        ):
+            s, s2, sxy = want[uuid_][variant]
+            want[uuid_][variant] = (s + x, s2 + x * x, sxy + x * y)
+    return want
+
+
+def _ms(iso: str) -> int:
+    """The milliseconds of an :func:`_iso` timestamp."""
+    return calendar.timegm(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S")) * 1000 + int(iso[20:23])
+
+
+def test_cuped_covariates_collected_at_ingestion_and_by_turning_it_on(
+    api: Api, http: httpx.Client
+) -> None:
+    """History before each person's first exposure (some before the experiment's start,
+    some outside the window), exposures, purchases after them; CUPED turned on later
+    rebuilds from the stored events, then late events of the windows and new persons are
+    added at ingestion."""
+    hour = 3_600_000
+    t0 = int(time.time() * 1000) - 600_000
+    created = _create(
+        api,
+        start_date=_iso(t0 - hour),
+        metrics=[_mean(), _funnel()],
+        metrics_secondary=[
+            {
+                "kind": "ExperimentMetric",
+                "metric_type": "ratio",
+                "uuid": "m-ratio",
+                "numerator": {"kind": "EventsNode", "event": "purchase"},
+                "denominator": {"kind": "EventsNode", "event": "$pageview"},
+            }
+        ],
+    )
+    key, eid = created["feature_flag_key"], created["id"]
+    tag = uuid.uuid4().hex[:8]
+    rng = random.Random(38)
+    history, exposures, late = [], [], []
+    for i in range(30):
+        did, variant, at = f"cu{i}-{tag}", ("control", "test")[i % 2], t0 + i * 1000
+        exposures.append(_exposure(key, did, variant, _iso(at)))
+        for _ in range(rng.randint(0, 4)):  # up to two days before: some outside the window
+            when = at - rng.randint(1, 48 * hour)
+            history.append(_event("purchase", did, _iso(when), amount=rng.randint(1, 40)))
+        for _ in range(rng.randint(0, 2)):
+            when = at + rng.randint(0, 60_000)
+            exposures.append(_event("purchase", did, _iso(when), amount=rng.randint(1, 40)))
+        if i % 3 == 0:  # arrives after the exposure, inside the window
+            late.append(_event("purchase", did, _iso(at - rng.randint(1, 23 * hour)), amount=i))
+    _capture(http, history)
+    _capture(http, exposures)
+    sent = history + exposures
+    off = _covariates(api.get(f"{EXPERIMENTS}{eid}/results/").json())
+    assert off["m-revenue"]["test"] == (None, None, None)  # not collected
+
+    r = api.patch(f"{EXPERIMENTS}{eid}/", json={"stats_config": {"cuped": True}})
+    assert r.status_code == 200, r.text
+    results = api.get(f"{EXPERIMENTS}{eid}/results/").json()
+    want = _cuped_expected(sent, 14 * 24 * hour)  # the default lookback
+    assert {u: _covariates(results)[u] for u in want} == want
+
+    r = api.patch(
+        f"{EXPERIMENTS}{eid}/", json={"stats_config": {"cuped": True, "cuped_lookback_days": 1}}
+    )
+    assert r.status_code == 200, r.text
+    want = _cuped_expected(sent, 24 * hour)
+    assert {u: _covariates(api.get(f"{EXPERIMENTS}{eid}/results/").json())[u] for u in want} == want
+    # late events of the windows; a new person with history, exposed in the same request
+    newcomer = f"cu-new-{tag}"
+    more = [
+        *late,
+        _event("purchase", newcomer, _iso(t0 - 2 * hour), amount=11),  # before the start
+        _exposure(key, newcomer, "test", _iso(t0 + 90_000)),
+        _event("purchase", newcomer, _iso(t0 + 95_000), amount=5),
+    ]
+    _capture(http, more)
+    sent += more
+    results = api.get(f"{EXPERIMENTS}{eid}/results/").json()
+    got = _covariates(results)
+    want = _cuped_expected(sent, 24 * hour)
+    assert {u: got[u] for u in want} == want
+    assert got["m-ratio"]["test"] == (None, None, None)  # ratios are not adjusted
+    assert want["m-revenue"]["test"][0] > 0 and want["m-funnel"]["control"][0] > 0
+    r = api.patch(f"{EXPERIMENTS}{eid}/", json={"stats_config": {"cuped_lookback_days": 0}})
+    assert _error(r, 400, "stats_config.cuped_lookback_days")
