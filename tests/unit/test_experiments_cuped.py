@@ -237,3 +237,35 @@ def test_stats_config_cuped_lookback_is_validated() -> None:
     assert cuped().lookback_ms == LOOKBACK
     default = ExperimentSpec(7, parse_experiment(experiment(stats_config={"cuped": True})))
     assert default.lookback_ms == 14 * DAY
+
+
+def test_counted_covariate_events_may_come_as_timestamps() -> None:
+    """A store may give the events that covariates only count as timestamps per person."""
+    rng = random.Random(9)
+    calls = [
+        called(f"p{n}", ("control", "test")[n % 2], rng.randint(0, 3 * DAY)) for n in range(20)
+    ]
+    stored = [
+        event(f"p{rng.randrange(20)}", name, rng.randint(-4 * DAY, 4 * DAY), amount=3)
+        for name in ("$pageview", "purchase", "cart")
+        for _ in range(60)
+    ]
+    one, other = ExperimentAccumulator([cuped()]), ExperimentAccumulator([cuped()])
+    for acc in (one, other):
+        acc.add_many(sorted(calls, key=lambda e: e.timestamp_ms))
+    requests = other.covariate_requests()
+    assert requests is not None and requests.counted == frozenset({"$pageview"})
+    one.add_covariates(stored)
+    stamps: dict[tuple[str, str], list[int]] = {}
+    for e in stored:
+        if e.event in requests.counted:
+            stamps.setdefault((e.person_id, e.event), []).append(e.timestamp_ms)
+    other.add_covariates(
+        [e for e in stored if e.event not in requests.counted],
+        [(person, name, at) for (person, name), at in stamps.items()],
+    )
+    assert _got(other, "pageviews", "test")[0] > 0
+    for metric in ("revenue", "avg-basket", "pageviews", "checkout-funnel"):
+        for variant in ("control", "test"):
+            assert _got(other, metric, variant) == _got(one, metric, variant)
+    assert other.state(7).persons == one.state(7).persons

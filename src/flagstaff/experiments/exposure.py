@@ -40,7 +40,7 @@ accumulator holds the stored totals, the totals themselves).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -510,6 +510,9 @@ class CovariateRequests(msgspec.Struct):
     """Per person, ``[from_ms, to_ms)``: the union of their windows over the experiments."""
     events: frozenset[str]
     """The event names the covariates read."""
+    counted: frozenset[str]
+    """Those of ``events`` every covariate reading them only counts: a store may give
+    their timestamps per person instead of the events (``add_covariates``' ``counts``)."""
 
 
 def _counting_fields(metric: Metric) -> dict[str, Any]:
@@ -771,12 +774,34 @@ class _Running:
                 continue
             if metrics is None:
                 metrics = self.variant_totals(person.variant).metrics
-            metric = metrics[rule.index]
-            after = rule.covariate(pre)
-            metric.pre_sum += after - before
-            metric.pre_sum_squares += after * after - before * before
-            metric.pre_post_sum_product += (after - before) * rule.contribution(person.slots)[0]
+            self._covariate_moved(person, rule, metrics[rule.index], before)
             self.dirty.add(event.person_id)
+
+    def _count_before(
+        self, person_id: str, person: PersonState, rules: list[_Rule], n: int
+    ) -> None:
+        """Apply ``n`` events of the person's lookback window that the covariates reading
+        them only count (``CovariateRequests.counted``)."""
+        metrics = self.variant_totals(person.variant).metrics
+        pre = person.pre
+        for rule in rules:
+            at = rule.pre_offset
+            if at is None:
+                continue
+            before = pre[at]
+            pre[at] = before + n
+            self._covariate_moved(person, rule, metrics[rule.index], before)
+        self.dirty.add(person_id)
+
+    @staticmethod
+    def _covariate_moved(
+        person: PersonState, rule: _Rule, metric: MetricTotals, before: float
+    ) -> None:
+        """The totals, once a person's covariate moved from ``before``."""
+        after = rule.covariate(person.pre)
+        metric.pre_sum += after - before
+        metric.pre_sum_squares += after * after - before * before
+        metric.pre_post_sum_product += (after - before) * rule.contribution(person.slots)[0]
 
     def count(self, name: str, counts: Mapping[str, int], first_ms: int, last_ms: int) -> list[str]:
         """Add ``counts[person]`` events ``name`` (of ``counted``) per exposed person, all between
@@ -978,10 +1003,15 @@ class ExperimentAccumulator:
         after) and gives them to ``add_covariates``, before ``drain``."""
         windows: dict[str, tuple[int, int]] = {}
         names: set[str] = set()
+        read: set[str] = set()
         for running in self._running.values():
             lookback = running.spec.lookback_ms
             if not running.pending or lookback is None:
                 continue
+            for name in running.spec.pre_events:
+                covariates = running.spec.rules_by_event[name]
+                if not all(rule.counts for rule in covariates if rule.pre_offset is not None):
+                    read.add(name)
             persons = running.state.persons
             for person_id in running.pending:
                 person = persons.get(person_id)
@@ -995,12 +1025,29 @@ class ExperimentAccumulator:
             names |= running.spec.pre_events
         if not windows:
             return None
-        return CovariateRequests(windows, frozenset(names))
+        return CovariateRequests(windows, frozenset(names), frozenset(names - read))
 
-    def add_covariates(self, events: Iterable[ExperimentEvent]) -> None:
+    def add_covariates(
+        self,
+        events: Iterable[ExperimentEvent],
+        counts: Iterable[tuple[str, str, Sequence[int]]] = (),
+    ) -> None:
         """Apply the stored events of the persons of ``covariate_requests`` (any order, any
-        of them; each counts only in its person's window of each experiment)."""
+        of them; each counts only in its person's window of each experiment); ``counts``:
+        for events of ``counted`` names, ``(person, name, their timestamps)`` instead."""
         pending = [running for running in self._running.values() if running.pending]
+        for person_id, name, timestamps in counts:
+            for running in pending:
+                person = running.state.persons.get(person_id)
+                lookback = running.spec.lookback_ms
+                if person is None or person.excluded or person_id not in running.pending:
+                    continue
+                assert lookback is not None
+                high = person.exposed_ms
+                low = high - lookback
+                n = sum(1 for at in timestamps if low <= at < high)
+                if n:
+                    running._count_before(person_id, person, running.spec.rules_by_event[name], n)
         for event in events:
             for running in pending:
                 if event.person_id not in running.pending:

@@ -108,15 +108,20 @@ _WINDOWS = (
     "ids AS (SELECT a.u, d.distinct_id AS did, a.lo, a.hi FROM asked a "
     "JOIN persons p ON p.uuid = a.u JOIN person_distinct_ids d ON d.person_id = p.id "
     "UNION SELECT a.u, b.did, a.lo, a.hi FROM unnest($5::text[], $6::uuid[]) AS b(did, u) "
-    "JOIN asked a ON a.u = b.u) "
-    "SELECT ids.u::text, e.distinct_id, e.event, e.timestamp_ms, e.properties FROM ids "
+    "JOIN asked a ON a.u = b.u), "
+    "found AS (SELECT ids.u, e.distinct_id, e.event, e.timestamp_ms, e.properties FROM ids "
     "JOIN events e ON e.project_id = $1 AND e.distinct_id = ids.did "
     "AND e.timestamp_ms >= ids.lo AND e.timestamp_ms < ids.hi "
-    "WHERE e.event = ANY($7::text[]) AND e.xmin <> pg_current_xact_id()::xid"
+    "WHERE e.event = ANY($7::text[]) AND e.xmin <> pg_current_xact_id()::xid) "
+    "SELECT u::text, distinct_id, event, timestamp_ms, properties, NULL::bigint[] FROM found "
+    "WHERE NOT event = ANY($8::text[]) UNION ALL "
+    "SELECT u::text, NULL, event, NULL, NULL, array_agg(timestamp_ms) FROM found "
+    "WHERE event = ANY($8::text[]) GROUP BY u, event"
 )
 """The events stored before this transaction of the persons asked for, in their windows
 (``[from, to)``), by every distinct id each has now (stored, or the batch's): one index range
-per distinct id."""
+per distinct id. Events the covariates only count (``$8``) come as their timestamps per
+person and name."""
 _NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset(), {}, False, {})
 _latest: dict[int, tuple[str, Running]] = {}
 """Per project, the database and running experiments of its last batch in this process: the
@@ -204,7 +209,7 @@ async def update(
     apply_events(accumulator, work, loaded, duplicates)
     requests = accumulator.covariate_requests()
     if requests is not None:
-        accumulator.add_covariates(await _stored_in_windows(conn, project_id, work, requests))
+        accumulator.add_covariates(*await _stored_in_windows(conn, project_id, work, requests))
     changes = sorted(accumulator.drain(), key=lambda c: c.experiment_id)
     if not changes:
         return
@@ -242,7 +247,7 @@ async def update(
 
 async def _stored_in_windows(
     conn: asyncpg.Connection, project_id: int, work: BatchWork, requests: CovariateRequests
-) -> list[ExperimentEvent]:
+) -> tuple[list[ExperimentEvent], list[tuple[str, str, list[int]]]]:
     persons = sorted(requests.windows)
     batch = identities(work, persons)
     pairs = [(did, person) for person, dids in batch.items() for did in sorted(dids)]
@@ -255,11 +260,18 @@ async def _stored_in_windows(
         [did for did, _ in pairs],
         [person for _, person in pairs],
         sorted(requests.events),
+        sorted(requests.counted),
     )
-    return [
-        ExperimentEvent(person, distinct_id, name, timestamp_ms, orjson.loads(properties))
-        for person, distinct_id, name, timestamp_ms, properties in rows
-    ]
+    events: list[ExperimentEvent] = []
+    counts: list[tuple[str, str, list[int]]] = []
+    for person, distinct_id, name, timestamp_ms, properties, stamps in rows:
+        if stamps is None:
+            events.append(
+                ExperimentEvent(person, distinct_id, name, timestamp_ms, orjson.loads(properties))
+            )
+        else:
+            counts.append((person, name, stamps))
+    return events, counts
 
 
 _RESOLVED = (

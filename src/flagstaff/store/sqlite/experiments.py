@@ -173,7 +173,7 @@ def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool)
     requests = accumulator.covariate_requests()
     if requests is not None:
         accumulator.add_covariates(
-            _stored_in_windows(conn, prepared.project_id, work, requests, prepared.mark)
+            *_stored_in_windows(conn, prepared.project_id, work, requests, prepared.mark)
         )
     changes = accumulator.drain()
     conn.executemany(
@@ -298,7 +298,7 @@ def _stored_in_windows(
     work: BatchWork,
     requests: CovariateRequests,
     mark: int,
-) -> list[ExperimentEvent]:
+) -> tuple[list[ExperimentEvent], list[tuple[str, str, list[int]]]]:
     """The events stored before the batch (``seq`` up to ``mark``) of the persons asked for,
     in their windows: those of every distinct id each person has now."""
     stored: list[tuple[str, str]] = []
@@ -341,22 +341,28 @@ def _window_events(
     requests: CovariateRequests,
     owners: Mapping[str, str],
     rows: Iterable[Sequence[Any]],
-) -> list[ExperimentEvent]:
+) -> tuple[list[ExperimentEvent], list[tuple[str, str, list[int]]]]:
     """The stored events ``rows`` (distinct id, event, timestamp, properties JSON) of the
     persons asked for, within their windows, as the person's (``owners``: distinct id ->
-    person uuid)."""
+    person uuid): those only counted as timestamps per person and name, undecoded."""
     windows = requests.windows
+    counted = requests.counted
     out: list[ExperimentEvent] = []
+    stamps: dict[tuple[str, str], list[int]] = {}
     for distinct_id, name, timestamp_ms, properties in rows:
         person = owners.get(distinct_id)
         if person is None:
             continue
         low, high = windows[person]
-        if low <= timestamp_ms < high:
+        if not low <= timestamp_ms < high:
+            continue
+        if name in counted:
+            stamps.setdefault((person, name), []).append(timestamp_ms)
+        else:
             out.append(
                 ExperimentEvent(person, distinct_id, name, timestamp_ms, orjson.loads(properties))
             )
-    return out
+    return out, [(person, name, at) for (person, name), at in stamps.items()]
 
 
 def _window_owners(
