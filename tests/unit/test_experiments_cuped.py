@@ -250,7 +250,11 @@ def test_counted_covariate_events_may_come_as_timestamps() -> None:
         for name in ("$pageview", "purchase", "cart")
         for _ in range(60)
     ]
-    one, other = ExperimentAccumulator([cuped()]), ExperimentAccumulator([cuped()])
+    # another experiment on the same flag reads no pageview
+    revenue = cuped(metrics_secondary=[])
+    revenue.experiment_id = 8
+    one = ExperimentAccumulator([cuped(), revenue])
+    other = ExperimentAccumulator([cuped(), revenue])
     for acc in (one, other):
         acc.add_many(sorted(calls, key=lambda e: e.timestamp_ms))
     requests = other.covariate_requests()
@@ -269,3 +273,4 @@ def test_counted_covariate_events_may_come_as_timestamps() -> None:
         for variant in ("control", "test"):
             assert _got(other, metric, variant) == _got(one, metric, variant)
     assert other.state(7).persons == one.state(7).persons
+    assert other.state(8).persons == one.state(8).persons

@@ -1040,7 +1040,12 @@ class ExperimentAccumulator:
             for running in pending:
                 person = running.state.persons.get(person_id)
                 lookback = running.spec.lookback_ms
-                if person is None or person.excluded or person_id not in running.pending:
+                if (
+                    person is None
+                    or person.excluded
+                    or person_id not in running.pending
+                    or name not in running.spec.pre_events
+                ):
                     continue
                 assert lookback is not None
                 high = person.exposed_ms
