@@ -106,7 +106,8 @@ _UPSERT_TOTALS = (
 _WINDOWS = (
     "WITH asked AS (SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::bigint[]) AS a(u, lo, hi)), "
     "ids AS (SELECT a.u, d.distinct_id AS did, a.lo, a.hi FROM asked a "
-    "JOIN persons p ON p.uuid = a.u JOIN person_distinct_ids d ON d.person_id = p.id "
+    "CROSS JOIN LATERAL (SELECT id FROM persons WHERE uuid = a.u LIMIT 1) p "
+    "JOIN person_distinct_ids d ON d.person_id = p.id "
     "UNION SELECT a.u, b.did, a.lo, a.hi FROM unnest($5::text[], $6::uuid[]) AS b(did, u) "
     "JOIN asked a ON a.u = b.u), "
     "found AS (SELECT ids.u, e.distinct_id, e.event, e.timestamp_ms, e.properties FROM ids "
@@ -120,7 +121,8 @@ _WINDOWS = (
 )
 """The events stored before this transaction of the persons asked for, in their windows
 (``[from, to)``), by every distinct id each has now (stored, or the batch's): one index range
-per distinct id. Events the covariates only count (``$8``) come as their timestamps per
+per distinct id (the persons by uuid one at a time: joined, the planner scanned them all).
+Events the covariates only count (``$8``) come as their timestamps per
 person and name."""
 _NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset(), {}, False, {})
 _latest: dict[int, tuple[str, Running]] = {}
