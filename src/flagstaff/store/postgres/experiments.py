@@ -108,8 +108,10 @@ _WINDOWS = (
     "ids AS (SELECT a.u, d.distinct_id AS did, a.lo, a.hi FROM asked a "
     "CROSS JOIN LATERAL (SELECT id FROM persons WHERE uuid = a.u LIMIT 1) p "
     "JOIN person_distinct_ids d ON d.person_id = p.id "
-    "UNION SELECT a.u, b.did, a.lo, a.hi FROM unnest($5::text[], $6::uuid[]) AS b(did, u) "
-    "JOIN asked a ON a.u = b.u), "
+    "UNION ALL SELECT a.u, b.did, a.lo, a.hi FROM unnest($5::text[], $6::uuid[]) AS b(did, u) "
+    "JOIN asked a ON a.u = b.u LEFT JOIN LATERAL (SELECT 1 AS known FROM person_distinct_ids s "
+    "WHERE s.project_id = $1 AND s.distinct_id = b.did LIMIT 1) s ON true "
+    "WHERE s.known IS NULL), "
     "found AS (SELECT ids.u, e.distinct_id, e.event, e.timestamp_ms, e.properties FROM ids "
     "JOIN events e ON e.project_id = $1 AND e.distinct_id = ids.did "
     "AND e.timestamp_ms >= ids.lo AND e.timestamp_ms < ids.hi "
@@ -121,7 +123,9 @@ _WINDOWS = (
 )
 """The events stored before this transaction of the persons asked for, in their windows
 (``[from, to)``), by every distinct id each has now (stored, or the batch's): one index range
-per distinct id (the persons by uuid one at a time: joined, the planner scanned them all).
+per distinct id. Persons, and the batch's distinct ids (only those not stored, so that no
+union has to remove duplicates), are looked up one at a time (LATERAL ... LIMIT 1): joined,
+the planner hashed them against a scan of the whole table.
 Events the covariates only count (``$8``) come as their timestamps per
 person and name."""
 _NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset(), {}, False, {})
