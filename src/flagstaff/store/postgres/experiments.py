@@ -106,16 +106,13 @@ _UPSERT_TOTALS = (
 _WINDOWS = (
     "WITH asked AS (SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::bigint[]) AS a(u, lo, hi)), "
     "ids AS (SELECT a.u, d.distinct_id AS did, a.lo, a.hi FROM asked a "
-    "CROSS JOIN LATERAL (SELECT id FROM persons WHERE uuid = a.u LIMIT 1) p "
-    "JOIN person_distinct_ids d ON d.person_id = p.id "
-    "UNION ALL SELECT a.u, b.did, a.lo, a.hi FROM unnest($5::text[], $6::uuid[]) AS b(did, u) "
-    "JOIN asked a ON a.u = b.u LEFT JOIN LATERAL (SELECT 1 AS known FROM person_distinct_ids s "
-    "WHERE s.project_id = $1 AND s.distinct_id = b.did LIMIT 1) s ON true "
-    "WHERE s.known IS NULL), "
+    "JOIN persons p ON p.uuid = a.u JOIN person_distinct_ids d ON d.person_id = p.id "
+    "UNION SELECT a.u, b.did, a.lo, a.hi FROM unnest($5::text[], $6::uuid[]) AS b(did, u) "
+    "JOIN asked a ON a.u = b.u), "
     "found AS (SELECT ids.u, e.distinct_id, e.event, e.timestamp_ms, e.properties FROM ids "
-    "CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.project_id = $1 "
-    "AND e.distinct_id = ids.did AND e.timestamp_ms >= ids.lo AND e.timestamp_ms < ids.hi "
-    "AND e.event = ANY($7::text[]) AND e.xmin <> pg_current_xact_id()::xid OFFSET 0) e) "
+    "JOIN events e ON e.project_id = $1 AND e.distinct_id = ids.did "
+    "AND e.timestamp_ms >= ids.lo AND e.timestamp_ms < ids.hi "
+    "WHERE e.event = ANY($7::text[]) AND e.xmin <> pg_current_xact_id()::xid) "
     "SELECT u::text, distinct_id, event, timestamp_ms, properties, NULL::bigint[] FROM found "
     "WHERE NOT event = ANY($8::text[]) UNION ALL "
     "SELECT u::text, NULL, event, NULL, NULL, array_agg(timestamp_ms) FROM found "
@@ -123,12 +120,7 @@ _WINDOWS = (
 )
 """The events stored before this transaction of the persons asked for, in their windows
 (``[from, to)``), by every distinct id each has now (stored, or the batch's): one index range
-per distinct id. Persons, and the batch's distinct ids (only those not stored, so that no
-union has to remove duplicates), are looked up one at a time (LATERAL ... LIMIT 1), and so
-are each distinct id's events (OFFSET 0): joined, the planner hashed them against a scan of
-the whole table when its statistics were stale (200 ms instead of 10 for 100 persons whose
-events were not analyzed yet, as in a month's new partition).
-Events the covariates only count (``$8``) come as their timestamps per
+per distinct id. Events the covariates only count (``$8``) come as their timestamps per
 person and name."""
 _NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset(), {}, False, {})
 _latest: dict[int, tuple[str, Running]] = {}
@@ -259,9 +251,6 @@ async def _stored_in_windows(
     persons = sorted(requests.windows)
     batch = identities(work, persons)
     pairs = [(did, person) for person, dids in batch.items() for did in sorted(dids)]
-    # with stale statistics the estimate can pass jit_above_cost: compiling took 140 ms
-    # of a 10 ms statement (for the rest of the ingest transaction: nothing there gains)
-    await conn.execute("SET LOCAL jit = off")
     rows = await conn.fetch(
         _WINDOWS,
         project_id,
