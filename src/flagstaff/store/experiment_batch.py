@@ -583,6 +583,19 @@ def identities(work: BatchWork, persons: Iterable[str]) -> dict[str, set[str]]:
     return found
 
 
+def resolved_event(project_id: int, row: Sequence[Any]) -> ExperimentEvent:
+    """A recompute's event from a row ``(distinct id, event, timestamp, properties JSON,
+    person uuid now or None)``: an event without a person counts for ``person_uuid``."""
+    distinct_id, name, timestamp_ms, properties, person = row
+    return ExperimentEvent(
+        person or person_rules.person_uuid(project_id, distinct_id),
+        distinct_id,
+        name,
+        timestamp_ms,
+        orjson.loads(properties),
+    )
+
+
 def recompute(
     spec: ExperimentSpec,
     rows: Iterable[ExperimentEvent],

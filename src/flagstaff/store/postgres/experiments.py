@@ -42,6 +42,7 @@ from flagstaff.store.experiment_batch import (
     encode_totals,
     identities,
     merged_away,
+    resolved_event,
     retry_candidates,
     running_specs,
     spec_events,
@@ -303,30 +304,16 @@ async def recompute_experiment(
         spec.exposure_event,
         prefetch=5000,
     )
-    async for distinct_id, name, timestamp_ms, properties, person in cursor:
+    async for row in cursor:
         count += 1
-        accumulator.add(
-            ExperimentEvent(
-                person or person_rules.person_uuid(project_id, distinct_id),
-                distinct_id,
-                name,
-                timestamp_ms,
-                orjson.loads(properties),
-            )
-        )
+        accumulator.add(resolved_event(project_id, row))
     span = covariate_span(spec)
     if span is not None:
         names, first, last = span
         accumulator.add_covariates(
             [
-                ExperimentEvent(
-                    person or person_rules.person_uuid(project_id, distinct_id),
-                    distinct_id,
-                    name,
-                    timestamp_ms,
-                    orjson.loads(properties),
-                )
-                async for distinct_id, name, timestamp_ms, properties, person in conn.cursor(
+                resolved_event(project_id, row)
+                async for row in conn.cursor(
                     _RESOLVED + "WHERE e.project_id = $1 AND e.timestamp_ms >= $2 "
                     "AND e.timestamp_ms <= $3 AND e.event = ANY($4::text[])",
                     project_id,

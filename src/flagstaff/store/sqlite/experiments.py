@@ -42,6 +42,7 @@ from flagstaff.store.experiment_batch import (
     identities,
     merged_away,
     recompute,
+    resolved_event,
     retry_candidates,
     running_specs,
     spec_events,
@@ -399,6 +400,14 @@ def _stored_before(
     return found
 
 
+_RESOLVED = (
+    "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid FROM events e "
+    "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+    "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
+)
+"""Events with the person their distinct id has now (a recompute's reads)."""
+
+
 def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: ExperimentSpec) -> int:
     """Rebuild one experiment's persons and totals from its stored events, in the caller's
     transaction; returns how many events were read. Distinct ids resolve to their person now,
@@ -407,10 +416,7 @@ def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: Experi
     marks = ",".join("?" * len(names))
     start = spec.start_ms if spec.start_ms is not None else 0
     rows = conn.execute(
-        "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid FROM events e "
-        "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
-        "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
-        f"WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.event IN ({marks}) "
+        _RESOLVED + f"WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.event IN ({marks}) "
         "ORDER BY e.timestamp_ms, e.event <> ?, e.seq",  # exposures first at equal times
         (project_id, start, *names, spec.exposure_event),
     )
@@ -418,36 +424,21 @@ def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: Experi
 
     def events() -> Iterator[ExperimentEvent]:
         nonlocal count
-        for distinct_id, name, timestamp_ms, properties, person in rows:
+        for row in rows:
             count += 1
-            yield ExperimentEvent(
-                person or person_rules.person_uuid(project_id, distinct_id),
-                distinct_id,
-                name,
-                timestamp_ms,
-                orjson.loads(properties),
-            )
+            yield resolved_event(project_id, row)
 
     def before() -> Iterator[ExperimentEvent]:
         span = covariate_span(spec)
         assert span is not None
         names, first, last = span
         marks = ",".join("?" * len(names))
-        for distinct_id, name, timestamp_ms, properties, person in conn.execute(
-            "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid FROM events e "
-            "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
-            "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
-            f"WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.timestamp_ms <= ? "
+        for row in conn.execute(
+            _RESOLVED + "WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.timestamp_ms <= ? "
             f"AND e.event IN ({marks})",
             (project_id, first, last, *names),
         ):
-            yield ExperimentEvent(
-                person or person_rules.person_uuid(project_id, distinct_id),
-                distinct_id,
-                name,
-                timestamp_ms,
-                orjson.loads(properties),
-            )
+            yield resolved_event(project_id, row)
 
     state = recompute(spec, events(), before)
     eid = spec.experiment_id
