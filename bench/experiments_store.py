@@ -3,6 +3,7 @@ none, and the results endpoint over HTTP for an experiment with 1M exposed perso
 
     python -m bench.experiments_store [--postgres] [--seconds 8] [--rounds 4] [--persons 1000000]
     python -m bench.experiments_store --store-only [--postgres] [--rounds 3]
+    python -m bench.experiments_store --store-only --cuped [--new-exposures] [--postgres]
 
 Part 1, ingest: wrk posts 100-event `/batch/` requests (posthog-js-like, 10,000 users; of every
 20 events, one `$feature_flag_called` of one of five experiment flags with its variant, one
@@ -29,6 +30,9 @@ CPU time of the ingest writer's step (``apply_ingest``: rules, experiments, SQL,
 transaction per call), on PostgreSQL the wall time of ``store.ingest`` (the round trips are
 the cost there), and the CPU time of this process and of the PostgreSQL backends of its
 database (steadier on a shared machine).
+
+With ``--cuped``, part 3 compares five running experiments without CUPED against the same
+five with it (``--new-exposures``: every flag call exposes a person new to its experiment).
 
 Part 4 (``--batch-path``): what both engines run per batch for the experiments
 (``batch_work``, ``apply_work``), in-process without a store: see :func:`_batch_path`.
