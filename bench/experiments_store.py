@@ -4,6 +4,7 @@ none, and the results endpoint over HTTP for an experiment with 1M exposed perso
     python -m bench.experiments_store [--postgres] [--seconds 8] [--rounds 4] [--persons 1000000]
     python -m bench.experiments_store --skip-ingest --trusted [--postgres]   # all inference on
     python -m bench.experiments_store --store-only [--postgres] [--rounds 3]
+    python -m bench.experiments_store --store-only --cuped [--new-exposures] [--postgres]
 
 Part 1, ingest: wrk posts 100-event `/batch/` requests (posthog-js-like, 10,000 users; of every
 20 events, one `$feature_flag_called` of one of five experiment flags with its variant, one
@@ -30,6 +31,9 @@ CPU time of the ingest writer's step (``apply_ingest``: rules, experiments, SQL,
 transaction per call), on PostgreSQL the wall time of ``store.ingest`` (the round trips are
 the cost there), and the CPU time of this process and of the PostgreSQL backends of its
 database (steadier on a shared machine).
+
+With ``--cuped``, part 3 compares five running experiments without CUPED against the same
+five with it (``--new-exposures``: every flag call exposes a person new to its experiment).
 
 Part 4 (``--batch-path``): what both engines run per batch for the experiments
 (``batch_work``, ``apply_work``), in-process without a store: see :func:`_batch_path`.
@@ -69,6 +73,11 @@ EXPOSED_GOALS = False
 events come from the user its flag call exposed, who keeps one variant per flag (the default
 mix never sends a goal event of an exposed person: flag calls go to users 0 mod 20, purchases
 to 19 mod 20, pageviews to the rest)."""
+NEW_EXPOSURES = False
+"""``--new-exposures`` (part 3): flag calls cycle over all 10,000 users (the n-th call goes to
+user ``n * 7919 % 10000``, its flag is ``n % 5``), so that every call of a run exposes a person
+new to its experiment: with CUPED, each reads its person's events before exposure. By
+default 500 users get the flag calls, all of them exposed while the first calls are made."""
 FLAGS = [f"bench-exp-{i}" for i in range(5)]
 
 _PAGEVIEW = (
@@ -136,13 +145,15 @@ end
     return script
 
 
-def _experiment_body(index: int, flag: str) -> dict[str, Any]:
+def _experiment_body(index: int, flag: str, cuped: bool = False) -> dict[str, Any]:
     """Launched now, as an experiment usually is (launching recomputes from the events
-    after the start date: here none yet)."""
+    after the start date: here none yet; with ``cuped``, also those of the 14 days before)."""
     # bench.experiments' experiment 0 also counts $pageview (then every event concerns it)
     body: dict[str, Any] = msgspec.to_builtins(definition(index if PAGEVIEW_METRIC else index + 1))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     body.update(name=f"bench {index}", feature_flag_key=flag, start_date=now)
+    if cuped:
+        body["stats_config"] = {**body["stats_config"], "cuped": True}
     return body
 
 
@@ -370,21 +381,35 @@ def main() -> None:
         help="goal events from exposed persons (one variant per person and flag)",
     )
     parser.add_argument(
+        "--cuped",
+        action="store_true",
+        help="--store-only: five running without CUPED against five with it (14 days)",
+    )
+    parser.add_argument(
+        "--new-exposures",
+        action="store_true",
+        help="--store-only: every flag call exposes a person new to its experiment",
+    )
+    parser.add_argument(
         "--pageview-metric",
         action="store_true",
         help="the first experiment also counts $pageview: every event concerns it",
     )
     args = parser.parse_args()
-    global PAGEVIEW_METRIC, EXPOSED_GOALS, TRUSTED
+    global PAGEVIEW_METRIC, EXPOSED_GOALS, TRUSTED, NEW_EXPOSURES
     TRUSTED = args.trusted
     PAGEVIEW_METRIC = args.pageview_metric
     EXPOSED_GOALS = args.exposed_goals
+    NEW_EXPOSURES = args.new_exposures
     if args.batch_path:
         _batch_path(args.batch_size, args.rounds)
         return
     if args.store_only:
+        cases = ("five", "cuped") if args.cuped else ("none", "five")
         asyncio.run(
-            _store_ingest(args.postgres, 40_000 // args.batch_size, args.batch_size, args.rounds)
+            _store_ingest(
+                args.postgres, 40_000 // args.batch_size, args.batch_size, args.rounds, cases
+            )
         )
         return
     srv, root = start_server(args.workers, postgres=args.postgres)
@@ -443,6 +468,8 @@ def _writer_events(start: int, count: int) -> list[Any]:
         # from the user its flag call exposed
         block = EXPOSED_GOALS and (kind == 1 or kind % 2 == 0)
         user = ((n - kind if block else n) * 7919) % 10000
+        if kind == 0 and NEW_EXPOSURES:
+            user = (n // 20 * 7919) % 10000
         if kind == 0:
             # one variant per user and flag with --exposed-goals, any variant otherwise
             spread = user // 20 + (n // 20) % 5 if EXPOSED_GOALS else user * 31 + n
@@ -500,7 +527,9 @@ def _timed_step(fn: Any) -> Any:
 def _sqlite_writer(path: Path, project_id: int, work: list[list[Any]]) -> float:
     """CPU time of the ingest writer's own step (``apply_ingest``: rules, experiments, SQL)
     for ``work``, one transaction per call, as the ingest writer process runs it (with its
-    person cache)."""
+    person cache); and, as it does after a commit, the events-by-distinct-id index's step
+    once ``event_index.BATCH`` events are past its watermark."""
+    from flagstaff.store.sqlite import event_index
     from flagstaff.store.sqlite.ingest import apply_ingest
     from flagstaff.store.sqlite.person_cache import PersonCache
     from flagstaff.store.sqlite.protocol import for_writer
@@ -521,13 +550,21 @@ def _sqlite_writer(path: Path, project_id: int, work: list[list[Any]]) -> float:
             conn.execute("BEGIN IMMEDIATE")
             apply_ingest(conn, project_id, events, [], 0, cache)
             conn.execute("COMMIT")
+            if event_index.unindexed(conn) >= event_index.BATCH:
+                conn.execute("BEGIN IMMEDIATE")
+                event_index.index_events(conn)
+                conn.execute("COMMIT")
         return time.process_time() - began
     finally:
         gc.unfreeze()
         conn.close()
 
 
-async def _store_ingest(postgres: bool, batches: int, size: int, rounds: int) -> None:
+async def _store_ingest(
+    postgres: bool, batches: int, size: int, rounds: int, cases: tuple[str, str]
+) -> None:
+    """``cases``: ``none``, ``five`` running, ``cuped`` (five running with CUPED); the first
+    is the reference of the ratio."""
     from flagstaff.experiments.model import experiment_flag
     from flagstaff.store.postgres.store import PostgresStore
     from flagstaff.store.sqlite.store import SQLiteStore
@@ -544,7 +581,7 @@ async def _store_ingest(postgres: bool, batches: int, size: int, rounds: int) ->
     project = await store.create_project("bench")
     n = 0
     created: list[int] = []
-    best = {"none": float("inf"), "five": float("inf")}
+    best = dict.fromkeys(cases, float("inf"))
     best_cpu = dict(best)
     best_step = dict(best)
     if not postgres:  # the experiments' own step, timed apart (its name differs on main)
@@ -558,10 +595,10 @@ async def _store_ingest(postgres: bool, batches: int, size: int, rounds: int) ->
         await store.ingest(project.id, _writer_events(0, 10_000), [])  # the 10,000 persons
         n = 10_000
         for _ in range(rounds):
-            for case in ("none", "five"):
-                if case == "five":
+            for case in cases:
+                if case != "none":
                     for i, flag in enumerate(FLAGS):
-                        parsed = parse_experiment(_experiment_body(i, flag))
+                        parsed = parse_experiment(_experiment_body(i, flag, case == "cuped"))
                         existing = await store.get_flag_by_key(project.id, flag)
                         record = await store.create_experiment(
                             project.id, parsed, existing or experiment_flag(parsed)
@@ -589,23 +626,26 @@ async def _store_ingest(postgres: bool, batches: int, size: int, rounds: int) ->
     finally:
         await store.close()
     events = batches * size
-    none_us, five_us = best["none"] / events * 1e6, best["five"] / events * 1e6
+    names = {"none": "none", "five": "five running", "cuped": "five running with CUPED"}
+    first, second = cases
+    a_us, b_us = best[first] / events * 1e6, best[second] / events * 1e6
     what = "store.ingest, wall time" if postgres else "the ingest writer's apply_ingest, CPU time"
     print(
         f"{what} ({'PostgreSQL' if postgres else 'SQLite'}, {batches} calls "
-        f"of {size} events, best of {rounds}): none {none_us:.1f} us/event, five running "
-        f"{five_us:.1f} us/event, ratio of throughputs {none_us / five_us:.3f}"
+        f"of {size} events, best of {rounds}): {names[first]} {a_us:.1f} us/event, "
+        f"{names[second]} {b_us:.1f} us/event, ratio of throughputs {a_us / b_us:.3f}"
     )
     if not postgres:
         print(
-            f"of which the experiments' own step: none {best_step['none'] / events * 1e6:.2f} "
-            f"us/event, five running {best_step['five'] / events * 1e6:.2f} us/event"
+            f"of which the experiments' own step: {names[first]} "
+            f"{best_step[first] / events * 1e6:.2f} us/event, {names[second]} "
+            f"{best_step[second] / events * 1e6:.2f} us/event"
         )
     if postgres:
-        none_us, five_us = best_cpu["none"] / events * 1e6, best_cpu["five"] / events * 1e6
+        a_us, b_us = best_cpu[first] / events * 1e6, best_cpu[second] / events * 1e6
         print(
-            f"CPU time, this process and its PostgreSQL backends: none {none_us:.1f} us/event, "
-            f"five running {five_us:.1f} us/event, ratio {none_us / five_us:.3f}"
+            f"CPU time, this process and its PostgreSQL backends: {names[first]} {a_us:.1f} "
+            f"us/event, {names[second]} {b_us:.1f} us/event, ratio {a_us / b_us:.3f}"
         )
 
 

@@ -3,6 +3,8 @@ events captured through the public endpoints (on the backend the run selects).""
 
 from __future__ import annotations
 
+import calendar
+import random
 import time
 import uuid
 from pathlib import Path
@@ -615,3 +617,227 @@ def test_project_stats_defaults_fill_what_a_new_experiment_leaves_out(api: Api) 
         json={"name": "x", "feature_flag_key": _key(), "stats_config": {"cuped_lookback_days": 0}},
     )
     _error(r, 400, "stats_config.cuped_lookback_days")
+
+
+# CUPED covariates ------------------------------------------------------------------------
+
+
+def _covariates(results: dict[str, Any]) -> dict[str, dict[str, tuple[Any, Any, Any]]]:
+    """Per metric uuid and variant: (pre_sum, pre_sum_squares, pre_post_sum_product)."""
+    out: dict[str, dict[str, tuple[Any, Any, Any]]] = {}
+    for metric in [*results["metrics"], *results["metrics_secondary"]]:
+        rows = [metric["baseline"], *metric["variant_results"]]
+        out[metric["uuid"]] = {
+            row["key"]: (row["pre_sum"], row["pre_sum_squares"], row["pre_post_sum_product"])
+            for row in rows
+        }
+    return out
+
+
+def _cuped_expected(
+    events: list[dict[str, Any]], lookback_ms: int
+) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """The covariates from the events sent: per person, x over the window before their first
+    exposure and y from it on, for the revenue mean and the purchase funnel."""
+    exposed: dict[str, tuple[int, str]] = {}
+    purchases: dict[str, list[tuple[int, float]]] = {}
+    for e in events:
+        ms = _ms(e["timestamp"])
+        if e["event"] == "$feature_flag_called":
+            variant = e["properties"]["$feature_flag_response"]
+            exposed[e["distinct_id"]] = min(
+                exposed.get(e["distinct_id"], (ms, variant)), (ms, variant)
+            )
+        else:
+            purchases.setdefault(e["distinct_id"], []).append((ms, e["properties"]["amount"]))
+    want: dict[str, dict[str, tuple[float, float, float]]] = {
+        uuid_: {"control": (0, 0, 0), "test": (0, 0, 0)} for uuid_ in ("m-revenue", "m-funnel")
+    }
+    for person, (at, variant) in exposed.items():
+        mine = purchases.get(person, [])
+        before = [amount for ms, amount in mine if at - lookback_ms <= ms < at]
+        after = [amount for ms, amount in mine if ms >= at]
+        for uuid_, x, y in (
+            ("m-revenue", sum(before), sum(after)),
+            ("m-funnel", float(bool(before)), float(bool(after))),
+        ):
+            s, s2, sxy = want[uuid_][variant]
+            want[uuid_][variant] = (s + x, s2 + x * x, sxy + x * y)
+    return want
+
+
+def _ms(iso: str) -> int:
+    """The milliseconds of an :func:`_iso` timestamp."""
+    return calendar.timegm(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S")) * 1000 + int(iso[20:23])
+
+
+def test_cuped_covariates_collected_at_ingestion_and_by_turning_it_on(
+    api: Api, http: httpx.Client
+) -> None:
+    """History before each person's first exposure (some before the experiment's start,
+    some outside the window), exposures, purchases after them; CUPED turned on later
+    rebuilds from the stored events, then late events of the windows and new persons are
+    added at ingestion."""
+    hour = 3_600_000
+    t0 = int(time.time() * 1000) - 600_000
+    created = _create(
+        api,
+        start_date=_iso(t0 - hour),
+        metrics=[_mean(), _funnel()],
+        metrics_secondary=[
+            {
+                "kind": "ExperimentMetric",
+                "metric_type": "ratio",
+                "uuid": "m-ratio",
+                "numerator": {"kind": "EventsNode", "event": "purchase"},
+                "denominator": {"kind": "EventsNode", "event": "$pageview"},
+            }
+        ],
+    )
+    key, eid = created["feature_flag_key"], created["id"]
+    tag = uuid.uuid4().hex[:8]
+    rng = random.Random(38)
+    history, exposures, late = [], [], []
+    for i in range(30):
+        did, variant, at = f"cu{i}-{tag}", ("control", "test")[i % 2], t0 + i * 1000
+        exposures.append(_exposure(key, did, variant, _iso(at)))
+        for _ in range(rng.randint(0, 4)):  # up to two days before: some outside the window
+            when = at - rng.randint(1, 48 * hour)
+            history.append(_event("purchase", did, _iso(when), amount=rng.randint(1, 40)))
+        for _ in range(rng.randint(0, 2)):
+            when = at + rng.randint(0, 60_000)
+            exposures.append(_event("purchase", did, _iso(when), amount=rng.randint(1, 40)))
+        if i % 3 == 0:  # arrives after the exposure, inside the window
+            late.append(_event("purchase", did, _iso(at - rng.randint(1, 23 * hour)), amount=i))
+    _capture(http, history)
+    _capture(http, exposures)
+    sent = history + exposures
+    off = _covariates(api.get(f"{EXPERIMENTS}{eid}/results/").json())
+    assert off["m-revenue"]["test"] == (None, None, None)  # not collected
+
+    r = api.patch(f"{EXPERIMENTS}{eid}/", json={"stats_config": {"cuped": True}})
+    assert r.status_code == 200, r.text
+    results = api.get(f"{EXPERIMENTS}{eid}/results/").json()
+    want = _cuped_expected(sent, 14 * 24 * hour)  # the default lookback
+    assert {u: _covariates(results)[u] for u in want} == want
+
+    r = api.patch(
+        f"{EXPERIMENTS}{eid}/", json={"stats_config": {"cuped": True, "cuped_lookback_days": 1}}
+    )
+    assert r.status_code == 200, r.text
+    want = _cuped_expected(sent, 24 * hour)
+    assert {u: _covariates(api.get(f"{EXPERIMENTS}{eid}/results/").json())[u] for u in want} == want
+    # late events of the windows; a new person with history, exposed in the same request
+    newcomer = f"cu-new-{tag}"
+    more = [
+        *late,
+        _event("purchase", newcomer, _iso(t0 - 2 * hour), amount=11),  # before the start
+        _exposure(key, newcomer, "test", _iso(t0 + 90_000)),
+        _event("purchase", newcomer, _iso(t0 + 95_000), amount=5),
+    ]
+    _capture(http, more)
+    sent += more
+    results = api.get(f"{EXPERIMENTS}{eid}/results/").json()
+    got = _covariates(results)
+    want = _cuped_expected(sent, 24 * hour)
+    assert {u: got[u] for u in want} == want
+    assert got["m-ratio"]["test"] == (None, None, None)  # ratios are not adjusted
+    assert want["m-revenue"]["test"][0] > 0 and want["m-funnel"]["control"][0] > 0
+    r = api.patch(f"{EXPERIMENTS}{eid}/", json={"stats_config": {"cuped_lookback_days": 0}})
+    assert _error(r, 400, "stats_config.cuped_lookback_days")
+
+
+def test_cuped_results_agree_with_gbstats_end_to_end(api: Api, http: httpx.Client) -> None:
+    """Each person's purchases in the 14 days before their exposure (some before the start)
+    and after it, through /batch/; the CUPED results through the API against gbstats 0.8.0's
+    regression-adjusted tests on the per-person values the test computes from the same events,
+    fixed-horizon and then sequential."""
+    from gbstats.frequentist.tests import (
+        FrequentistConfig,
+        SequentialConfig,
+        SequentialTwoSidedTTest,
+        TwoSidedTTest,
+    )
+    from gbstats.models import statistics as gb
+
+    hour, day = 3_600_000, 86_400_000
+    t0 = int(time.time() * 1000) - 600_000
+    created = _create(
+        api,
+        start_date=_iso(t0 - hour),
+        metrics=[_mean(), _funnel()],
+        stats_config={"method": "frequentist", "cuped": True},
+    )
+    key, eid, tag = created["feature_flag_key"], created["id"], uuid.uuid4().hex[:8]
+    rng = random.Random(3838)
+    wire: list[dict[str, Any]] = []
+    # per variant, per person: (pre revenue, post revenue, bought before, bought after)
+    persons: dict[str, list[tuple[float, float, float, float]]] = {"control": [], "test": []}
+    for i in range(240):
+        variant = ("control", "test")[i % 2]
+        did, at = f"cg{i}-{tag}", t0 + i * 500
+        habit = rng.randint(0, 3)  # what a person buys before predicts what they buy after
+        pre = [float(rng.randint(5, 30)) for _ in range(rng.randint(0, habit + 1))]
+        post = [
+            float(rng.randint(5, 30) + (4 if variant == "test" else 0))
+            for _ in range(rng.randint(0, habit + 1))
+        ]
+        for amount in pre:  # inside the window, some days before the experiment started
+            wire.append(_event("purchase", did, _iso(at - rng.randint(1, 13 * day)), amount=amount))
+        wire.append(_event("purchase", did, _iso(at - 15 * day), amount=99))  # outside it
+        wire.append(_exposure(key, did, variant, _iso(at)))
+        for k, amount in enumerate(post):
+            wire.append(_event("purchase", did, _iso(at + 1_000 + k), amount=amount))
+        persons[variant].append((sum(pre), sum(post), float(bool(pre)), float(bool(post))))
+    _capture(http, wire)
+
+    def group(variant: str, funnel: bool) -> gb.RegressionAdjustedStatistic:
+        rows = persons[variant]
+        pre = [r[2] if funnel else r[0] for r in rows]
+        post = [r[3] if funnel else r[1] for r in rows]
+        n = len(rows)
+        pre_stat: Any
+        post_stat: Any
+        if funnel:
+            pre_stat, post_stat = (
+                gb.ProportionStatistic(n=n, sum=sum(pre)),
+                gb.ProportionStatistic(n=n, sum=sum(post)),
+            )
+        else:
+            pre_stat = gb.SampleMeanStatistic(
+                n=n, sum=sum(pre), sum_squares=sum(x * x for x in pre)
+            )
+            post_stat = gb.SampleMeanStatistic(
+                n=n, sum=sum(post), sum_squares=sum(y * y for y in post)
+            )
+        return gb.RegressionAdjustedStatistic(
+            n=n,
+            post_statistic=post_stat,
+            pre_statistic=pre_stat,
+            post_pre_sum_of_products=sum(x * y for x, y in zip(pre, post, strict=True)),
+            theta=0,
+        )
+
+    def check(results: dict[str, Any], sequential: bool) -> None:
+        assert results["stats_config_applied"]["cuped"] is True
+        assert results["stats_config_applied"]["sequential"] is sequential
+        for metric in results["metrics"]:
+            funnel = metric["metric_type"] == "funnel"
+            control, test = group("control", funnel), group("test", funnel)
+            expected = (
+                SequentialTwoSidedTTest(control, test, SequentialConfig())
+                if sequential
+                else TwoSidedTTest(control, test, FrequentistConfig())
+            ).compute_result()
+            (variant,) = metric["variant_results"]
+            assert 0 < variant["cuped_variance_reduction"] < 1
+            assert variant["p_value"] == pytest.approx(expected.p_value, abs=1e-6, rel=1e-6)
+            assert variant["confidence_interval"] == pytest.approx(expected.ci, abs=1e-6, rel=1e-6)
+
+    check(api.get(f"{EXPERIMENTS}{eid}/results/").json(), sequential=False)
+    r = api.patch(
+        f"{EXPERIMENTS}{eid}/",
+        json={"stats_config": {"method": "frequentist", "cuped": True, "sequential": True}},
+    )
+    assert r.status_code == 200, r.text
+    check(api.get(f"{EXPERIMENTS}{eid}/results/").json(), sequential=True)

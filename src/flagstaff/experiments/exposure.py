@@ -40,13 +40,14 @@ accumulator holds the stored totals, the totals themselves).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
 
 from flagstaff.common.units import DAY_MS
 from flagstaff.experiments.model import (
+    DEFAULT_CUPED_LOOKBACK_DAYS,
     DEFAULT_EXPOSURE_EVENT,
     EventsNode,
     ExperimentDefinition,
@@ -54,6 +55,7 @@ from flagstaff.experiments.model import (
     MeanMetric,
     Metric,
     PropertyFilter,
+    StatsConfig,
     holdout_variant_key,
 )
 from flagstaff.flags.operators import compile_test
@@ -61,6 +63,7 @@ from flagstaff.flags.values import to_number
 from flagstaff.ingest.event_names import FLAG_PROPERTY, FLAG_RESPONSE_PROPERTY
 
 __all__ = [
+    "CovariateRequests",
     "ExperimentAccumulator",
     "ExperimentChanges",
     "ExperimentEvent",
@@ -72,6 +75,7 @@ __all__ = [
     "PersonState",
     "VariantStatistics",
     "VariantTotals",
+    "cuped_lookback_ms",
     "decode_state",
     "encode_state",
     "summarize",
@@ -98,6 +102,10 @@ class PersonState(msgspec.Struct, array_like=True):
     excluded: bool
     slots: list[float]
     """Per metric, in the spec's order: see ``_Rule.width``."""
+    pre: list[float] = msgspec.field(default_factory=list)
+    """With CUPED, per mean or funnel metric, the person's slots over the lookback window
+    before ``exposed_ms`` (see ``_Rule.pre_width``); empty otherwise (one byte encoded).
+    States stored before it existed decode with it empty."""
 
 
 class MetricTotals(msgspec.Struct, array_like=True):
@@ -109,6 +117,11 @@ class MetricTotals(msgspec.Struct, array_like=True):
     denominator_sum_squares: float = 0.0
     numerator_denominator_sum_product: float = 0.0
     step_counts: list[int] = msgspec.field(default_factory=list)
+    pre_sum: float = 0.0
+    """With CUPED, the sums of the persons' covariate x (the metric's value before their
+    exposure), of x² and of x·y (y: the value ``sum`` adds up)."""
+    pre_sum_squares: float = 0.0
+    pre_post_sum_product: float = 0.0
 
 
 class VariantTotals(msgspec.Struct, array_like=True):
@@ -153,6 +166,8 @@ class VariantStatistics(msgspec.Struct, kw_only=True):
     numerator_denominator_sum_product: float | None = None
     step_counts: list[int] | None = None
     pre_sum: float | None = None
+    """With CUPED on a mean or funnel metric: the sums over the exposed persons of their
+    covariate x, x² and x·y (see ``MetricTotals``); None otherwise."""
     pre_sum_squares: float | None = None
     pre_post_sum_product: float | None = None
 
@@ -252,6 +267,7 @@ class _Rule:
         "metric_type",
         "offset",
         "plain",
+        "pre_offset",
         "simple",
         "sources",
         "steps",
@@ -262,6 +278,8 @@ class _Rule:
     def __init__(self, index: int, offset: int, metric: Metric) -> None:
         self.index = index
         self.offset = offset
+        self.pre_offset: int | None = None
+        """Where the covariate's slots are in ``PersonState.pre`` (None: no covariate)."""
         window = metric.window_seconds()
         self.window_ms = None if window is None else int(window * 1000)
         if isinstance(metric, FunnelMetric):
@@ -288,6 +306,47 @@ class _Rule:
         self.plain = len(self.sources) == 2 and self.width == 2
         """A ratio of two sums or counts (no average): one slot each."""
 
+    @property
+    def pre_width(self) -> int:
+        """The covariate's slots: a funnel's last step done (0 or 1), a mean's source over
+        the lookback window (as ``width``); a ratio has none (not adjusted)."""
+        if self.steps:
+            return 1
+        return self.sources[0].width if self.metric_type == "mean" else 0
+
+    def pre_events(self) -> set[str]:
+        """The events the covariate reads: a funnel's last step, a mean's source."""
+        if self.steps:
+            return {self.steps[-1][0]}
+        return {self.sources[0].event} if self.metric_type == "mean" else set()
+
+    def covariate(self, pre: list[float]) -> float:
+        at = self.pre_offset
+        assert at is not None
+        if self.steps:
+            return pre[at]
+        return self.sources[0].value(pre, at)
+
+    def apply_before(self, pre: list[float], event: str, properties: dict[str, Any]) -> bool:
+        """Apply an event of the lookback window to the covariate's slots; False when it
+        changes nothing."""
+        at = self.pre_offset
+        assert at is not None
+        if self.steps:
+            name, matcher = self.steps[-1]
+            if pre[at] or name != event or (matcher is not None and not matcher(properties)):
+                return False
+            pre[at] = 1.0
+            return True
+        source = self.sources[0]
+        if source.event != event:
+            return False
+        added = source.increment(properties)
+        if added is None:
+            return False
+        source.add(pre, at, added)
+        return True
+
     def events(self) -> set[str]:
         if self.steps:
             return {event for event, _ in self.steps}
@@ -304,11 +363,17 @@ class _Rule:
         )
 
     def apply(
-        self, slots: list[float], metric: MetricTotals, event: str, properties: dict[str, Any]
+        self,
+        slots: list[float],
+        metric: MetricTotals,
+        event: str,
+        properties: dict[str, Any],
+        pre: list[float],
     ) -> bool:
         """Apply one event to the person's slots and the totals of their variant, by the
         difference it makes; False when it changes nothing (the common case, checked before
-        any arithmetic). Not for ``simple`` rules, which the caller updates in place."""
+        any arithmetic). Not for ``simple`` rules, which the caller updates in place.
+        ``pre``: the person's covariate slots (read only with a covariate)."""
         at = self.offset
         steps = self.steps
         if steps:
@@ -323,6 +388,8 @@ class _Rule:
             if reached + 1 == len(steps):
                 metric.sum += 1.0
                 metric.sum_squares += 1.0
+                if self.pre_offset is not None:
+                    metric.pre_post_sum_product += pre[self.pre_offset]
             return True
         if len(self.sources) == 1:  # an average: its value is not its sum
             source = self.sources[0]
@@ -334,6 +401,8 @@ class _Rule:
             new_value = source.value(slots, at)
             metric.sum += new_value - value
             metric.sum_squares += new_value * new_value - value * value
+            if self.pre_offset is not None:
+                metric.pre_post_sum_product += (new_value - value) * self.covariate(pre)
             return True
         numerator, denominator = self.sources
         added = numerator.increment(properties) if numerator.event == event else None
@@ -417,6 +486,35 @@ def _add_contribution(totals: MetricTotals, contribution: Contribution, sign: in
         totals.step_counts[step] += sign
 
 
+def _add_covariate(totals: MetricTotals, covariate: float, value: float, sign: int) -> None:
+    """Add (``sign`` -1: take out) a person's covariate x with their value y."""
+    if covariate:
+        totals.pre_sum += sign * covariate
+        totals.pre_sum_squares += sign * covariate * covariate
+        totals.pre_post_sum_product += sign * covariate * value
+
+
+def cuped_lookback_ms(config: StatsConfig) -> int | None:
+    """The covariate's window before first exposure when CUPED is on, else None."""
+    if not config.cuped:
+        return None
+    days = config.cuped_lookback_days
+    return (DEFAULT_CUPED_LOOKBACK_DAYS if days is None else days) * DAY_MS
+
+
+class CovariateRequests(msgspec.Struct):
+    """The persons whose covariate the stored events must give (see
+    ``ExperimentAccumulator.covariate_requests``)."""
+
+    windows: dict[str, tuple[int, int]]
+    """Per person, ``[from_ms, to_ms)``: the union of their windows over the experiments."""
+    events: frozenset[str]
+    """The event names the covariates read."""
+    counted: frozenset[str]
+    """Those of ``events`` every covariate reading them only counts: a store may give
+    their timestamps per person instead of the events (``add_covariates``' ``counts``)."""
+
+
 def _counting_fields(metric: Metric) -> dict[str, Any]:
     """What decides a metric's numbers (a new name or goal needs no recompute)."""
     fields = msgspec.to_builtins(metric)
@@ -477,6 +575,17 @@ class ExperimentSpec:
             self.rules.append(rule)
             self.metric_uuids.append(metric.uuid)
         self.width = offset
+        self.lookback_ms = cuped_lookback_ms(definition.stats_config)
+        """CUPED's window before first exposure (None: CUPED off, no covariates)."""
+        self.pre_width = 0
+        self.pre_events: frozenset[str] = frozenset()
+        """The events a covariate reads (those of the window before exposure that count)."""
+        if self.lookback_ms is not None:
+            for rule in self.rules:
+                if rule.pre_width:
+                    rule.pre_offset = self.pre_width
+                    self.pre_width += rule.pre_width
+                    self.pre_events |= rule.pre_events()
         self.rules_by_event: dict[str, list[_Rule]] = {}
         for rule in self.rules:
             for event in rule.events():
@@ -512,6 +621,9 @@ class ExperimentSpec:
                         if definition.metrics_guardrail
                         else []
                     ),
+                    # with CUPED only: the fingerprints of experiments without it stay as
+                    # they were (turning it on rebuilds the state from stored events)
+                    *([["cuped", self.lookback_ms]] if self.lookback_ms is not None else []),
                 ]
             )
         ).hexdigest()[:32]
@@ -531,13 +643,16 @@ class ExperimentSpec:
 class _Running:
     """One experiment's spec and state inside the accumulator."""
 
-    __slots__ = ("dirty", "since_drain", "spec", "state")
+    __slots__ = ("dirty", "pending", "since_drain", "spec", "state")
 
     def __init__(self, spec: ExperimentSpec, state: ExperimentState, increments: bool) -> None:
         self.spec = spec
         self.state = state
         self.dirty: set[str] = set()
         self.since_drain = _copy(state.totals, ExperimentTotals) if increments else None
+        self.pending: set[str] = set()
+        """With CUPED, the persons whose covariate the stored events must give (newly
+        exposed, exposed earlier than known, merged): see ``covariate_requests``."""
 
     def variant_totals(self, variant: str) -> VariantTotals:
         totals = self.state.totals.variants.get(variant)
@@ -549,24 +664,50 @@ class _Running:
         totals = self.variant_totals(person.variant)
         totals.exposed -= 1
         _add_day(totals.days, person.exposed_ms // DAY_MS, -1)
-        for rule in self.spec.rules:
-            _add_contribution(totals.metrics[rule.index], rule.contribution(person.slots), -1)
+        self._add_values(totals, person, -1)
 
     def _insert(self, person: PersonState) -> None:
         totals = self.variant_totals(person.variant)
         totals.exposed += 1
         _add_day(totals.days, person.exposed_ms // DAY_MS, 1)
+        self._add_values(totals, person, 1)
+
+    def _add_values(self, totals: VariantTotals, person: PersonState, sign: int) -> None:
         for rule in self.spec.rules:
-            _add_contribution(totals.metrics[rule.index], rule.contribution(person.slots), 1)
+            contribution = rule.contribution(person.slots)
+            metric = totals.metrics[rule.index]
+            _add_contribution(metric, contribution, sign)
+            if rule.pre_offset is not None:
+                _add_covariate(metric, rule.covariate(person.pre), contribution[0], sign)
+
+    def _refetch(self, person_id: str, person: PersonState) -> None:
+        """Clear an exposed person's covariate (taken out of the totals) for the stored
+        events to give it again: their window or their identities changed."""
+        if self.spec.lookback_ms is None or person.excluded:
+            return
+        self.dirty.add(person_id)
+        if any(person.pre):
+            metrics = self.variant_totals(person.variant).metrics
+            for rule in self.spec.rules:
+                if rule.pre_offset is not None:
+                    value = rule.contribution(person.slots)[0]
+                    _add_covariate(metrics[rule.index], rule.covariate(person.pre), value, -1)
+            person.pre = [0.0] * self.spec.pre_width
+        self.pending.add(person_id)
 
     def expose(self, person_id: str, variant: str, timestamp_ms: int) -> None:
         persons = self.state.persons
         person = persons.get(person_id)
         if person is None:
-            persons[person_id] = PersonState(variant, timestamp_ms, False, [0.0] * self.spec.width)
+            spec = self.spec
+            persons[person_id] = PersonState(
+                variant, timestamp_ms, False, [0.0] * spec.width, [0.0] * spec.pre_width
+            )
             totals = self.variant_totals(variant)
             totals.exposed += 1  # zero values add nothing else
             _add_day(totals.days, timestamp_ms // DAY_MS, 1)
+            if spec.lookback_ms is not None:
+                self.pending.add(person_id)
         elif person.excluded:
             return
         elif person.variant != variant:
@@ -582,6 +723,7 @@ class _Running:
                 _add_day(days, before, -1)
                 _add_day(days, after, 1)
             person.exposed_ms = timestamp_ms
+            self._refetch(person_id, person)  # the window moved earlier
         else:
             return
         self.dirty.add(person_id)
@@ -592,6 +734,9 @@ class _Running:
             return
         timestamp = event.timestamp_ms
         if timestamp < person.exposed_ms:
+            lookback = self.spec.lookback_ms
+            if lookback is not None and timestamp >= person.exposed_ms - lookback:
+                self._measure_before(person, rules, event)
             return
         end = self.spec.end_ms
         if end is not None and timestamp > end:
@@ -615,14 +760,59 @@ class _Running:
                 metric = metrics[rule.index]
                 metric.sum += increment
                 metric.sum_squares += new * new - old * old
+                if rule.pre_offset is not None:
+                    metric.pre_post_sum_product += increment * person.pre[rule.pre_offset]
                 changed = True
                 continue
             if metrics is None:
                 metrics = self.variant_totals(person.variant).metrics
-            if rule.apply(person.slots, metrics[rule.index], event.event, properties):
+            if rule.apply(person.slots, metrics[rule.index], event.event, properties, person.pre):
                 changed = True
         if changed:
             self.dirty.add(event.person_id)
+
+    def _measure_before(
+        self, person: PersonState, rules: list[_Rule], event: ExperimentEvent
+    ) -> None:
+        """Apply an event of the person's lookback window to their covariates."""
+        metrics = None
+        pre = person.pre
+        for rule in rules:
+            if rule.pre_offset is None:
+                continue
+            before = rule.covariate(pre)
+            if not rule.apply_before(pre, event.event, event.properties):
+                continue
+            if metrics is None:
+                metrics = self.variant_totals(person.variant).metrics
+            self._covariate_moved(person, rule, metrics[rule.index], before)
+            self.dirty.add(event.person_id)
+
+    def _count_before(
+        self, person_id: str, person: PersonState, rules: list[_Rule], n: int
+    ) -> None:
+        """Apply ``n`` events of the person's lookback window that the covariates reading
+        them only count (``CovariateRequests.counted``)."""
+        metrics = self.variant_totals(person.variant).metrics
+        pre = person.pre
+        for rule in rules:
+            at = rule.pre_offset
+            if at is None:
+                continue
+            before = pre[at]
+            pre[at] = before + n
+            self._covariate_moved(person, rule, metrics[rule.index], before)
+        self.dirty.add(person_id)
+
+    @staticmethod
+    def _covariate_moved(
+        person: PersonState, rule: _Rule, metric: MetricTotals, before: float
+    ) -> None:
+        """The totals, once a person's covariate moved from ``before``."""
+        after = rule.covariate(person.pre)
+        metric.pre_sum += after - before
+        metric.pre_sum_squares += after * after - before * before
+        metric.pre_post_sum_product += (after - before) * rule.contribution(person.slots)[0]
 
     def count(self, name: str, counts: Mapping[str, int], first_ms: int, last_ms: int) -> list[str]:
         """Add ``counts[person]`` events ``name`` (of ``counted``) per exposed person, all between
@@ -652,6 +842,8 @@ class _Running:
                 metric = metrics[rule.index]
                 metric.sum += count
                 metric.sum_squares += new * new - old * old
+                if rule.pre_offset is not None:
+                    metric.pre_post_sum_product += count * person.pre[rule.pre_offset]
             dirty.add(person_id)
         return later
 
@@ -659,12 +851,19 @@ class _Running:
         persons = self.state.persons
         source = persons.pop(source_id, None)
         if source is None:
+            target = persons.get(target_id)
+            if target is not None:  # the source's events before exposure are the target's now
+                self._refetch(target_id, target)
             return
         self.dirty.add(source_id)
         self.dirty.add(target_id)
+        if source_id in self.pending:
+            self.pending.discard(source_id)
+            self.pending.add(target_id)
         target = persons.get(target_id)
         if target is None:
             persons[target_id] = source
+            self._refetch(target_id, source)  # the target's identities count too
             return
         totals = self.state.totals
         if source.excluded and target.excluded:
@@ -686,6 +885,10 @@ class _Running:
             target.exposed_ms = source.exposed_ms
         for rule in self.spec.rules:
             rule.merge(target.slots, source.slots)
+        if self.spec.lookback_ms is not None:
+            # given again by the stored events of both identities, over the merged window
+            target.pre = [0.0] * self.spec.pre_width
+            self.pending.add(target_id)
         self._insert(target)
 
 
@@ -804,6 +1007,74 @@ class ExperimentAccumulator:
         for running in self._running.values():
             running.merge(source_person_id, target_person_id)
 
+    def covariate_requests(self) -> CovariateRequests | None:
+        """The persons whose covariates the stored events must give, and the window of
+        each (None: nobody). A store reads those persons' events in their window stored
+        before the batch (those of the batch are applied by ``add``/``measure``, before or
+        after) and gives them to ``add_covariates``, before ``drain``."""
+        windows: dict[str, tuple[int, int]] = {}
+        names: set[str] = set()
+        read: set[str] = set()
+        for running in self._running.values():
+            lookback = running.spec.lookback_ms
+            if not running.pending or lookback is None:
+                continue
+            for name in running.spec.pre_events:
+                covariates = running.spec.rules_by_event[name]
+                if not all(rule.counts for rule in covariates if rule.pre_offset is not None):
+                    read.add(name)
+            persons = running.state.persons
+            for person_id in running.pending:
+                person = persons.get(person_id)
+                if person is None or person.excluded:
+                    continue
+                low, high = person.exposed_ms - lookback, person.exposed_ms
+                known = windows.get(person_id)
+                if known is not None:
+                    low, high = min(low, known[0]), max(high, known[1])
+                windows[person_id] = (low, high)
+            names |= running.spec.pre_events
+        if not windows:
+            return None
+        return CovariateRequests(windows, frozenset(names), frozenset(names - read))
+
+    def add_covariates(
+        self,
+        events: Iterable[ExperimentEvent],
+        counts: Iterable[tuple[str, str, Sequence[int]]] = (),
+    ) -> None:
+        """Apply the stored events of the persons of ``covariate_requests`` (any order, any
+        of them; each counts only in its person's window of each experiment); ``counts``:
+        for events of ``counted`` names, ``(person, name, their timestamps)`` instead."""
+        pending = [running for running in self._running.values() if running.pending]
+        for person_id, name, timestamps in counts:
+            for running in pending:
+                person = running.state.persons.get(person_id)
+                lookback = running.spec.lookback_ms
+                if (
+                    person is None
+                    or person.excluded
+                    or person_id not in running.pending
+                    or name not in running.spec.pre_events
+                ):
+                    continue
+                assert lookback is not None
+                high = person.exposed_ms
+                low = high - lookback
+                n = sum(1 for at in timestamps if low <= at < high)
+                if n:
+                    running._count_before(person_id, person, running.spec.rules_by_event[name], n)
+        for event in events:
+            for running in pending:
+                if event.person_id not in running.pending:
+                    continue
+                person = running.state.persons.get(event.person_id)
+                rules = running.spec.rules_by_event.get(event.event)
+                if person is not None and rules and event.timestamp_ms < person.exposed_ms:
+                    running.measure(person, rules, event)
+        for running in pending:
+            running.pending = set()
+
     def load_persons(self, experiment_id: int, persons: Mapping[str, PersonState]) -> None:
         """Bring stored persons into memory (their totals are already in the stored totals)."""
         self._running[experiment_id].state.persons.update(persons)
@@ -830,6 +1101,7 @@ class ExperimentAccumulator:
                 totals = _difference(current, running.since_drain)
                 running.since_drain = _copy(current, ExperimentTotals)
             running.dirty = set()
+            running.pending = set()
             changes.append(ExperimentChanges(experiment_id, changed, totals))
         return changes
 
@@ -853,6 +1125,9 @@ def _difference(current: ExperimentTotals, before: ExperimentTotals) -> Experime
                 a.denominator_sum_squares - b.denominator_sum_squares,
                 a.numerator_denominator_sum_product - b.numerator_denominator_sum_product,
                 [x - y for x, y in zip(a.step_counts, b.step_counts, strict=True)],
+                a.pre_sum - b.pre_sum,
+                a.pre_sum_squares - b.pre_sum_squares,
+                a.pre_post_sum_product - b.pre_post_sum_product,
             )
             for a, b in zip(now.metrics, then.metrics, strict=True)
         ]
@@ -883,6 +1158,9 @@ def add_totals(into: ExperimentTotals, increment: ExperimentTotals) -> None:
             metric.step_counts = [
                 x + y for x, y in zip(metric.step_counts, more.step_counts, strict=True)
             ]
+            metric.pre_sum += more.pre_sum
+            metric.pre_sum_squares += more.pre_sum_squares
+            metric.pre_post_sum_product += more.pre_post_sum_product
 
 
 def summarize(spec: ExperimentSpec, totals: ExperimentTotals) -> ExperimentSummary:
@@ -900,6 +1178,7 @@ def summarize(spec: ExperimentSpec, totals: ExperimentTotals) -> ExperimentSumma
         days[key] = dict(sorted(variant.days.items()))
         for rule, metric in zip(spec.rules, variant.metrics, strict=True):
             ratio = rule.metric_type == "ratio"
+            cuped = rule.pre_offset is not None
             metrics[spec.metric_uuids[rule.index]].append(
                 VariantStatistics(
                     key=key,
@@ -912,6 +1191,9 @@ def summarize(spec: ExperimentSpec, totals: ExperimentTotals) -> ExperimentSumma
                         metric.numerator_denominator_sum_product if ratio else None
                     ),
                     step_counts=list(metric.step_counts) if rule.steps else None,
+                    pre_sum=metric.pre_sum if cuped else None,
+                    pre_sum_squares=metric.pre_sum_squares if cuped else None,
+                    pre_post_sum_product=metric.pre_post_sum_product if cuped else None,
                 )
             )
     return ExperimentSummary(

@@ -93,6 +93,9 @@ class VariantResult(msgspec.Struct, kw_only=True):
     denominator_sum_squares: float | None = None
     numerator_denominator_sum_product: float | None = None
     step_counts: list[int] | None = None
+    pre_sum: float | None = None
+    pre_sum_squares: float | None = None
+    pre_post_sum_product: float | None = None
     validation_failures: list[str] = msgspec.field(default_factory=list)
     method: Literal["bayesian", "frequentist"] | None = None
     effect: float | None = None
@@ -203,6 +206,9 @@ def _variant(metric: Metric, row: VariantStatistics, *, baseline: bool) -> Varia
         denominator_sum_squares=row.denominator_sum_squares,
         numerator_denominator_sum_product=row.numerator_denominator_sum_product,
         step_counts=row.step_counts,
+        pre_sum=row.pre_sum,
+        pre_sum_squares=row.pre_sum_squares,
+        pre_post_sum_product=row.pre_post_sum_product,
         validation_failures=validation_failures(
             row.number_of_samples,
             row.sum,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Container, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from itertools import compress
 from typing import Any
 
@@ -446,12 +446,25 @@ def apply_work(
     loaded: Mapping[int, Mapping[str, PersonState]],
     duplicates: set[str],
 ) -> list[ExperimentChanges]:
+    """:func:`apply_events`, then per experiment the persons to upsert and the totals (see
+    :meth:`ExperimentAccumulator.drain`), for experiments without CUPED (or no stored
+    event before any exposure)."""
+    apply_events(accumulator, work, loaded, duplicates)
+    return accumulator.drain()
+
+
+def apply_events(
+    accumulator: ExperimentAccumulator,
+    work: BatchWork,
+    loaded: Mapping[int, Mapping[str, PersonState]],
+    duplicates: set[str],
+) -> None:
     """Apply the batch to the loaded persons, leaving out events already stored
     (``duplicates``: their uuids): merges first (the events already name the merged person),
     then the exposures in time order, then per experiment its metric events of persons now
     exposed: counted per person where the experiment only counts them, else one by one in
-    time order. Returns per experiment the persons to upsert and the totals (see
-    :meth:`ExperimentAccumulator.drain`)."""
+    time order. A store then gives the covariates' stored events
+    (:meth:`ExperimentAccumulator.covariate_requests`, :func:`identities`) and drains."""
     for experiment_id, persons in loaded.items():
         accumulator.load_persons(experiment_id, persons)
     for source, target in work.merges:
@@ -518,7 +531,6 @@ def apply_work(
             one_by_one[experiment_id] = single
     if one_by_one:
         _measure(accumulator, work, one_by_one, keep)
-    return accumulator.drain()
 
 
 def _measure(
@@ -561,11 +573,51 @@ def _measure(
         accumulator.measure(experiment_id, events)
 
 
-def recompute(spec: ExperimentSpec, rows: Iterable[ExperimentEvent]) -> ExperimentState:
-    """The experiment's persons and totals from its events in time order."""
+def identities(work: BatchWork, persons: Iterable[str]) -> dict[str, set[str]]:
+    """The batch's distinct ids of these persons (a store adds those it has stored)."""
+    wanted = set(persons)
+    found: dict[str, set[str]] = {person: set() for person in wanted}
+    for distinct_id, person in work.persons.items():
+        if person in wanted:
+            found[person].add(distinct_id)
+    return found
+
+
+def resolved_event(project_id: int, row: Sequence[Any]) -> ExperimentEvent:
+    """A recompute's event from a row ``(distinct id, event, timestamp, properties JSON,
+    person uuid now or None)``: an event without a person counts for ``person_uuid``."""
+    distinct_id, name, timestamp_ms, properties, person = row
+    return ExperimentEvent(
+        person or person_rules.person_uuid(project_id, distinct_id),
+        distinct_id,
+        name,
+        timestamp_ms,
+        orjson.loads(properties),
+    )
+
+
+def recompute(
+    spec: ExperimentSpec,
+    rows: Iterable[ExperimentEvent],
+    before: Callable[[], Iterable[ExperimentEvent]] | None = None,
+) -> ExperimentState:
+    """The experiment's persons and totals from its events in time order; with CUPED, then
+    ``before()``: the covariates' events (:func:`covariate_span`), in any order."""
     accumulator = ExperimentAccumulator([spec])
     accumulator.add_many(rows)
+    if before is not None and spec.lookback_ms is not None:
+        accumulator.add_covariates(before())
     return accumulator.state(spec.experiment_id)
+
+
+def covariate_span(spec: ExperimentSpec) -> tuple[list[str], int, int] | None:
+    """With CUPED, what a recompute reads for the covariates: the event names, and the
+    timestamps from the lookback before the start to the end (None: no CUPED)."""
+    if spec.lookback_ms is None or not spec.pre_events:
+        return None
+    start = spec.start_ms if spec.start_ms is not None else 0
+    end = spec.end_ms if spec.end_ms is not None else 2**62
+    return sorted(spec.pre_events), start - spec.lookback_ms, end
 
 
 def days_complete(lanes: Iterable[ExperimentTotals]) -> bool:

@@ -17,6 +17,7 @@ import msgspec
 import orjson
 
 from flagstaff.experiments.exposure import (
+    CovariateRequests,
     ExperimentAccumulator,
     ExperimentEvent,
     ExperimentSpec,
@@ -26,18 +27,22 @@ from flagstaff.experiments.model import ExperimentDefinition
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.model import Event
 from flagstaff.store.experiment_batch import (
+    BatchWork,
     Running,
     SpecCache,
     add_increment,
-    apply_work,
+    apply_events,
     backfill_days,
     batch_work,
+    covariate_span,
     days_complete,
     decode_person,
     decode_totals,
     encode_person,
     encode_totals,
+    identities,
     merged_away,
+    resolved_event,
     retry_candidates,
     running_specs,
     spec_events,
@@ -99,6 +104,25 @@ _UPSERT_TOTALS = (
     "ON CONFLICT (experiment_id, lane) "
     "DO UPDATE SET fingerprint = excluded.fingerprint, totals = excluded.totals"
 )
+_WINDOWS = (
+    "WITH asked AS (SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::bigint[]) AS a(u, lo, hi)), "
+    "ids AS (SELECT a.u, d.distinct_id AS did, a.lo, a.hi FROM asked a "
+    "JOIN persons p ON p.uuid = a.u JOIN person_distinct_ids d ON d.person_id = p.id "
+    "UNION SELECT a.u, b.did, a.lo, a.hi FROM unnest($5::text[], $6::uuid[]) AS b(did, u) "
+    "JOIN asked a ON a.u = b.u), "
+    "found AS (SELECT ids.u, e.distinct_id, e.event, e.timestamp_ms, e.properties FROM ids "
+    "JOIN events e ON e.project_id = $1 AND e.distinct_id = ids.did "
+    "AND e.timestamp_ms >= ids.lo AND e.timestamp_ms < ids.hi "
+    "WHERE e.event = ANY($7::text[]) AND e.xmin <> pg_current_xact_id()::xid) "
+    "SELECT u::text, distinct_id, event, timestamp_ms, properties, NULL::bigint[] FROM found "
+    "WHERE NOT event = ANY($8::text[]) UNION ALL "
+    "SELECT u::text, NULL, event, NULL, NULL, array_agg(timestamp_ms) FROM found "
+    "WHERE event = ANY($8::text[]) GROUP BY u, event"
+)
+"""The events stored before this transaction of the persons asked for, in their windows
+(``[from, to)``), by every distinct id each has now (stored, or the batch's): one index range
+per distinct id. Events the covariates only count (``$8``) come as their timestamps per
+person and name."""
 _NOTHING = Running(0, [], frozenset(), frozenset(), {}, frozenset(), {}, False, {})
 _latest: dict[int, tuple[str, Running]] = {}
 """Per project, the database and running experiments of its last batch in this process: the
@@ -183,9 +207,11 @@ async def update(
     # fresh each batch, from empty totals: after the batch they are its increment (the
     # persons loaded do not add to them), so no copy is kept to subtract
     accumulator = ExperimentAccumulator(current.specs, increments=False)
-    changes = sorted(
-        apply_work(accumulator, work, loaded, duplicates), key=lambda c: c.experiment_id
-    )
+    apply_events(accumulator, work, loaded, duplicates)
+    requests = accumulator.covariate_requests()
+    if requests is not None:
+        accumulator.add_covariates(*await _stored_in_windows(conn, project_id, work, requests))
+    changes = sorted(accumulator.drain(), key=lambda c: c.experiment_id)
     if not changes:
         return
     gone = {
@@ -220,6 +246,43 @@ async def update(
     )
 
 
+async def _stored_in_windows(
+    conn: asyncpg.Connection, project_id: int, work: BatchWork, requests: CovariateRequests
+) -> tuple[list[ExperimentEvent], list[tuple[str, str, list[int]]]]:
+    persons = sorted(requests.windows)
+    batch = identities(work, persons)
+    pairs = [(did, person) for person, dids in batch.items() for did in sorted(dids)]
+    rows = await conn.fetch(
+        _WINDOWS,
+        project_id,
+        persons,
+        [requests.windows[p][0] for p in persons],
+        [requests.windows[p][1] for p in persons],
+        [did for did, _ in pairs],
+        [person for _, person in pairs],
+        sorted(requests.events),
+        sorted(requests.counted),
+    )
+    events: list[ExperimentEvent] = []
+    counts: list[tuple[str, str, list[int]]] = []
+    for person, distinct_id, name, timestamp_ms, properties, stamps in rows:
+        if stamps is None:
+            events.append(
+                ExperimentEvent(person, distinct_id, name, timestamp_ms, orjson.loads(properties))
+            )
+        else:
+            counts.append((person, name, stamps))
+    return events, counts
+
+
+_RESOLVED = (
+    "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid::text "
+    "FROM events e LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+    "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
+)
+"""Events with the person their distinct id has now (a recompute's reads)."""
+
+
 async def recompute_experiment(
     conn: asyncpg.Connection, project_id: int, spec: ExperimentSpec
 ) -> int:
@@ -232,10 +295,8 @@ async def recompute_experiment(
     await conn.execute("SELECT 1 FROM experiments WHERE id = $1 FOR UPDATE", eid)
     accumulator = ExperimentAccumulator([spec])
     cursor = conn.cursor(
-        "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid::text "
-        "FROM events e LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
-        "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
-        "WHERE e.project_id = $1 AND e.timestamp_ms >= $2 AND e.event = ANY($3::text[]) "
+        _RESOLVED
+        + "WHERE e.project_id = $1 AND e.timestamp_ms >= $2 AND e.event = ANY($3::text[]) "
         "ORDER BY e.timestamp_ms, e.event <> $4, e.seq",  # exposures first at equal times
         project_id,
         start,
@@ -243,16 +304,25 @@ async def recompute_experiment(
         spec.exposure_event,
         prefetch=5000,
     )
-    async for distinct_id, name, timestamp_ms, properties, person in cursor:
+    async for row in cursor:
         count += 1
-        accumulator.add(
-            ExperimentEvent(
-                person or person_rules.person_uuid(project_id, distinct_id),
-                distinct_id,
-                name,
-                timestamp_ms,
-                orjson.loads(properties),
-            )
+        accumulator.add(resolved_event(project_id, row))
+    span = covariate_span(spec)
+    if span is not None:
+        names, first, last = span
+        accumulator.add_covariates(
+            [
+                resolved_event(project_id, row)
+                async for row in conn.cursor(
+                    _RESOLVED + "WHERE e.project_id = $1 AND e.timestamp_ms >= $2 "
+                    "AND e.timestamp_ms <= $3 AND e.event = ANY($4::text[])",
+                    project_id,
+                    first,
+                    last,
+                    names,
+                    prefetch=5000,
+                )
+            ]
         )
     state = accumulator.state(eid)
     await conn.execute("DELETE FROM experiment_person_state WHERE experiment_id = $1", eid)

@@ -10,13 +10,14 @@ project without running experiments costs one indexed read of its definitions ve
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
 import orjson
 
 from flagstaff.experiments.exposure import (
+    CovariateRequests,
     ExperimentAccumulator,
     ExperimentEvent,
     ExperimentSpec,
@@ -30,19 +31,23 @@ from flagstaff.store.experiment_batch import (
     BatchWork,
     Running,
     SpecCache,
-    apply_work,
+    apply_events,
     backfill_days,
     batch_work,
+    covariate_span,
     decode_person,
     decode_totals,
     encode_person,
     encode_totals,
+    identities,
     merged_away,
     recompute,
+    resolved_event,
     retry_candidates,
     running_specs,
     spec_events,
 )
+from flagstaff.store.sqlite import event_index
 from flagstaff.store.sqlite.experiment_memory import ExperimentMemory, Remembered
 
 LANE = 0
@@ -165,7 +170,13 @@ def write(conn: sqlite3.Connection, prepared: Prepared | None, all_stored: bool)
             prepared.mark,
         )
     )
-    changes = apply_work(accumulator, work, {}, duplicates)
+    apply_events(accumulator, work, {}, duplicates)
+    requests = accumulator.covariate_requests()
+    if requests is not None:
+        accumulator.add_covariates(
+            *_stored_in_windows(conn, prepared.project_id, work, requests, prepared.mark)
+        )
+    changes = accumulator.drain()
     conn.executemany(
         _UPSERT_STATE,
         [
@@ -260,6 +271,117 @@ def _load(conn: sqlite3.Connection, experiment_id: int, uuids: set[str]) -> dict
     return out
 
 
+_WINDOW_COLUMNS = "e.distinct_id, e.event, e.timestamp_ms, e.properties"
+_WINDOWS = (
+    "WITH w(did, lo, hi) AS (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+    "json_extract(value, '$[2]') FROM json_each(?1)) "
+    f"SELECT {_WINDOW_COLUMNS} FROM w CROSS JOIN json_each(?2) AS b "
+    "CROSS JOIN events_by_distinct_id x CROSS JOIN events e "
+    "WHERE x.project_id = ?3 AND x.bucket = b.value AND x.distinct_id = w.did "
+    "AND x.timestamp_ms >= w.lo AND x.timestamp_ms < w.hi AND x.seq <= ?4 "
+    "AND e.seq = x.seq AND e.event IN (SELECT value FROM json_each(?5))"
+)
+"""The indexed events of distinct ids in their windows (``[[distinct id, from, to]...]``), one
+seek per distinct id and bucket."""
+_WINDOWS_TAIL = (
+    f"SELECT {_WINDOW_COLUMNS} FROM events e WHERE e.seq > ?1 AND e.seq <= ?2 "
+    "AND e.event IN (SELECT value FROM json_each(?5)) AND +e.project_id = ?3 "
+    "AND e.distinct_id IN (SELECT value FROM json_each(?4))"
+)
+"""The events of these distinct ids past the index's watermark (a range of ``seq``); the
+name is tested first, the most selective (5,000 rows: 0.8 ms against 1.5-2.0 with the
+distinct id first)."""
+
+
+def _stored_in_windows(
+    conn: sqlite3.Connection,
+    project_id: int,
+    work: BatchWork,
+    requests: CovariateRequests,
+    mark: int,
+) -> tuple[list[ExperimentEvent], list[tuple[str, str, list[int]]]]:
+    """The events stored before the batch (``seq`` up to ``mark``) of the persons asked for,
+    in their windows: those of every distinct id each person has now."""
+    stored: list[tuple[str, str]] = []
+    for chunk in _chunks(sorted(requests.windows)):
+        marks = ",".join("?" * len(chunk))
+        stored += conn.execute(
+            "SELECT p.uuid, d.distinct_id FROM persons p JOIN person_distinct_ids d "
+            f"ON d.person_id = p.id WHERE p.uuid IN ({marks})",
+            chunk,
+        ).fetchall()
+    owners = _window_owners(requests, identities(work, requests.windows), stored)
+    windows = orjson.dumps(
+        [[did, *requests.windows[person]] for did, person in sorted(owners.items())]
+    ).decode()
+    names = orjson.dumps(sorted(requests.events)).decode()
+    rows = conn.execute(
+        _WINDOWS,
+        (
+            windows,
+            orjson.dumps(list(event_index.buckets(conn, project_id))).decode(),
+            project_id,
+            mark,
+            names,
+        ),
+    ).fetchall()
+    rows += conn.execute(
+        _WINDOWS_TAIL,
+        (
+            event_index.watermark(conn),
+            mark,
+            project_id,
+            orjson.dumps(sorted(owners)).decode(),
+            names,
+        ),
+    ).fetchall()
+    return _window_events(requests, owners, rows)
+
+
+def _window_events(
+    requests: CovariateRequests,
+    owners: Mapping[str, str],
+    rows: Iterable[Sequence[Any]],
+) -> tuple[list[ExperimentEvent], list[tuple[str, str, list[int]]]]:
+    """The stored events ``rows`` (distinct id, event, timestamp, properties JSON) of the
+    persons asked for, within their windows, as the person's (``owners``: distinct id ->
+    person uuid): those only counted as timestamps per person and name, undecoded."""
+    windows = requests.windows
+    counted = requests.counted
+    out: list[ExperimentEvent] = []
+    stamps: dict[tuple[str, str], list[int]] = {}
+    for distinct_id, name, timestamp_ms, properties in rows:
+        person = owners.get(distinct_id)
+        if person is None:
+            continue
+        low, high = windows[person]
+        if not low <= timestamp_ms < high:
+            continue
+        if name in counted:
+            stamps.setdefault((person, name), []).append(timestamp_ms)
+        else:
+            out.append(
+                ExperimentEvent(person, distinct_id, name, timestamp_ms, orjson.loads(properties))
+            )
+    return out, [(person, name, at) for (person, name), at in stamps.items()]
+
+
+def _window_owners(
+    requests: CovariateRequests, batch: Mapping[str, set[str]], stored: Iterable[Sequence[Any]]
+) -> dict[str, str]:
+    """Per distinct id, its person among those asked for: the batch's (``batch``, from
+    :func:`identities`) and the stored ``(person uuid, distinct id)`` rows."""
+    owners = {
+        distinct_id: person
+        for person, distinct_ids in batch.items()
+        for distinct_id in distinct_ids
+    }
+    for person, distinct_id in stored:
+        if person in requests.windows:
+            owners[distinct_id] = person
+    return owners
+
+
 def _stored_before(
     conn: sqlite3.Connection, project_id: int, uuids: list[str], mark: int
 ) -> set[str]:
@@ -278,6 +400,14 @@ def _stored_before(
     return found
 
 
+_RESOLVED = (
+    "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid FROM events e "
+    "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
+    "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
+)
+"""Events with the person their distinct id has now (a recompute's reads)."""
+
+
 def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: ExperimentSpec) -> int:
     """Rebuild one experiment's persons and totals from its stored events, in the caller's
     transaction; returns how many events were read. Distinct ids resolve to their person now,
@@ -286,10 +416,7 @@ def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: Experi
     marks = ",".join("?" * len(names))
     start = spec.start_ms if spec.start_ms is not None else 0
     rows = conn.execute(
-        "SELECT e.distinct_id, e.event, e.timestamp_ms, e.properties, p.uuid FROM events e "
-        "LEFT JOIN person_distinct_ids d ON d.project_id = e.project_id "
-        "AND d.distinct_id = e.distinct_id LEFT JOIN persons p ON p.id = d.person_id "
-        f"WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.event IN ({marks}) "
+        _RESOLVED + f"WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.event IN ({marks}) "
         "ORDER BY e.timestamp_ms, e.event <> ?, e.seq",  # exposures first at equal times
         (project_id, start, *names, spec.exposure_event),
     )
@@ -297,17 +424,23 @@ def recompute_experiment(conn: sqlite3.Connection, project_id: int, spec: Experi
 
     def events() -> Iterator[ExperimentEvent]:
         nonlocal count
-        for distinct_id, name, timestamp_ms, properties, person in rows:
+        for row in rows:
             count += 1
-            yield ExperimentEvent(
-                person or person_rules.person_uuid(project_id, distinct_id),
-                distinct_id,
-                name,
-                timestamp_ms,
-                orjson.loads(properties),
-            )
+            yield resolved_event(project_id, row)
 
-    state = recompute(spec, events())
+    def before() -> Iterator[ExperimentEvent]:
+        span = covariate_span(spec)
+        assert span is not None
+        names, first, last = span
+        marks = ",".join("?" * len(names))
+        for row in conn.execute(
+            _RESOLVED + "WHERE e.project_id = ? AND e.timestamp_ms >= ? AND e.timestamp_ms <= ? "
+            f"AND e.event IN ({marks})",
+            (project_id, first, last, *names),
+        ):
+            yield resolved_event(project_id, row)
+
+    state = recompute(spec, events(), before)
     eid = spec.experiment_id
     conn.execute("DELETE FROM experiment_person_state WHERE experiment_id = ?", (eid,))
     conn.execute("DELETE FROM experiment_totals WHERE experiment_id = ?", (eid,))
