@@ -232,7 +232,7 @@ def test_without_cuped_nothing_is_collected_and_states_stay_as_stored() -> None:
 
 
 def test_stats_config_cuped_lookback_is_validated() -> None:
-    with pytest.raises(Exception, match="between 1 and 365"):
+    with pytest.raises(Exception, match="between 1 and 180"):
         parse_experiment(experiment(stats_config={"cuped": True, "cuped_lookback_days": 0}))
     assert cuped().lookback_ms == LOOKBACK
     default = ExperimentSpec(7, parse_experiment(experiment(stats_config={"cuped": True})))
