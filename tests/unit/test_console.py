@@ -15,7 +15,8 @@ from starlette.testclient import TestClient
 from flagstaff.accounts import csrf, sessions, throttle
 from flagstaff.accounts.records import Role
 from flagstaff.console import templates, views
-from flagstaff.console.routes import STATIC_URL, ConsoleSettings, ProjectInfo, console_routes
+from flagstaff.console.page import STATIC_URL, ProjectInfo
+from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.flags.operators import ALL_OPERATORS
 from tests.unit.console_fakes import MemoryAccounts, MemoryData
 

@@ -12,8 +12,13 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from flagstaff.activity.rollback import FLAG_WRITABLE_FIELDS
+from flagstaff.activity.records import Activity, ChangeSource
+from flagstaff.activity.rollback import FLAG_WRITABLE_FIELDS, RollbackError, plan_rollback
+from flagstaff.activity.scheduled import Operation, ScheduledChange
+from flagstaff.application.approvals import Held, Unchanged, hold_flag_write, hold_schedule
+from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.common import clock
 from flagstaff.common.invalid import DefinitionInvalid
 from flagstaff.flags import EvalRequest, validate_flag
 from flagstaff.flags.explain import Explanation, explain
@@ -169,6 +174,88 @@ def group_type_from_input(body: Any) -> tuple[str, int | None]:
             "group_type_index",
         )
     return name, index
+
+
+# writing flags ------------------------------------------------------------------------------
+
+
+FlagWrite = dict[str, Any] | Held | Unchanged
+"""A write's outcome: the flag as stored, or, under an approval policy, the change request it
+became (:class:`Held`) or the flag as it was (:class:`Unchanged`)."""
+
+
+async def create_flag(caller: Caller, body: Any) -> dict[str, Any]:
+    flag = flag_from_input(body)
+    return await caller.store.create_flag(caller.project_id, flag, caller.source)
+
+
+async def _write(
+    caller: Caller,
+    current: dict[str, Any],
+    flag: dict[str, Any],
+    source: ChangeSource | None = None,
+) -> FlagWrite:
+    held = await hold_flag_write(caller, current, flag)
+    if held is not None:
+        return held
+    return await caller.store.update_flag(
+        caller.project_id, current["id"], flag, source or caller.source
+    )
+
+
+async def update_flag(caller: Caller, current: dict[str, Any], body: Any) -> FlagWrite:
+    """A PATCH: the fields given change, the others stay."""
+    return await _write(caller, current, flag_from_input(body, current))
+
+
+async def replace_flag(caller: Caller, current: dict[str, Any], body: Any) -> FlagWrite:
+    """A PUT, a full update as in PostHog's API: fields left out take their defaults."""
+    flag = {**current, **flag_from_input(body), "version": current.get("version")}
+    return await _write(caller, current, flag)
+
+
+async def delete_flag(caller: Caller, current: dict[str, Any]) -> FlagWrite | None:
+    """Mark the flag deleted (None: it was already)."""
+    if current["deleted"]:
+        return None
+    return await _write(caller, current, {**current, "deleted": True})
+
+
+async def rollback_flag(caller: Caller, current: dict[str, Any], version: int) -> FlagWrite:
+    """Restore an earlier version of the flag: an ordinary update (same validation, same
+    optimistic version check) recorded as ``rolled_back``."""
+    history = await caller.store.flag_versions(caller.project_id, current["id"])
+    try:
+        plan = plan_rollback(current["id"], history, current, version)
+    except RollbackError as exc:
+        raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    flag = flag_from_input(plan.body, current)
+    source = ChangeSource(
+        actor=caller.source.actor, trigger=plan.trigger, activity=Activity.ROLLED_BACK
+    )
+    return await _write(caller, current, flag, source)
+
+
+async def schedule_change(
+    caller: Caller,
+    flag: dict[str, Any],
+    operation: Operation,
+    payload: dict[str, Any],
+    run_at_ms: int,
+) -> ScheduledChange | Held:
+    """A change to ``flag`` that runs at ``run_at_ms`` (held for approval under the policy)."""
+    held = await hold_schedule(caller, flag, operation, payload, run_at_ms)
+    if held is not None:
+        return held
+    return await caller.store.create_scheduled_change(
+        caller.project_id,
+        flag["id"],
+        operation,
+        payload,
+        run_at_ms,
+        caller.principal.user_id,
+        clock.now_ms(),
+    )
 
 
 # explain ------------------------------------------------------------------------------------

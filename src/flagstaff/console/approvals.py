@@ -10,10 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from flagstaff.accounts.roles import Action, can
 from flagstaff.activity.approvals import ApprovalPolicy, ChangeRequest, RequestStatus
-from flagstaff.console import review_views, templates
-from flagstaff.console.routes import ConsolePages, html_page
+from flagstaff.console import review_views
+from flagstaff.console.routes import ConsolePages
 from flagstaff.store.base import Store
 
 MAX_PENDING = 200
@@ -50,10 +49,10 @@ class StoreApprovalData:
 
 def approval_routes(pages: ConsolePages, data: ApprovalData) -> list[BaseRoute]:
     async def approvals_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        principal, project = page.principal, page.project
         now = pages.clock()
         emails = {u.id: u.email for u, _ in await pages.accounts.list_members(project.id)}
         pending = await data.change_requests(project.id, RequestStatus.PENDING, MAX_PENDING)
@@ -75,15 +74,12 @@ def approval_routes(pages: ConsolePages, data: ApprovalData) -> list[BaseRoute]:
                 for r in requests
             ]
 
-        body = templates.render(
+        return page.render(
             "approvals.html",
-            **pages._base(auth, principal, project),
-            nav="approvals",
+            "approvals",
             policy=await data.approval_policy(project.id),
-            can_manage=can(principal.role, Action.MANAGE),
             pending=rows(pending),
             recent=rows(recent),
         )
-        return html_page(body)
 
     return [Route("/approvals", approvals_page, methods=["GET"])]

@@ -14,9 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from flagstaff.accounts.roles import Action, can
-from flagstaff.console import templates
-from flagstaff.console.routes import ConsolePages, html_page
+from flagstaff.accounts.roles import Action
+from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.store.base import Enrolled, Store
 from flagstaff.surveys.early_access import EarlyAccessFeature
@@ -100,10 +99,10 @@ def _valid_id(raw: str) -> bool:
 
 def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[BaseRoute]:
     async def list_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         found = []
         for feature in await data.features(project.id):
             flag = await data.flag(project.id, feature.feature_flag_id)
@@ -120,55 +119,45 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
             )
             for feature, key in found
         ]
-        body = templates.render(
+        return page.render(
             "early_access.html",
-            **pages._base(auth, principal, project),
-            nav="early_access",
+            "early_access",
             rows=rows,
-            can_edit=can(principal.role, Action.EDIT),
         )
-        return html_page(body)
 
     async def new_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
-        if not can(principal.role, Action.EDIT):
-            return pages._error_page(auth, 403, "No access", "Viewers cannot add features.")
-        body = templates.render(
+        page = await pages.open_page(request, Action.EDIT, "Viewers cannot add features.")
+        if isinstance(page, Response):
+            return page
+        project = page.project
+        return page.render(
             "early_access_new.html",
-            **pages._base(auth, principal, project),
-            nav="early_access",
+            "early_access",
             flags=await data.boolean_flags(project.id),
             stages=[(s, STAGE_LABELS[s]) for s in FORM_STAGES],
         )
-        return html_page(body)
 
     async def feature_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         raw = str(request.path_params["feature_id"])
         feature = await data.feature(project.id, raw) if _valid_id(raw) else None
         if feature is None:
-            return pages._error_page(auth, 404, "Not found", "No such early access feature.")
+            return page.not_found("No such early access feature.")
         flag = await data.flag(project.id, feature.feature_flag_id)
         enrolled = await data.enrolled(project.id, str(flag["key"])) if flag else Enrolled(0, [])
-        body = templates.render(
+        return page.render(
             "early_access_feature.html",
-            **pages._base(auth, principal, project),
-            nav="early_access",
+            "early_access",
             feature=feature,
             stage_label=STAGE_LABELS.get(feature.stage, feature.stage),
             stages=list(STAGE_LABELS.items()),
             flag=flag,
             enrolled=enrolled,
             shown=ENROLLED_SHOWN,
-            can_edit=can(principal.role, Action.EDIT),
         )
-        return html_page(body)
 
     return [
         Route("/early_access", list_page, methods=["GET"]),

@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from flagstaff.accounts.roles import Action, can
+from flagstaff.accounts.roles import Action
 from flagstaff.application.experiments import experiment_summary, results_json
-from flagstaff.console import experiment_views, templates
-from flagstaff.console.routes import ConsolePages, html_page
+from flagstaff.console import experiment_views
+from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.experiments.exposure import ExperimentSpec, summarize
 from flagstaff.store.base import EventQuery, Store
@@ -156,54 +156,47 @@ def _now() -> datetime:
 
 def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRoute]:
     async def list_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         now = _now()
         records = await data.experiments(project.id)
         exposures = await data.exposures(records)
         rows = [experiment_views.experiment_row(r, exposures[r.id], now) for r in records]
         wanted = request.query_params.get("status", "")
         shown = [r for r in rows if r.status == wanted] if wanted else rows
-        body = templates.render(
+        return page.render(
             "experiments.html",
-            **pages._base(auth, principal, project),
-            nav="experiments",
+            "experiments",
             rows=shown,
             total=len(rows),
             status=wanted,
-            can_edit=can(principal.role, Action.EDIT),
         )
-        return html_page(body)
 
     async def new_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
-        if not can(principal.role, Action.EDIT):
-            return pages._error_page(auth, 403, "No access", "Viewers cannot make experiments.")
-        body = templates.render(
+        page = await pages.open_page(request, Action.EDIT, "Viewers cannot make experiments.")
+        if isinstance(page, Response):
+            return page
+        project = page.project
+        return page.render(
             "experiment_new.html",
-            **pages._base(auth, principal, project),
-            nav="experiments",
+            "experiments",
             flags=await data.multivariate_flags(project.id),
             seen=await data.events_seen(project.id),
             metrics_json=json.dumps([]),
             defaults=experiment_views.form_stats_defaults(await data.stats_defaults(project.id)),
         )
-        return html_page(body)
 
     async def experiment_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         raw = request.path_params["experiment_id"]
         record = await data.experiment(project.id, int(raw)) if raw.isdigit() else None
         if record is None:
-            return pages._error_page(auth, 404, "Not found", "No such experiment.")
+            return page.not_found("No such experiment.")
         definition = record.definition
         read = await data.results(record)
         results = read.body
@@ -223,11 +216,10 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
             sum(read.exposure_days.get(key, {}).values()) != count
             for key, count in read.body["exposures"].items()
         )
-        can_edit = can(principal.role, Action.EDIT)
-        body = templates.render(
+        can_edit = page.can(Action.EDIT)
+        return page.render(
             "experiment.html",
-            **pages._base(auth, principal, project),
-            nav="experiments",
+            "experiments",
             record=record,
             definition=definition,
             status=experiment_views.status_of(record, _now()),
@@ -254,7 +246,6 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
             start=experiment_views.day(definition.start_date),
             end=experiment_views.day(definition.end_date),
         )
-        return html_page(body)
 
     return [
         Route("/experiments", list_page, methods=["GET"]),

@@ -15,13 +15,13 @@ from urllib.parse import parse_qs, quote
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from flagstaff.accounts import cookies, csrf, passwords, sessions, throttle
 from flagstaff.accounts import login as console_session
-from flagstaff.accounts.roles import Action, Principal, can
+from flagstaff.accounts.roles import Action
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
@@ -29,28 +29,20 @@ from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.application.flag_usage import FlagChecks
 from flagstaff.common.clock import now_ms
 from flagstaff.console import charts, paging, templates, usage, views
+from flagstaff.console.page import (
+    SECURITY_HEADERS,
+    STATIC_URL,
+    Page,
+    ProjectInfo,
+    error_page,
+    html_page,
+)
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
 from flagstaff.store.base import Person
 
 STATIC_DIR = Path(__file__).parent / "static"
-STATIC_URL = "/console/static"
 MAX_FORM_BYTES = 16_384
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
-}
-
-
-class ProjectInfo(msgspec.Struct, frozen=True):
-    id: int
-    name: str
 
 
 class ConsoleData(Protocol):
@@ -132,12 +124,7 @@ class ConsoleSettings(msgspec.Struct, frozen=True):
     throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE
 
 
-def _html(body: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(body, status, headers=SECURITY_HEADERS)
-
-
-html_page = _html
-"""A rendered page with the console's security headers, for page modules of their own."""
+_html = html_page
 
 
 def _redirect(location: str) -> RedirectResponse:
@@ -200,9 +187,12 @@ class ConsolePages:
             self.settings.session_policy,
         )
 
-    async def _page_context(
-        self, request: Request
-    ) -> tuple[console_session.Authenticated, Principal, ProjectInfo] | Response:
+    async def open_page(
+        self, request: Request, action: Action = Action.VIEW, refused: str = ""
+    ) -> Page | Response:
+        """The request's :class:`Page`: its signed-in person (else the login page, then back
+        here), in the project asked for (``?project=``) or their first, with at least the
+        role ``action`` needs (else ``refused``, a 403 page); or the answer already given."""
         auth = await self._auth(request)
         if auth is None:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -213,44 +203,13 @@ class ConsolePages:
         principal = console_session.principal_for(auth, memberships, project_id)
         project = await self.data.project(principal.project_id) if principal else None
         if principal is None or project is None:
-            return self._error_page(
+            return error_page(
                 auth, 403, "No access", "You are not a member of this project. Ask an admin."
             )
-        return auth, principal, project
-
-    def _base(
-        self, auth: console_session.Authenticated, principal: Principal, project: ProjectInfo
-    ) -> dict[str, Any]:
-        return {
-            "user": auth.user,
-            "csrf_token": auth.csrf_token,
-            "project": project,
-            "role": principal.role.value,
-            "static_url": STATIC_URL,
-        }
-
-    def _error_page(
-        self,
-        auth: console_session.Authenticated | None,
-        status: int,
-        title: str,
-        message: str,
-        reason: str | None = None,
-    ) -> Response:
-        """A page saying what went wrong; with ``reason``, a refused login (no session)."""
-        body = templates.render(
-            "error.html",
-            user=auth.user if auth else None,
-            csrf_token=auth.csrf_token if auth else "",
-            project=None,
-            role="",
-            static_url=STATIC_URL,
-            nav="",
-            title=title,
-            message=message,
-            reason=reason,
-        )
-        return _html(body, status)
+        page = Page(auth, principal, project)
+        if not page.can(action):
+            return page.refuse(refused or "Your role cannot do this here.")
+        return page
 
     # pages ---------------------------------------------------------------------------------
 
@@ -337,7 +296,7 @@ class ConsolePages:
         if auth is not None and token:
             form = await _form(request)
             if not csrf.csrf_valid(token, form.get(csrf.CSRF_FIELD)):
-                return self._error_page(
+                return error_page(
                     auth, 403, "Not logged out", "The form expired; reload and try again."
                 )
             await self.accounts.delete_session(sessions.hash_session_token(token))
@@ -348,38 +307,31 @@ class ConsolePages:
         return response
 
     async def flags(self, request: Request) -> Response:
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await self.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         now = self.clock()
         flags = await self.data.list_flags(project.id)
         keys = [str(f.get("key")) for f in flags if not f.get("deleted")]
         seen = await self.data.flag_last_seen(project.id, keys)  # stale: every flag's
         filters = views.ListFilters.from_query(request.query_params)
         rows = views.flag_rows(flags, usage.last_checks(seen), filters, now)
-        page = paging.page_of(rows, request.query_params)
-        used = await self.data.flag_usage(project.id, now, [r.key for r in page.rows])
-        page = msgspec.structs.replace(page, rows=usage.with_usage(page.rows, used))
-        body = templates.render(
+        shown = paging.page_of(rows, request.query_params)
+        used = await self.data.flag_usage(project.id, now, [r.key for r in shown.rows])
+        shown = msgspec.structs.replace(shown, rows=usage.with_usage(shown.rows, used))
+        return page.render(
             "flags.html",
-            **self._base(auth, principal, project),
-            nav="flags",
+            "flags",
             filters=filters,
             rows=rows,
-            page=page,
+            page=shown,
             total=sum(1 for f in flags if not f.get("deleted")),
             tags=views.all_tags(flags),
-            can_edit=can(principal.role, Action.EDIT),
         )
-        return _html(body)
 
-    async def _editor(
-        self,
-        context: tuple[console_session.Authenticated, Principal, ProjectInfo],
-        flag: dict[str, Any] | None,
-    ) -> Response:
-        auth, principal, project = context
+    async def _editor(self, page: Page, flag: dict[str, Any] | None) -> Response:
+        project = page.project
         flags = await self.data.list_flags(project.id)
         cohorts = await self.data.list_cohorts(project.id)
         group_types = await self.data.group_types(project.id)
@@ -398,63 +350,56 @@ class ConsolePages:
         if flag is not None:
             checks = await self.data.flag_checks(project.id, flag, self.clock())
             charts = usage.flag_charts(str(flag.get("key")), checks)
-        body = templates.render(
+        return page.render(
             "flag_edit.html",
-            **self._base(auth, principal, project),
-            nav="flags",
+            "flags",
             flag=views.editor_model(flag),
             ctx=builder,
-            can_edit=can(principal.role, Action.EDIT),
             usage=charts,
         )
-        return _html(body)
 
     async def new_flag(self, request: Request) -> Response:
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, _ = context
-        if not can(principal.role, Action.EDIT):
-            return self._error_page(auth, 403, "No access", "Viewers cannot create feature flags.")
-        return await self._editor(context, None)
+        page = await self.open_page(request, Action.EDIT, "Viewers cannot create feature flags.")
+        if isinstance(page, Response):
+            return page
+        return await self._editor(page, None)
 
-    async def _existing_flag(
-        self, request: Request, auth: console_session.Authenticated, project: ProjectInfo
-    ) -> dict[str, Any] | Response:
+    async def _existing_flag(self, request: Request, page: Page) -> dict[str, Any] | Response:
         raw = request.path_params.get("flag_id", "")
-        flag = await self.data.get_flag(project.id, int(raw)) if raw.isdigit() else None
+        flag = await self.data.get_flag(page.project.id, int(raw)) if raw.isdigit() else None
         if flag is None or flag.get("deleted"):
-            return self._error_page(auth, 404, "Not found", "There is no such feature flag.")
+            return page.not_found("There is no such feature flag.")
         return flag
 
+    async def _flag_page(self, request: Request) -> tuple[Page, dict[str, Any]] | Response:
+        """The page of the path's flag (``flag_id``): 404 when the project has none."""
+        page = await self.open_page(request)
+        if isinstance(page, Response):
+            return page
+        flag = await self._existing_flag(request, page)
+        return flag if isinstance(flag, Response) else (page, flag)
+
     async def edit_flag(self, request: Request) -> Response:
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        flag = await self._existing_flag(request, context[0], context[2])
-        if isinstance(flag, Response):
-            return flag
-        return await self._editor(context, flag)
+        found = await self._flag_page(request)
+        if isinstance(found, Response):
+            return found
+        return await self._editor(*found)
 
     async def _account_page(
-        self,
-        context: tuple[console_session.Authenticated, Principal, ProjectInfo],
-        message: str = "",
-        failed: bool = False,
-        status: int = 200,
+        self, page: Page, message: str = "", failed: bool = False, status: int = 200
     ) -> Response:
-        auth, principal, project = context
-        admin = can(principal.role, Action.MANAGE)
+        auth, project = page.auth, page.project
+        admin = page.can(Action.MANAGE)
         keys = await self.accounts.list_keys(project.id, None if admin else auth.user.id)
         owners = (
             {u.id: u.email for u, _ in await self.accounts.list_members(project.id)}
             if admin
             else {}
         )
-        body = templates.render(
+        return page.render(
             "account.html",
-            **self._base(auth, principal, project),
-            nav="account",
+            "account",
+            http_status=status,
             keys=sorted(keys, key=lambda k: (k.revoked, -k.created_at_ms)),
             show_owner=admin,
             owners=owners,
@@ -462,49 +407,46 @@ class ConsolePages:
             password_failed=failed,
             min_password=passwords.MIN_PASSWORD_LENGTH,
         )
-        return _html(body, status)
 
     async def account(self, request: Request) -> Response:
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        return await self._account_page(context)
+        page = await self.open_page(request)
+        if isinstance(page, Response):
+            return page
+        return await self._account_page(page)
 
     async def change_password(self, request: Request) -> Response:
         """A plain form post (session + CSRF field): checks the current password, stores the
         new hash and ends the user's other sessions."""
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth = context[0]
+        page = await self.open_page(request)
+        if isinstance(page, Response):
+            return page
+        auth = page.auth
         form = await _form(request)
         token = request.cookies.get(cookies.SESSION_COOKIE) or ""
         problem = console_session.csrf_problem(
             "POST", request.headers, request.url.netloc, token, form.get(csrf.CSRF_FIELD)
         )
         if problem is not None:
-            return await self._account_page(context, "The form expired; try again.", True, 403)
+            return await self._account_page(page, "The form expired; try again.", True, 403)
         if not passwords.verify_password(
             auth.user.password_hash, form.get("current_password", "")
         ).ok:
-            return await self._account_page(
-                context, "The current password is not right.", True, 400
-            )
+            return await self._account_page(page, "The current password is not right.", True, 400)
         new = form.get("new_password", "")
         weakness = passwords.password_problem(new)
         if weakness is not None:
-            return await self._account_page(context, weakness.capitalize() + ".", True, 400)
+            return await self._account_page(page, weakness.capitalize() + ".", True, 400)
         await self.accounts.set_password_hash(auth.user.id, passwords.hash_password(new))
         ended = await self.accounts.delete_user_sessions(auth.user.id, auth.session.id)
         note = f" {ended} other session(s) were logged out." if ended else ""
-        return await self._account_page(context, "Your password was changed." + note)
+        return await self._account_page(page, "Your password was changed." + note)
 
     async def events(self, request: Request) -> Response:
         """Live events: the newest events now; the page's script then polls the events API."""
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await self.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         event = request.query_params.get("event", "")[:200]
         distinct_id = request.query_params.get("distinct_id", "")[:200]
         rows = await self.data.recent_events(
@@ -514,47 +456,34 @@ class ConsolePages:
         per_minute = await self.data.events_per_minute(
             project.id, start, charts.EVENT_CHART_MINUTES
         )
-        body = templates.render(
+        return page.render(
             "events.html",
-            **self._base(auth, principal, project),
-            nav="events",
+            "events",
             events=rows,
             chart=charts.events_per_minute_chart(per_minute, start, charts.EVENT_CHART_CAP),
             event_filter=event,
             distinct_id_filter=distinct_id,
         )
-        return _html(body)
 
     async def flag_schedule(self, request: Request) -> Response:
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
-        flag = await self._existing_flag(request, auth, project)
-        if isinstance(flag, Response):
-            return flag
-        changes = await self.data.scheduled_changes(project.id, flag["id"])
+        found = await self._flag_page(request)
+        if isinstance(found, Response):
+            return found
+        page, flag = found
+        changes = await self.data.scheduled_changes(page.project.id, flag["id"])
         rows = [
             views.ScheduledRow(
                 c.id, c.run_at_ms, views.describe_scheduled(c.payload), c.executed_at_ms, c.failure
             )
             for c in changes
         ]
-        body = templates.render(
-            "flag_schedule.html",
-            **self._base(auth, principal, project),
-            nav="flags",
-            flag=flag,
-            changes=rows,
-            can_edit=can(principal.role, Action.EDIT),
-        )
-        return _html(body)
+        return page.render("flag_schedule.html", "flags", flag=flag, changes=rows)
 
     async def persons(self, request: Request) -> Response:
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await self.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         distinct_id = request.query_params.get("distinct_id", "").strip()[:200]
         person = await self.data.person(project.id, distinct_id) if distinct_id else None
         flags: list[views.PersonFlag] = []
@@ -564,27 +493,23 @@ class ConsolePages:
             events = await self.data.recent_events(
                 project.id, None, distinct_id, views.PERSON_EVENT_ROWS
             )
-        body = templates.render(
+        return page.render(
             "persons.html",
-            **self._base(auth, principal, project),
-            nav="persons",
+            "persons",
+            http_status=200 if person is not None or not distinct_id else 404,
             distinct_id=distinct_id,
             person=person,
             properties=views.property_rows(person.properties) if person else [],
             flags=flags,
             events=events,
         )
-        return _html(body, 200 if person is not None or not distinct_id else 404)
 
     async def test_user(self, request: Request) -> Response:
         """The "test a user" panel: a read-only form (GET) evaluating the flag step by step."""
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
-        flag = await self._existing_flag(request, auth, project)
-        if isinstance(flag, Response):
-            return flag
+        found = await self._flag_page(request)
+        if isinstance(found, Response):
+            return found
+        page, flag = found
         query = request.query_params
         distinct_id = query.get("distinct_id", "")[:200]
         raw_properties = query.get("person_properties", "")[:MAX_FORM_BYTES]
@@ -595,14 +520,14 @@ class ConsolePages:
                 person_properties = views.json_object(raw_properties, "Person properties")
                 groups = views.json_object(raw_groups, "Groups")
                 explanation = await self.data.explain_flag(
-                    project.id, flag["key"], distinct_id, person_properties, groups
+                    page.project.id, flag["key"], distinct_id, person_properties, groups
                 )
             except ValueError as exc:
                 problem = str(exc)
-        body = templates.render(
+        return page.render(
             "flag_test.html",
-            **self._base(auth, principal, project),
-            nav="flags",
+            "flags",
+            http_status=400 if problem else 200,
             flag=flag,
             distinct_id=distinct_id,
             person_properties=raw_properties,
@@ -611,27 +536,20 @@ class ConsolePages:
             steps=render_explanation(explanation) if explanation else "",
             problem=problem,
         )
-        return _html(body, 400 if problem else 200)
 
     async def flag_history(self, request: Request) -> Response:
-        context = await self._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
-        flag = await self._existing_flag(request, auth, project)
-        if isinstance(flag, Response):
-            return flag
-        activities = await self.data.flag_activity(project.id, flag["id"])
-        versions = await self.data.flag_versions(project.id, flag["id"])
-        body = templates.render(
+        found = await self._flag_page(request)
+        if isinstance(found, Response):
+            return found
+        page, flag = found
+        activities = await self.data.flag_activity(page.project.id, flag["id"])
+        versions = await self.data.flag_versions(page.project.id, flag["id"])
+        return page.render(
             "flag_history.html",
-            **self._base(auth, principal, project),
-            nav="flags",
+            "flags",
             flag=flag,
             entries=views.history_entries(activities, versions, flag["version"]),
-            can_edit=can(principal.role, Action.EDIT),
         )
-        return _html(body)
 
 
 def console_routes(

@@ -14,7 +14,8 @@ from starlette.routing import BaseRoute, Route
 from flagstaff.accounts import cookies, csrf, oidc, sso_login
 from flagstaff.accounts.oidc import ProviderUnreachable, SsoConfig
 from flagstaff.accounts.sso_login import Refusal, Refused
-from flagstaff.console.routes import SECURITY_HEADERS, ConsolePages, safe_next
+from flagstaff.console.page import SECURITY_HEADERS, error_page
+from flagstaff.console.routes import ConsolePages, safe_next
 from flagstaff.ops import logs
 
 STATE_COOKIE = "flagstaff_oidc"
@@ -74,7 +75,7 @@ class SsoPages:
             who=refused.name,
             ip=request.client.host if request.client else "",
         )
-        response = self.pages._error_page(None, status, title, message, refused.reason)
+        response = error_page(None, status, title, message, refused.reason)
         if refused.refusal is not Refusal.STATE:
             # (a request with another state leaves this browser's own sign-in alone)
             response.headers.append("set-cookie", self._state_cookie("", 0))

@@ -16,7 +16,7 @@ from flagstaff.application.flags import ExplainError, explain_from_store, reques
 from flagstaff.application.people import event_json
 from flagstaff.console import usage
 from flagstaff.console.charts import EVENT_CHART_CAP
-from flagstaff.console.routes import ProjectInfo
+from flagstaff.console.page import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
 from flagstaff.flags import CompiledFlags, compile_flags, evaluate
 from flagstaff.flags.explain import Explanation, explain_many

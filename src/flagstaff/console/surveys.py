@@ -14,9 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from flagstaff.accounts.roles import Action, can
-from flagstaff.console import paging, survey_views, templates
-from flagstaff.console.routes import SECURITY_HEADERS, STATIC_URL, ConsolePages, html_page
+from flagstaff.accounts.roles import Action
+from flagstaff.console import paging, survey_views
+from flagstaff.console.page import SECURITY_HEADERS, STATIC_URL
+from flagstaff.console.routes import ConsolePages
 from flagstaff.store.base import Store
 from flagstaff.surveys import stats
 from flagstaff.surveys.management import survey_json
@@ -93,10 +94,10 @@ PREVIEW_PAGE = f"""<!doctype html>
 
 def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
     async def list_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         now = _now()
         found = await data.surveys(project.id)
         counted = await data.aggregates(project.id, None)
@@ -104,32 +105,25 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
             survey_views.survey_row(s, (counted.get(s.id) or stats.SurveyStats()).responses, now)
             for s in found
         ]
-        body = templates.render(
+        return page.render(
             "surveys.html",
-            **pages._base(auth, principal, project),
-            nav="surveys",
+            "surveys",
             rows=rows,
-            can_edit=can(principal.role, Action.EDIT),
         )
-        return html_page(body)
 
     async def builder(request: Request, survey: Survey | None) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
-        if not can(principal.role, Action.EDIT):
-            return pages._error_page(auth, 403, "No access", "Viewers cannot change surveys.")
+        page = await pages.open_page(request, Action.EDIT, "Viewers cannot change surveys.")
+        if isinstance(page, Response):
+            return page
+        project = page.project
         stored = await data.survey_json(project.id, survey) if survey is not None else None
-        body = templates.render(
+        return page.render(
             "survey_edit.html",
-            **pages._base(auth, principal, project),
-            nav="surveys",
+            "surveys",
             survey=survey,
             survey_json=json.dumps(stored),
             property_keys=await data.property_keys(project.id),
         )
-        return html_page(body)
 
     async def new_page(request: Request) -> Response:
         return await builder(request, None)
@@ -138,33 +132,32 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
         return await data.survey(project_id, str(request.path_params["survey_id"]))
 
     async def edit_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        survey = await _found(request, context[2].id)
+        page = await pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        survey = await _found(request, page.project.id)
         if survey is None:
-            return pages._error_page(context[0], 404, "Not found", "No such survey.")
+            return page.not_found("No such survey.")
         return await builder(request, survey)
 
     async def survey_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
+        page = await pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         survey = await _found(request, project.id)
         if survey is None:
-            return pages._error_page(auth, 404, "Not found", "No such survey.")
+            return page.not_found("No such survey.")
         state = (await data.aggregates(project.id, [survey.id])).get(survey.id)
         state = state or stats.SurveyStats()
-        page = paging.page_number(request.query_params)
-        offset = (page - 1) * ANSWERS_PAGE
+        number = paging.page_number(request.query_params)
+        offset = (number - 1) * ANSWERS_PAGE
         summary = stats.summary(state, survey.questions, limit=ANSWERS_PAGE, offset=offset)
         questions = [survey_views.question_view(q) for q in summary["questions"]]
         most = max((q.answers_count for q in questions), default=0)
-        body = templates.render(
+        return page.render(
             "survey.html",
-            **pages._base(auth, principal, project),
-            nav="surveys",
+            "surveys",
             survey=survey,
             status=survey_views.status_of(survey, _now()),
             type_label=survey_views.TYPE_LABELS.get(survey.type, survey.type),
@@ -173,13 +166,11 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
             counters=survey_views.counters(stats.stats_json(state)),
             responses=summary["responses"],
             questions=questions,
-            page=page,
+            page=number,
             page_size=ANSWERS_PAGE,
             more=offset + ANSWERS_PAGE < most,
             survey_json=json.dumps(await data.survey_json(project.id, survey)),
-            can_edit=can(principal.role, Action.EDIT),
         )
-        return html_page(body)
 
     async def preview(request: Request) -> Response:
         return Response(PREVIEW_PAGE, media_type="text/html", headers=PREVIEW_HEADERS)

@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from flagstaff.accounts.roles import Action, can
-from flagstaff.console import team_views, templates, views
-from flagstaff.console.routes import ConsolePages, html_page, redirect
+from flagstaff.accounts.roles import Action
+from flagstaff.console import team_views, views
+from flagstaff.console.routes import ConsolePages, redirect
 from flagstaff.console.team_data import GROUPS_PER_PAGE, WARNINGS_PER_PAGE, TeamData
 from flagstaff.store.rows import WARNINGS_KEPT
 
@@ -34,35 +34,16 @@ class TeamPages:
         self.pages = pages
         self.data = data
 
-    def _render(self, context: Any, template: str, nav: str, **values: Any) -> Response:
-        auth, principal, project = context
-        body = templates.render(
-            template,
-            **self.pages._base(auth, principal, project),
-            nav=nav,
-            can_edit=can(principal.role, Action.EDIT),
-            can_manage=can(principal.role, Action.MANAGE),
-            **values,
-        )
-        return html_page(body)
-
-    async def _context(self, request: Request) -> Any:
-        return await self.pages._page_context(request)
-
-    def _not_found(self, context: Any, what: str) -> Response:
-        return self.pages._error_page(context[0], 404, "Not found", f"There is no such {what}.")
-
     # members -------------------------------------------------------------------------------
 
     async def members(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        auth, _, project = context
+        page = await self.pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        auth, project = page.auth, page.project
         members = await self.pages.accounts.list_members(project.id)
         rows = team_views.member_rows(members, auth.user.id)
-        return self._render(
-            context,
+        return page.render(
             "members.html",
             "members",
             members=rows,
@@ -73,14 +54,13 @@ class TeamPages:
     # cohorts -------------------------------------------------------------------------------
 
     async def cohorts(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        project = context[2]
+        page = await self.pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         cohorts = await self.data.cohorts(project.id)
         counts = await self.data.dynamic_counts(project.id, cohorts)
-        return self._render(
-            context,
+        return page.render(
             "cohorts.html",
             "cohorts",
             rows=team_views.cohort_rows(cohorts, counts),
@@ -97,14 +77,11 @@ class TeamPages:
         }
 
     async def new_cohort(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
-        if not can(principal.role, Action.EDIT):
-            return self.pages._error_page(auth, 403, "No access", "Viewers cannot create cohorts.")
-        return self._render(
-            context,
+        page = await self.pages.open_page(request, Action.EDIT, "Viewers cannot create cohorts.")
+        if isinstance(page, Response):
+            return page
+        project = page.project
+        return page.render(
             "cohort_edit.html",
             "cohorts",
             cohort=team_views.cohort_editor_model(None),
@@ -115,14 +92,14 @@ class TeamPages:
         )
 
     async def cohort(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        project = context[2]
+        page = await self.pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         raw = request.path_params.get("cohort_id", "")
         cohort = await self.data.cohort(project.id, int(raw)) if raw.isdigit() else None
         if cohort is None or cohort.get("deleted"):
-            return self._not_found(context, "cohort")
+            return page.not_found("There is no such cohort.")
         members: list[str] = []
         count = ""
         if cohort.get("is_static"):
@@ -132,8 +109,7 @@ class TeamPages:
             everything = await self.data.cohorts(project.id)
             counts = await self.data.dynamic_counts(project.id, everything, [cohort["id"]])
             count = team_views.count_text(cohort, counts)
-        return self._render(
-            context,
+        return page.render(
             "cohort_edit.html",
             "cohorts",
             cohort=team_views.cohort_editor_model(cohort),
@@ -146,34 +122,33 @@ class TeamPages:
     # groups --------------------------------------------------------------------------------
 
     async def group_types(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        types = await self.data.group_types(context[2].id)
+        page = await self.pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        types = await self.data.group_types(page.project.id)
         if types:
             target = f"/groups/{min(types)}"
             if request.url.query:
                 target += f"?{request.url.query}"
             return redirect(target)
-        return self._render(
-            context, "groups.html", "groups", types=[], index=None, groups=[], search="", more=False
+        return page.render(
+            "groups.html", "groups", types=[], index=None, groups=[], search="", more=False
         )
 
     async def groups(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        project = context[2]
+        page = await self.pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         types = await self.data.group_types(project.id)
         raw = request.path_params.get("group_type_index", "")
         index = int(raw) if raw.isdigit() else -1
         if index not in types:
-            return self._not_found(context, "group type")
+            return page.not_found("There is no such group type.")
         search = request.query_params.get("search", "").strip()[:MAX_QUERY]
         offset = _offset(request)
         groups = await self.data.groups(project.id, index, search, offset)
-        return self._render(
-            context,
+        return page.render(
             "groups.html",
             "groups",
             types=sorted(types.items()),
@@ -187,20 +162,19 @@ class TeamPages:
         )
 
     async def group(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        project = context[2]
+        page = await self.pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         types = await self.data.group_types(project.id)
         raw = request.path_params.get("group_type_index", "")
         index = int(raw) if raw.isdigit() else -1
         key = request.path_params.get("group_key", "")
         group = await self.data.group(project.id, index, key) if index in types else None
         if group is None:
-            return self._not_found(context, "group")
+            return page.not_found("There is no such group.")
         flags = await self.data.group_flags(project.id, types[index], index, key)
-        return self._render(
-            context,
+        return page.render(
             "group.html",
             "groups",
             group=group,
@@ -211,18 +185,17 @@ class TeamPages:
     # ingestion warnings --------------------------------------------------------------------
 
     async def warnings(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        project = context[2]
+        page = await self.pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = page.project
         offset = _offset(request)
         everything = await self.data.warnings(project.id, WARNINGS_KEPT, 0)
-        page = everything.results[offset : offset + WARNINGS_PER_PAGE]
-        return self._render(
-            context,
+        shown = everything.results[offset : offset + WARNINGS_PER_PAGE]
+        return page.render(
             "ingestion_warnings.html",
             "warnings",
-            rows=team_views.warning_rows(page),
+            rows=team_views.warning_rows(shown),
             summary=team_views.warning_summary(everything.results),
             total=everything.count,
             kept=WARNINGS_KEPT,
@@ -233,16 +206,15 @@ class TeamPages:
     # project settings ----------------------------------------------------------------------
 
     async def project_settings(self, request: Request) -> Response:
-        context = await self._context(request)
-        if isinstance(context, Response):
-            return context
-        project = await self.data.project(context[2].id)
+        page = await self.pages.open_page(request)
+        if isinstance(page, Response):
+            return page
+        project = await self.data.project(page.project.id)
         if project is None:
-            return self._not_found(context, "project")
+            return page.not_found("There is no such project.")
         flag_quota, event_quota = self.data.quotas()
         usage = await self.data.usage(project.id)
-        return self._render(
-            context,
+        return page.render(
             "project_settings.html",
             "settings",
             settings_project=project,

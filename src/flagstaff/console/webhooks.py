@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from flagstaff.accounts.roles import Action, can
+from flagstaff.accounts.roles import Action
 from flagstaff.activity.webhooks import Delivery, Webhook
-from flagstaff.console import review_views, templates
-from flagstaff.console.routes import ConsolePages, html_page
+from flagstaff.console import review_views
+from flagstaff.console.routes import ConsolePages
 from flagstaff.store.base import Store
 
 
@@ -39,25 +39,21 @@ class StoreWebhookData:
 
 def webhook_routes(pages: ConsolePages, data: WebhookData) -> list[BaseRoute]:
     async def webhooks_page(request: Request) -> Response:
-        context = await pages._page_context(request)
-        if isinstance(context, Response):
-            return context
-        auth, principal, project = context
-        if not can(principal.role, Action.MANAGE):
-            return pages._error_page(auth, 403, "No access", "Only admins manage webhooks.")
+        page = await pages.open_page(request, Action.MANAGE, "Only admins manage webhooks.")
+        if isinstance(page, Response):
+            return page
+        project = page.project
         rows = [
             review_views.webhook_row(
                 hook, await data.deliveries(project.id, hook.id, review_views.RECENT_DELIVERIES)
             )
             for hook in await data.webhooks(project.id)
         ]
-        body = templates.render(
+        return page.render(
             "webhooks.html",
-            **pages._base(auth, principal, project),
-            nav="webhooks",
+            "webhooks",
             webhooks=rows,
             scope_choices=review_views.SCOPE_CHOICES,
         )
-        return html_page(body)
 
     return [Route("/settings/webhooks", webhooks_page, methods=["GET"])]

@@ -20,11 +20,12 @@ from typing import Any
 from starlette.requests import Request
 
 from flagstaff.application import flag_usage as usage
+from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.flags.validation import MAX_KEY_LENGTH
-from flagstaff.http.admin_context import AdminContext, existing_flag
+from flagstaff.http.admin_context import existing_flag
 from flagstaff.http.rest import group_type_index_param, int_param
 from flagstaff.store.base import Store
 from flagstaff.store.property_values import ValueCount
@@ -37,7 +38,7 @@ VALUES_TTL_S = 60.0
 VALUES_CACHE_ENTRIES = 256
 
 
-async def flag_usage(ctx: AdminContext, request: Request) -> Any:
+async def flag_usage(ctx: Caller, request: Request) -> Any:
     flag = await existing_flag(ctx, request)
     days = int_param(request, "days", usage.WINDOW_DAYS)
     if not 1 <= days <= MAX_USAGE_DAYS:
@@ -121,12 +122,12 @@ def _key(request: Request) -> str:
     return key
 
 
-async def person_values(ctx: AdminContext, request: Request) -> Any:
+async def person_values(ctx: Caller, request: Request) -> Any:
     key = _key(request)
     return _suggestions(request, await VALUES.get(ctx.store, ctx.project_id, key, None))
 
 
-async def group_values(ctx: AdminContext, request: Request) -> Any:
+async def group_values(ctx: Caller, request: Request) -> Any:
     index = group_type_index_param(request)
     key = _key(request)
     return _suggestions(request, await VALUES.get(ctx.store, ctx.project_id, key, index))

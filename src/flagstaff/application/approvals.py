@@ -1,0 +1,228 @@
+"""Approvals: a project's policy, and the change requests flag writes become while it is on.
+
+With the policy on, an update, replacement or deletion of a flag, a rollback and a new
+scheduled change are held (:class:`Held`: the stored request, :func:`request_json`) instead
+of applied; nothing is live until someone else approves it. Approving applies the change
+through the ordinary update path (flag rules, version check, activity record whose actor is
+the requester and whose trigger names the approver) in the same transaction that marks the
+request applied. A request whose flag changed meanwhile is marked stale (409) and must be
+made again. PostHog has no such API: the shapes are ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import msgspec
+
+from flagstaff.activity import approvals
+from flagstaff.activity.approvals import ChangeRequest, RequestKind, RequestStatus
+from flagstaff.activity.diff import changes_between
+from flagstaff.activity.records import Actor, ChangeSource, Scope
+from flagstaff.activity.scheduled import MODEL_NAME, Operation
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError
+from flagstaff.common import clock
+from flagstaff.common.clock import ms_to_iso
+from flagstaff.store.base import Conflict
+
+
+class Held(msgspec.Struct, frozen=True):
+    """The write waits for approval: the change request it became (as the API shows it)."""
+
+    request: dict[str, Any]
+
+
+class Unchanged(msgspec.Struct, frozen=True):
+    """Under the policy, a write that would change nothing anyone sees: the flag as it is."""
+
+    flag: dict[str, Any]
+
+
+def request_json(request: ChangeRequest, current: dict[str, Any] | None) -> dict[str, Any]:
+    """A change request as the API shows it. ``changes`` is what approving would change in
+    the flag as it is now (``current``), for pending requests; null once decided."""
+    body = request.body
+    scheduled = None
+    flag = None
+    if request.kind is RequestKind.SCHEDULE:
+        scheduled = {
+            "payload": body.get("payload"),
+            "scheduled_at": ms_to_iso(int(body.get("run_at_ms") or 0)),
+        }
+    else:
+        flag = body
+    changes = None
+    if request.status is RequestStatus.PENDING and flag is not None:
+        changes = msgspec.to_builtins(changes_between(Scope.FEATURE_FLAG, current, flag))
+
+    def user(user_id: int | None) -> dict[str, Any] | None:
+        return {"id": user_id} if user_id is not None else None
+
+    return {
+        "id": request.id,
+        "kind": request.kind.value,
+        "status": request.status.value,
+        "model_name": MODEL_NAME,
+        "record_id": str(request.flag_id) if request.flag_id is not None else None,
+        "base_version": request.base_version,
+        "flag": flag,
+        "scheduled_change": scheduled,
+        "changes": changes,
+        "created_by": user(request.author_user_id),
+        "created_at": ms_to_iso(request.created_at_ms),
+        "decided_by": user(request.decided_by),
+        "decided_at": ms_to_iso(request.decided_at_ms) if request.decided_at_ms else None,
+        "comment": request.comment,
+    }
+
+
+def policy_json(policy: approvals.ApprovalPolicy) -> dict[str, Any]:
+    return {
+        "enabled": policy.enabled,
+        "updated_at": ms_to_iso(policy.updated_at_ms) if policy.updated_at_ms else None,
+        "updated_by": {"id": policy.updated_by} if policy.updated_by is not None else None,
+    }
+
+
+async def set_policy(caller: Caller, enabled: bool) -> dict[str, Any]:
+    policy = await caller.store.set_approval_policy(
+        caller.project_id, enabled, caller.source, clock.now_ms()
+    )
+    return policy_json(policy)
+
+
+# holding a write for approval --------------------------------------------------------------
+
+
+async def _hold(
+    caller: Caller,
+    flag: dict[str, Any],
+    kind: RequestKind,
+    body: dict[str, Any],
+    base_version: int | None,
+) -> Held | None:
+    """Store the write as a pending request when the project's policy is on; None when the
+    write may go ahead."""
+    policy = await caller.store.approval_policy(caller.project_id)
+    if not policy.enabled:
+        return None
+    principal = caller.principal
+    request = ChangeRequest(
+        id=0,
+        project_id=caller.project_id,
+        flag_id=flag["id"],
+        body=body,
+        base_version=base_version,
+        author_user_id=principal.user_id,
+        author_key_id=principal.key_id if principal.user_id is None else None,
+        status=RequestStatus.PENDING,
+        created_at_ms=clock.now_ms(),
+        kind=kind,
+    )
+    made = await caller.store.create_change_request(request, flag["key"], caller.source)
+    return Held(request_json(made, flag))
+
+
+async def hold_flag_write(
+    caller: Caller, current: dict[str, Any], flag: dict[str, Any]
+) -> Held | Unchanged | None:
+    """Before a flag update or delete: :class:`Held` when it must wait for approval,
+    :class:`Unchanged` when under the policy it would change nothing anyone sees."""
+    kind = RequestKind.DELETE if flag.get("deleted") and not current["deleted"] else None
+    if not changes_between(Scope.FEATURE_FLAG, current, flag):
+        policy = await caller.store.approval_policy(caller.project_id)
+        return Unchanged(current) if policy.enabled else None
+    return await _hold(
+        caller, current, kind or RequestKind.UPDATE, {**flag, "version": current["version"]},
+        current["version"],
+    )  # fmt: skip
+
+
+async def hold_schedule(
+    caller: Caller,
+    flag: dict[str, Any],
+    operation: Operation,
+    payload: dict[str, Any],
+    run_at_ms: int,
+) -> Held | None:
+    """Before a scheduled change is created: :class:`Held` when it must wait for approval
+    (approval is given at scheduling time; the change then runs when due)."""
+    body = {"operation": operation.value, "payload": payload, "run_at_ms": run_at_ms}
+    return await _hold(caller, flag, RequestKind.SCHEDULE, body, None)
+
+
+# change requests ----------------------------------------------------------------------------
+
+
+async def current_flag(caller: Caller, request: ChangeRequest) -> dict[str, Any] | None:
+    if request.flag_id is None:
+        return None
+    return await caller.store.get_flag(caller.project_id, request.flag_id)
+
+
+async def existing_request(caller: Caller, request_id: int) -> ChangeRequest:
+    found = await caller.store.get_change_request(caller.project_id, request_id)
+    if found is None:
+        raise ApiError(404, "not_found", "no such change request")
+    return found
+
+
+def _refused(found: ChangeRequest, problem: str) -> ApiError:
+    if found.status is not RequestStatus.PENDING:
+        return ApiError(409, "already_decided", problem)
+    return ApiError(403, "permission_denied", problem)
+
+
+def _flag_key(found: ChangeRequest, current: dict[str, Any] | None) -> str:
+    if current is not None:
+        return str(current.get("key"))
+    return str(found.body.get("key", found.flag_id))
+
+
+async def _mark_stale(caller: Caller, decided: ChangeRequest, key: str, reason: str) -> None:
+    stale = msgspec.structs.replace(decided, status=RequestStatus.STALE)
+    with contextlib.suppress(Conflict):  # decided meanwhile by someone else: theirs stands
+        await caller.store.decide_change_request(stale, key, caller.source)
+    raise ApiError(409, "stale", reason)
+
+
+async def approve(caller: Caller, request_id: int, comment: str) -> dict[str, Any]:
+    """Apply the request now: its author cannot, nor can a viewer."""
+    found = await existing_request(caller, request_id)
+    current = await current_flag(caller, found)
+    live = current if current is not None and not current.get("deleted") else None
+    now = clock.now_ms()
+    decision = approvals.approve(found, caller.principal, live["version"] if live else None, now)
+    key = _flag_key(found, current)
+    if decision.problem is not None:
+        if decision.request.status is RequestStatus.STALE:
+            await _mark_stale(caller, decision.request, key, decision.problem)
+        raise _refused(found, decision.problem)
+    decided = msgspec.structs.replace(decision.request, comment=comment)
+    author = Actor(user_id=found.author_user_id)
+    apply_source = ChangeSource(actor=author, trigger=decision.trigger)
+    try:
+        done = await caller.store.decide_change_request(decided, key, caller.source, apply_source)
+    except Conflict as exc:
+        if exc.field == "version":  # the flag moved between our read and the write
+            await _mark_stale(caller, decided, key, "the flag changed since this request was made")
+        if exc.field == "status":
+            raise ApiError(409, "already_decided", exc.message) from None
+        raise
+    return request_json(done, None)
+
+
+async def reject(caller: Caller, request_id: int, comment: str) -> dict[str, Any]:
+    """Refuse the request (anyone who may approve it), or withdraw it (its author)."""
+    found = await existing_request(caller, request_id)
+    decision = approvals.reject(found, caller.principal, comment, clock.now_ms())
+    if decision.problem is not None:
+        raise _refused(found, decision.problem)
+    key = _flag_key(found, await current_flag(caller, found))
+    try:
+        done = await caller.store.decide_change_request(decision.request, key, caller.source)
+    except Conflict as exc:
+        raise ApiError(409, "already_decided", exc.message) from None
+    return request_json(done, None)

@@ -1,0 +1,107 @@
+"""One way to answer a console page.
+
+A page handler asks :meth:`ConsolePages.open_page` for its :class:`Page`: the signed-in
+person, their principal in the project asked for, and the project; or the answer already
+given (the login redirect, "not a member", "viewers cannot ...") when there is none. The page
+then answers with :meth:`Page.render` (the template inside the console's shell: user, CSRF
+token, project, role, which navigation entry is current, what the role may do),
+:meth:`Page.not_found` or :meth:`Page.refuse`. Pages without a project (login, single
+sign-on's refusals) use :func:`error_page` and :func:`html_page`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from starlette.responses import HTMLResponse
+
+from flagstaff.accounts import login as console_session
+from flagstaff.accounts.roles import Action, Principal, can
+from flagstaff.console import templates
+
+STATIC_URL = "/console/static"
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+class ProjectInfo(msgspec.Struct, frozen=True):
+    id: int
+    name: str
+
+
+def html_page(body: str, status: int = 200) -> HTMLResponse:
+    """A rendered page with the console's security headers."""
+    return HTMLResponse(body, status, headers=SECURITY_HEADERS)
+
+
+def error_page(
+    auth: console_session.Authenticated | None,
+    status: int,
+    title: str,
+    message: str,
+    reason: str | None = None,
+) -> HTMLResponse:
+    """A page saying what went wrong; with ``reason``, a refused login (no session)."""
+    body = templates.render(
+        "error.html",
+        user=auth.user if auth else None,
+        csrf_token=auth.csrf_token if auth else "",
+        project=None,
+        role="",
+        static_url=STATIC_URL,
+        nav="",
+        title=title,
+        message=message,
+        reason=reason,
+    )
+    return html_page(body, status)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A console request its person may see: who, in which project, and how to answer."""
+
+    auth: console_session.Authenticated
+    principal: Principal
+    project: ProjectInfo
+
+    def can(self, action: Action) -> bool:
+        return can(self.principal.role, action)
+
+    def shell(self) -> dict[str, Any]:
+        """What every page's frame shows: the person, the project, the role, the form token."""
+        return {
+            "user": self.auth.user,
+            "csrf_token": self.auth.csrf_token,
+            "project": self.project,
+            "role": self.principal.role.value,
+            "static_url": STATIC_URL,
+            "can_edit": self.can(Action.EDIT),
+            "can_manage": self.can(Action.MANAGE),
+        }
+
+    def render(
+        self, template: str, nav: str, http_status: int = 200, **values: Any
+    ) -> HTMLResponse:
+        """``template`` in the console's shell, ``nav`` its navigation entry."""
+        body = templates.render(template, **{**self.shell(), "nav": nav, **values})
+        return html_page(body, http_status)
+
+    def error(self, status: int, title: str, message: str) -> HTMLResponse:
+        return error_page(self.auth, status, title, message)
+
+    def not_found(self, message: str) -> HTMLResponse:
+        return self.error(404, "Not found", message)
+
+    def refuse(self, message: str) -> HTMLResponse:
+        return self.error(403, "No access", message)
