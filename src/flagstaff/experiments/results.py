@@ -352,14 +352,14 @@ def _elapsed_days(definition: ExperimentDefinition, now: datetime | None) -> flo
 def _correct(families: list[MetricResult], applied: StatsApplied) -> None:
     """Adjust the p-values of every metric x variant together; ``significant`` follows."""
     tested = [
-        result
+        (result, result.p_value)
         for metric in families
         for result in metric.variant_results
         if result.p_value is not None
     ]
     method = applied.multiple_testing_correction
-    adjusted = adjust_p_values([result.p_value for result in tested], method)  # type: ignore[misc]
-    for result, p_value in zip(tested, adjusted, strict=True):
+    adjusted = adjust_p_values([p_value for _, p_value in tested], method)
+    for (result, _), p_value in zip(tested, adjusted, strict=True):
         result.p_value_adjusted = p_value
         result.significant = p_value < applied.alpha
 
