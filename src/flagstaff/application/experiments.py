@@ -58,13 +58,18 @@ class ResultsStore(Protocol):
     async def experiment_totals(self, experiment_id: int, fingerprint: str) -> ExperimentTotals: ...
 
 
+async def _results_module() -> Any:
+    """``experiments/results.py``, imported off the event loop: other requests go on while a
+    cold worker imports scipy (once per worker)."""
+    return await asyncio.to_thread(importlib.import_module, RESULTS_MODULE)
+
+
 async def results_json(
     store: ResultsStore, record: ExperimentRecord, summary: ExperimentSummary | None = None
 ) -> dict[str, Any]:
     """The results response of one experiment (the endpoint's body; the console shows it),
     from ``summary`` when the caller read the totals already."""
-    # off the event loop: other requests go on while a cold worker imports scipy
-    results_module = await asyncio.to_thread(importlib.import_module, RESULTS_MODULE)
+    results_module = await _results_module()
     build_results, to_json = results_module.build_results, results_module.to_json
     if summary is None:
         summary = await experiment_summary(store, record)
@@ -116,16 +121,14 @@ async def check_guardrails(
     experiments = await store.guarded_experiments()
     if not experiments:
         return 0
-    # scipy's import, off the event loop (once per worker)
-    results: Any = await asyncio.to_thread(importlib.import_module, RESULTS_MODULE)
+    results = await _results_module()
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     reported = 0
     for project_id, record in experiments:
         definition = record.definition
         if definition.end_date is not None and definition.end_date <= now:
             continue
-        spec = ExperimentSpec(record.id, definition)
-        summary = summarize(spec, await store.experiment_totals(record.id, spec.fingerprint))
+        summary = await experiment_summary(store, record)
         for breach in results.build_results(definition, summary, now).guardrail_breaches:
             activity = breach_record(project_id, record.id, definition.name, breach, now_ms)
             if not await store.report_guardrail_breach(

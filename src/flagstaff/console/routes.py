@@ -124,9 +124,6 @@ class ConsoleSettings(msgspec.Struct, frozen=True):
     throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE
 
 
-_html = html_page
-
-
 def _redirect(location: str) -> RedirectResponse:
     return RedirectResponse(location, 303, headers=SECURITY_HEADERS)
 
@@ -237,7 +234,7 @@ class ConsolePages:
             sso_url=f"/login/oidc?next={quote(next_path, safe='')}",
             password_login_off=self.settings.password_login_off,
         )
-        response = _html(body, status)
+        response = html_page(body, status)
         response.headers.append(
             "set-cookie",
             cookies.set_cookie_header(

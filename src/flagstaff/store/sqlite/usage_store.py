@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -20,10 +21,10 @@ _decode = msgspec.json.decode
 class UsageMixin:
     _writer: Writer
 
-    @property
-    def db(self) -> sqlite3.Connection:
-        """The worker's read connection (the store's own property overrides this)."""
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the store's read connection, a property of SQLiteStore
+
+        @property
+        def db(self) -> sqlite3.Connection: ...
 
     async def flag_daily_checks(
         self, project_id: int, since_day: int, keys: list[str]
