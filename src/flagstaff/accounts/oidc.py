@@ -22,6 +22,7 @@ from joserfc import jwt
 from joserfc.jwk import KeySet
 
 from flagstaff.accounts.records import Role, User
+from flagstaff.common.units import MINUTE_MS
 
 WILDCARD = "*"
 ROLE_RANK = {Role.VIEWER: 1, Role.EDITOR: 2, Role.ADMIN: 3}
@@ -31,7 +32,7 @@ ASYMMETRIC_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
 CLOCK_SKEW_S = 60
-LOGIN_STATE_TTL_MS = 10 * 60_000
+LOGIN_STATE_TTL_MS = 10 * MINUTE_MS
 """How long a sign-in started at /login/oidc may take to come back to the callback."""
 
 

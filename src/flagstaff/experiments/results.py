@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from flagstaff.common.units import DAY_S
 from flagstaff.experiments.corrections import adjust_p_values
 from flagstaff.experiments.cuped import CupedStatistic, cuped_effect
 from flagstaff.experiments.decision import Decision, decide
@@ -79,8 +80,6 @@ __all__ = [
     "Warning",
     "build_results",
 ]
-
-DAY_SECONDS = 86_400.0
 
 
 class VariantResult(msgspec.Struct, kw_only=True):
@@ -346,7 +345,7 @@ def _elapsed_days(definition: ExperimentDefinition, now: datetime | None) -> flo
     if definition.start_date is None or now is None:
         return 0.0
     end = now if definition.end_date is None else min(now, definition.end_date)
-    return max((end - definition.start_date).total_seconds() / DAY_SECONDS, 0.0)
+    return max((end - definition.start_date).total_seconds() / DAY_S, 0.0)
 
 
 def _correct(families: list[MetricResult], applied: StatsApplied) -> None:
