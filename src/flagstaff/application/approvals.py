@@ -25,7 +25,7 @@ from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
-from flagstaff.store.base import Conflict
+from flagstaff.store.base import Conflict, Store
 
 
 class Held(msgspec.Struct, frozen=True):
@@ -86,7 +86,7 @@ def policy_json(policy: approvals.ApprovalPolicy) -> dict[str, Any]:
     }
 
 
-async def set_policy(caller: Caller, enabled: bool) -> dict[str, Any]:
+async def set_policy(caller: Caller[Store], enabled: bool) -> dict[str, Any]:
     policy = await caller.store.set_approval_policy(
         caller.project_id, enabled, caller.source, clock.now_ms()
     )
@@ -97,7 +97,7 @@ async def set_policy(caller: Caller, enabled: bool) -> dict[str, Any]:
 
 
 async def _hold(
-    caller: Caller,
+    caller: Caller[Store],
     flag: dict[str, Any],
     kind: RequestKind,
     body: dict[str, Any],
@@ -126,7 +126,7 @@ async def _hold(
 
 
 async def hold_flag_write(
-    caller: Caller, current: dict[str, Any], flag: dict[str, Any]
+    caller: Caller[Store], current: dict[str, Any], flag: dict[str, Any]
 ) -> Held | Unchanged | None:
     """Before a flag update or delete: :class:`Held` when it must wait for approval,
     :class:`Unchanged` when under the policy it would change nothing anyone sees."""
@@ -141,7 +141,7 @@ async def hold_flag_write(
 
 
 async def hold_schedule(
-    caller: Caller,
+    caller: Caller[Store],
     flag: dict[str, Any],
     operation: Operation,
     payload: dict[str, Any],
@@ -156,13 +156,13 @@ async def hold_schedule(
 # change requests ----------------------------------------------------------------------------
 
 
-async def current_flag(caller: Caller, request: ChangeRequest) -> dict[str, Any] | None:
+async def current_flag(caller: Caller[Store], request: ChangeRequest) -> dict[str, Any] | None:
     if request.flag_id is None:
         return None
     return await caller.store.get_flag(caller.project_id, request.flag_id)
 
 
-async def existing_request(caller: Caller, request_id: int) -> ChangeRequest:
+async def existing_request(caller: Caller[Store], request_id: int) -> ChangeRequest:
     found = await caller.store.get_change_request(caller.project_id, request_id)
     if found is None:
         raise ApiError(404, "not_found", "no such change request")
@@ -181,14 +181,14 @@ def _flag_key(found: ChangeRequest, current: dict[str, Any] | None) -> str:
     return str(found.body.get("key", found.flag_id))
 
 
-async def _mark_stale(caller: Caller, decided: ChangeRequest, key: str, reason: str) -> None:
+async def _mark_stale(caller: Caller[Store], decided: ChangeRequest, key: str, reason: str) -> None:
     stale = msgspec.structs.replace(decided, status=RequestStatus.STALE)
     with contextlib.suppress(Conflict):  # decided meanwhile by someone else: theirs stands
         await caller.store.decide_change_request(stale, key, caller.source)
     raise ApiError(409, "stale", reason)
 
 
-async def approve(caller: Caller, request_id: int, comment: str) -> dict[str, Any]:
+async def approve(caller: Caller[Store], request_id: int, comment: str) -> dict[str, Any]:
     """Apply the request now: its author cannot, nor can a viewer."""
     found = await existing_request(caller, request_id)
     current = await current_flag(caller, found)
@@ -214,7 +214,7 @@ async def approve(caller: Caller, request_id: int, comment: str) -> dict[str, An
     return request_json(done, None)
 
 
-async def reject(caller: Caller, request_id: int, comment: str) -> dict[str, Any]:
+async def reject(caller: Caller[Store], request_id: int, comment: str) -> dict[str, Any]:
     """Refuse the request (anyone who may approve it), or withdraw it (its author)."""
     found = await existing_request(caller, request_id)
     decision = approvals.reject(found, caller.principal, comment, clock.now_ms())

@@ -24,6 +24,7 @@ from flagstaff.flags import EvalRequest, validate_flag
 from flagstaff.flags.explain import Explanation, explain
 from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
+from flagstaff.store.base import Store
 from flagstaff.store.records import Definitions, FlagContext
 
 _FLAG_DEFAULTS: dict[str, Any] = {
@@ -184,13 +185,13 @@ FlagWrite = dict[str, Any] | Held | Unchanged
 became (:class:`Held`) or the flag as it was (:class:`Unchanged`)."""
 
 
-async def create_flag(caller: Caller, body: Any) -> dict[str, Any]:
+async def create_flag(caller: Caller[Store], body: Any) -> dict[str, Any]:
     flag = flag_from_input(body)
     return await caller.store.create_flag(caller.project_id, flag, caller.source)
 
 
 async def _write(
-    caller: Caller,
+    caller: Caller[Store],
     current: dict[str, Any],
     flag: dict[str, Any],
     source: ChangeSource | None = None,
@@ -203,25 +204,25 @@ async def _write(
     )
 
 
-async def update_flag(caller: Caller, current: dict[str, Any], body: Any) -> FlagWrite:
+async def update_flag(caller: Caller[Store], current: dict[str, Any], body: Any) -> FlagWrite:
     """A PATCH: the fields given change, the others stay."""
     return await _write(caller, current, flag_from_input(body, current))
 
 
-async def replace_flag(caller: Caller, current: dict[str, Any], body: Any) -> FlagWrite:
+async def replace_flag(caller: Caller[Store], current: dict[str, Any], body: Any) -> FlagWrite:
     """A PUT, a full update as in PostHog's API: fields left out take their defaults."""
     flag = {**current, **flag_from_input(body), "version": current.get("version")}
     return await _write(caller, current, flag)
 
 
-async def delete_flag(caller: Caller, current: dict[str, Any]) -> FlagWrite | None:
+async def delete_flag(caller: Caller[Store], current: dict[str, Any]) -> FlagWrite | None:
     """Mark the flag deleted (None: it was already)."""
     if current["deleted"]:
         return None
     return await _write(caller, current, {**current, "deleted": True})
 
 
-async def rollback_flag(caller: Caller, current: dict[str, Any], version: int) -> FlagWrite:
+async def rollback_flag(caller: Caller[Store], current: dict[str, Any], version: int) -> FlagWrite:
     """Restore an earlier version of the flag: an ordinary update (same validation, same
     optimistic version check) recorded as ``rolled_back``."""
     history = await caller.store.flag_versions(caller.project_id, current["id"])
@@ -237,7 +238,7 @@ async def rollback_flag(caller: Caller, current: dict[str, Any], version: int) -
 
 
 async def schedule_change(
-    caller: Caller,
+    caller: Caller[Store],
     flag: dict[str, Any],
     operation: Operation,
     payload: dict[str, Any],

@@ -85,13 +85,13 @@ def _parse_time(request: Request, name: str) -> int | None:
 _project_json = project_json
 
 
-async def list_projects(ctx: Caller, request: Request) -> Any:
+async def list_projects(ctx: Caller[Store], request: Request) -> Any:
     project = await ctx.store.get_project(ctx.project_id)
     results = [_project_json(project)] if project else []
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
-async def create_project(ctx: Caller, request: Request) -> Any:
+async def create_project(ctx: Caller[Store], request: Request) -> Any:
     body = await _body(request)
     name = body.get("name") if isinstance(body, dict) else None
     if not isinstance(name, str) or not name.strip():
@@ -106,7 +106,7 @@ async def create_project(ctx: Caller, request: Request) -> Any:
     return 201, {**_project_json(project), "personal_api_key": secret}
 
 
-async def get_project(ctx: Caller, request: Request) -> Any:
+async def get_project(ctx: Caller[Store], request: Request) -> Any:
     project = await ctx.store.get_project(ctx.project_id)
     if project is None:
         raise ApiError(404, "not_found", "no such project")
@@ -116,7 +116,7 @@ async def get_project(ctx: Caller, request: Request) -> Any:
 # feature flags ----------------------------------------------------------------------------
 
 
-async def list_flags(ctx: Caller, request: Request) -> Any:
+async def list_flags(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
     page = await ctx.store.list_flags(ctx.project_id, limit, offset)
@@ -133,29 +133,29 @@ def _written(outcome: flag_rules.FlagWrite) -> Any:
     return outcome
 
 
-async def create_flag(ctx: Caller, request: Request) -> Any:
+async def create_flag(ctx: Caller[Store], request: Request) -> Any:
     return 201, await flag_rules.create_flag(ctx, await _body(request))
 
 
 _existing_flag = existing_flag
 
 
-async def get_flag(ctx: Caller, request: Request) -> Any:
+async def get_flag(ctx: Caller[Store], request: Request) -> Any:
     return await _existing_flag(ctx, request)
 
 
-async def update_flag(ctx: Caller, request: Request) -> Any:
+async def update_flag(ctx: Caller[Store], request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     return _written(await flag_rules.update_flag(ctx, current, await _body(request)))
 
 
-async def replace_flag(ctx: Caller, request: Request) -> Any:
+async def replace_flag(ctx: Caller[Store], request: Request) -> Any:
     """PUT, a full update as in PostHog's API: fields left out take their defaults."""
     current = await _existing_flag(ctx, request)
     return _written(await flag_rules.replace_flag(ctx, current, await _body(request)))
 
 
-async def delete_flag(ctx: Caller, request: Request) -> Any:
+async def delete_flag(ctx: Caller[Store], request: Request) -> Any:
     current = await _existing_flag(ctx, request)
     outcome = await flag_rules.delete_flag(ctx, current)
     if isinstance(outcome, Held | Unchanged):
@@ -163,7 +163,7 @@ async def delete_flag(ctx: Caller, request: Request) -> Any:
     return 204, None
 
 
-async def rollback_flag(ctx: Caller, request: Request) -> Any:
+async def rollback_flag(ctx: Caller[Store], request: Request) -> Any:
     """Restore an earlier version of the flag: an ordinary update (same validation, same
     optimistic version check) recorded as ``rolled_back``."""
     current = await _existing_flag(ctx, request)
@@ -174,7 +174,7 @@ async def rollback_flag(ctx: Caller, request: Request) -> Any:
     return _written(await flag_rules.rollback_flag(ctx, current, target))
 
 
-async def flag_activity(ctx: Caller, request: Request) -> Any:
+async def flag_activity(ctx: Caller[Store], request: Request) -> Any:
     """PostHog's per-flag activity: ``limit`` (default 10) and ``page`` (from 1), newest first,
     with ``total_count``."""
     flag = await _existing_flag(ctx, request)
@@ -211,7 +211,7 @@ def _scope_param(request: Request) -> Scope | None:
         raise ApiError(400, "invalid_input", f"scope must be one of {known}", "scope") from None
 
 
-async def activity_log(ctx: Caller, request: Request) -> Any:
+async def activity_log(ctx: Caller[Store], request: Request) -> Any:
     """The project's activity log, newest first, cursor paginated (100 a page), filtered by
     ``scope``, ``item_id`` and ``user`` (a user id)."""
     limit = _int_param(request, "limit", 100, 100) or 100
@@ -254,7 +254,7 @@ def scheduled_json(change: ScheduledChange) -> dict[str, Any]:
     }
 
 
-async def list_scheduled_changes(ctx: Caller, request: Request) -> Any:
+async def list_scheduled_changes(ctx: Caller[Store], request: Request) -> Any:
     raw = request.query_params.get("record_id")
     if raw is not None and not raw.isdigit():
         raise ApiError(400, "invalid_input", "record_id must be a feature flag id", "record_id")
@@ -263,7 +263,7 @@ async def list_scheduled_changes(ctx: Caller, request: Request) -> Any:
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
-async def create_scheduled_change(ctx: Caller, request: Request) -> Any:
+async def create_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
     body = await _body(request)
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_input", "the body must be a JSON object")
@@ -291,7 +291,7 @@ async def create_scheduled_change(ctx: Caller, request: Request) -> Any:
     return 201, scheduled_json(change)
 
 
-async def delete_scheduled_change(ctx: Caller, request: Request) -> Any:
+async def delete_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
     change_id = _path_int(request, "change_id")
     if not await ctx.store.delete_scheduled_change(ctx.project_id, change_id):
         raise ApiError(404, "not_found", "no such pending scheduled change")
@@ -301,7 +301,7 @@ async def delete_scheduled_change(ctx: Caller, request: Request) -> Any:
 # personal API keys ------------------------------------------------------------------------
 
 
-async def list_keys(ctx: Caller, request: Request) -> Any:
+async def list_keys(ctx: Caller[Store], request: Request) -> Any:
     """Admins see every key of the project, others their own."""
     principal = ctx.principal
     everyone = principal.user_id is None or principal.role is Role.ADMIN
@@ -309,7 +309,7 @@ async def list_keys(ctx: Caller, request: Request) -> Any:
     return [key_json(k, _ms_to_iso) for k in sorted(keys, key=lambda k: -k.id)]
 
 
-async def create_key(ctx: Caller, request: Request) -> Any:
+async def create_key(ctx: Caller[Store], request: Request) -> Any:
     """A new key for the caller; its value is in this answer only."""
     body = await _body(request)
     label = body.get("label") if isinstance(body, dict) else None
@@ -323,7 +323,7 @@ async def create_key(ctx: Caller, request: Request) -> Any:
     return 201, {**key_json(info, _ms_to_iso), "value": secret}
 
 
-async def revoke_key(ctx: Caller, request: Request) -> Any:
+async def revoke_key(ctx: Caller[Store], request: Request) -> Any:
     key_id = _path_int(request, "key_id")
     keys = await ctx.accounts.list_keys(ctx.project_id, None)
     key = next((k for k in keys if k.id == key_id), None)
@@ -340,14 +340,14 @@ async def revoke_key(ctx: Caller, request: Request) -> Any:
 # cohorts ----------------------------------------------------------------------------------
 
 
-async def list_cohorts(ctx: Caller, request: Request) -> Any:
+async def list_cohorts(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
     page = await ctx.store.list_cohorts(ctx.project_id, limit, offset)
     return _paginated(request, page.count, page.results, limit, offset)
 
 
-async def create_cohort(ctx: Caller, request: Request) -> Any:
+async def create_cohort(ctx: Caller[Store], request: Request) -> Any:
     """JSON, or a multipart form with a ``csv`` of distinct ids: a static cohort of them."""
     if cohort_csv.is_multipart(request):
         form = await cohort_csv.read_form(request)
@@ -360,18 +360,18 @@ async def create_cohort(ctx: Caller, request: Request) -> Any:
     return 201, await ctx.store.create_cohort(ctx.project_id, cohort, ctx.source)
 
 
-async def _existing_cohort(ctx: Caller, request: Request) -> dict[str, Any]:
+async def _existing_cohort(ctx: Caller[Store], request: Request) -> dict[str, Any]:
     cohort = await ctx.store.get_cohort(ctx.project_id, _path_int(request, "cohort_id"))
     if cohort is None:
         raise ApiError(404, "not_found", "no such cohort")
     return cohort
 
 
-async def get_cohort(ctx: Caller, request: Request) -> Any:
+async def get_cohort(ctx: Caller[Store], request: Request) -> Any:
     return await _existing_cohort(ctx, request)
 
 
-async def update_cohort(ctx: Caller, request: Request) -> Any:
+async def update_cohort(ctx: Caller[Store], request: Request) -> Any:
     """JSON, or a multipart form whose ``csv`` adds its distinct ids to a static cohort."""
     current = await _existing_cohort(ctx, request)
     if not cohort_csv.is_multipart(request):
@@ -391,7 +391,7 @@ async def update_cohort(ctx: Caller, request: Request) -> Any:
     return current
 
 
-async def delete_cohort(ctx: Caller, request: Request) -> Any:
+async def delete_cohort(ctx: Caller[Store], request: Request) -> Any:
     current = await _existing_cohort(ctx, request)
     await ctx.store.update_cohort(
         ctx.project_id, current["id"], {**current, "deleted": True}, ctx.source
@@ -399,19 +399,19 @@ async def delete_cohort(ctx: Caller, request: Request) -> Any:
     return 204, None
 
 
-async def list_cohort_members(ctx: Caller, request: Request) -> Any:
+async def list_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
     ids = await ctx.store.list_static_members(ctx.project_id, cohort["id"])
     return {"count": len(ids), "next": None, "previous": None, "results": ids}
 
 
-async def add_cohort_members(ctx: Caller, request: Request) -> Any:
+async def add_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
     ids = flag_rules.distinct_ids_from(await _body(request))
     return await ctx.store.change_static_members(ctx.project_id, cohort["id"], ids, [], ctx.source)
 
 
-async def remove_cohort_members(ctx: Caller, request: Request) -> Any:
+async def remove_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
     ids = flag_rules.distinct_ids_from(await _body(request))
     return await ctx.store.change_static_members(ctx.project_id, cohort["id"], [], ids, ctx.source)
@@ -420,7 +420,7 @@ async def remove_cohort_members(ctx: Caller, request: Request) -> Any:
 # read views -------------------------------------------------------------------------------
 
 
-async def find_person(ctx: Caller, request: Request) -> Any:
+async def find_person(ctx: Caller[Store], request: Request) -> Any:
     distinct_id = request.query_params.get("distinct_id")
     if not distinct_id:
         raise ApiError(400, "required", "distinct_id is required", "distinct_id")
@@ -429,7 +429,7 @@ async def find_person(ctx: Caller, request: Request) -> Any:
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
-async def find_group(ctx: Caller, request: Request) -> Any:
+async def find_group(ctx: Caller[Store], request: Request) -> Any:
     index = group_type_index_param(request)
     key = request.query_params.get("group_key")
     if not key:
@@ -440,12 +440,12 @@ async def find_group(ctx: Caller, request: Request) -> Any:
     return group_json(group)
 
 
-async def list_group_types(ctx: Caller, request: Request) -> Any:
+async def list_group_types(ctx: Caller[Store], request: Request) -> Any:
     types = await ctx.store.list_group_types(ctx.project_id)
     return [group_type_json(i, name) for i, name in sorted(types.items())]
 
 
-async def create_group_type(ctx: Caller, request: Request) -> Any:
+async def create_group_type(ctx: Caller[Store], request: Request) -> Any:
     """Map a group type name to an index (the next free one unless given); 200 when so already."""
     name, index = flag_rules.group_type_from_input(await _body(request))
     types = await ctx.store.list_group_types(ctx.project_id)
@@ -461,7 +461,7 @@ async def create_group_type(ctx: Caller, request: Request) -> Any:
     return (201 if created else 200), group_type_json(index, name)
 
 
-async def list_events(ctx: Caller, request: Request) -> Any:
+async def list_events(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000) or 100
     cursor: tuple[int, int] | None = None
     raw_cursor = request.query_params.get("cursor")
@@ -497,7 +497,7 @@ async def list_events(ctx: Caller, request: Request) -> Any:
     return {"next": next_url, "results": [event_json(e) for e in rows]}
 
 
-async def list_warnings(ctx: Caller, request: Request) -> Any:
+async def list_warnings(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
     page = await ctx.store.list_warnings(ctx.project_id, limit, offset)

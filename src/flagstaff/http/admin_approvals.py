@@ -16,15 +16,16 @@ from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.http.admin_context import Handler
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
+from flagstaff.store.base import Store
 
 P = "/api/projects/{project_id}"
 
 
-async def get_approval_policy(ctx: Caller, request: Request) -> Any:
+async def get_approval_policy(ctx: Caller[Store], request: Request) -> Any:
     return approvals.policy_json(await ctx.store.approval_policy(ctx.project_id))
 
 
-async def update_approval_policy(ctx: Caller, request: Request) -> Any:
+async def update_approval_policy(ctx: Caller[Store], request: Request) -> Any:
     body = await json_body(request)
     enabled = body.get("enabled") if isinstance(body, dict) else None
     if not isinstance(enabled, bool):
@@ -32,7 +33,7 @@ async def update_approval_policy(ctx: Caller, request: Request) -> Any:
     return await approvals.set_policy(ctx, enabled)
 
 
-async def list_change_requests(ctx: Caller, request: Request) -> Any:
+async def list_change_requests(ctx: Caller[Store], request: Request) -> Any:
     """Newest first; ``status`` and ``record_id`` filter."""
     limit = int_param(request, "limit", 100, 1000) or 100
     offset = int_param(request, "offset", 0)
@@ -57,7 +58,7 @@ async def list_change_requests(ctx: Caller, request: Request) -> Any:
     return paginated(request, page.count, results, limit, offset)
 
 
-async def get_change_request(ctx: Caller, request: Request) -> Any:
+async def get_change_request(ctx: Caller[Store], request: Request) -> Any:
     found = await approvals.existing_request(ctx, path_int(request, "request_id"))
     return approvals.request_json(found, await approvals.current_flag(ctx, found))
 
@@ -76,13 +77,13 @@ def _comment(body: Any) -> str:
     return comment
 
 
-async def approve_change_request(ctx: Caller, request: Request) -> Any:
+async def approve_change_request(ctx: Caller[Store], request: Request) -> Any:
     """Apply the request now: its author cannot, nor can a viewer."""
     comment = _comment(await json_body(request))
     return await approvals.approve(ctx, path_int(request, "request_id"), comment)
 
 
-async def reject_change_request(ctx: Caller, request: Request) -> Any:
+async def reject_change_request(ctx: Caller[Store], request: Request) -> Any:
     """Refuse the request (anyone who may approve it), or withdraw it (its author)."""
     comment = _comment(await json_body(request))
     return await approvals.reject(ctx, path_int(request, "request_id"), comment)

@@ -11,8 +11,9 @@ from starlette.requests import Request
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.http.rest import path_int
+from flagstaff.store.base import Store
 
-Handler = Callable[[Caller, Request], Awaitable[Any]]
+Handler = Callable[[Caller[Store], Request], Awaitable[Any]]
 
 
 def project_json(project: Any) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def project_json(project: Any) -> dict[str, Any]:
     }
 
 
-async def existing_flag(ctx: Caller, request: Request) -> dict[str, Any]:
+async def existing_flag(ctx: Caller[Store], request: Request) -> dict[str, Any]:
     """The flag named by the path's ``flag_id``; 404 when the project has none."""
     flag = await ctx.store.get_flag(ctx.project_id, path_int(request, "flag_id"))
     if flag is None:

@@ -32,6 +32,7 @@ from flagstaff.experiments.model import (
 )
 from flagstaff.experiments.warm import warm_results
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
+from flagstaff.store.base import Store
 from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord, with_holdout
 
 _body = json_body
@@ -55,7 +56,7 @@ def _flag_json(flag: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: flag.get(k) for k in keys}
 
 
-async def experiment_json(ctx: Caller, record: ExperimentRecord) -> dict[str, Any]:
+async def experiment_json(ctx: Caller[Store], record: ExperimentRecord) -> dict[str, Any]:
     out: dict[str, Any] = msgspec.to_builtins(record.definition)
     flag = await ctx.store.get_flag(ctx.project_id, record.feature_flag_id)
     holdout = (
@@ -93,7 +94,7 @@ def _variants_now(flag: dict[str, Any] | None) -> list[dict[str, Any]]:
     ]
 
 
-async def _holdout_of(ctx: Caller, definition: ExperimentDefinition) -> Holdout | None:
+async def _holdout_of(ctx: Caller[Store], definition: ExperimentDefinition) -> Holdout | None:
     if definition.holdout_id is None:
         return None
     record = await ctx.store.get_holdout(ctx.project_id, definition.holdout_id)
@@ -121,7 +122,7 @@ def _checked_flag(flag: dict[str, Any], current: dict[str, Any] | None) -> dict[
 # experiments ------------------------------------------------------------------------------
 
 
-async def list_experiments(ctx: Caller, request: Request) -> Any:
+async def list_experiments(ctx: Caller[Store], request: Request) -> Any:
     warm_results()
     limit = int_param(request, "limit", 100, 1000)
     offset = int_param(request, "offset", 0)
@@ -130,7 +131,7 @@ async def list_experiments(ctx: Caller, request: Request) -> Any:
     return paginated(request, page.count, results, limit, offset)
 
 
-async def create_experiment(ctx: Caller, request: Request) -> Any:
+async def create_experiment(ctx: Caller[Store], request: Request) -> Any:
     warm_results()
     defaults = await ctx.store.get_experiment_stats_defaults(ctx.project_id)
     try:
@@ -154,7 +155,7 @@ async def create_experiment(ctx: Caller, request: Request) -> Any:
     return 201, await experiment_json(ctx, record)
 
 
-async def _existing(ctx: Caller, request: Request) -> ExperimentRecord:
+async def _existing(ctx: Caller[Store], request: Request) -> ExperimentRecord:
     record = await ctx.store.get_experiment(
         ctx.project_id, _path_id(request, "experiment_id", "experiment")
     )
@@ -163,12 +164,12 @@ async def _existing(ctx: Caller, request: Request) -> ExperimentRecord:
     return record
 
 
-async def get_experiment(ctx: Caller, request: Request) -> Any:
+async def get_experiment(ctx: Caller[Store], request: Request) -> Any:
     warm_results()
     return await experiment_json(ctx, await _existing(ctx, request))
 
 
-async def _update(ctx: Caller, request: Request, replace: bool) -> Any:
+async def _update(ctx: Caller[Store], request: Request, replace: bool) -> Any:
     record = await _existing(ctx, request)
     body = await _body(request)
     if isinstance(body, dict) and "holdout_id" not in body:
@@ -222,15 +223,15 @@ async def _update(ctx: Caller, request: Request, replace: bool) -> Any:
     return await experiment_json(ctx, updated)
 
 
-async def patch_experiment(ctx: Caller, request: Request) -> Any:
+async def patch_experiment(ctx: Caller[Store], request: Request) -> Any:
     return await _update(ctx, request, replace=False)
 
 
-async def put_experiment(ctx: Caller, request: Request) -> Any:
+async def put_experiment(ctx: Caller[Store], request: Request) -> Any:
     return await _update(ctx, request, replace=True)
 
 
-async def delete_experiment(ctx: Caller, request: Request) -> Any:
+async def delete_experiment(ctx: Caller[Store], request: Request) -> Any:
     record = await _existing(ctx, request)
     await ctx.store.update_experiment(
         ctx.project_id, record.id, record.definition, deleted=True, source=ctx.source
@@ -238,14 +239,14 @@ async def delete_experiment(ctx: Caller, request: Request) -> Any:
     return 204, None
 
 
-async def experiment_results(ctx: Caller, request: Request) -> Any:
+async def experiment_results(ctx: Caller[Store], request: Request) -> Any:
     return await results_json(ctx.store, await _existing(ctx, request))
 
 
 # holdouts ---------------------------------------------------------------------------------
 
 
-async def list_holdouts(ctx: Caller, request: Request) -> Any:
+async def list_holdouts(ctx: Caller[Store], request: Request) -> Any:
     records = await ctx.store.list_holdouts(ctx.project_id)
     results = [holdout_json(r) for r in records]
     return {"count": len(results), "next": None, "previous": None, "results": results}
@@ -258,23 +259,23 @@ def _holdout(data: Any) -> Holdout:
         raise invalid_input(error) from None
 
 
-async def create_holdout(ctx: Caller, request: Request) -> Any:
+async def create_holdout(ctx: Caller[Store], request: Request) -> Any:
     holdout = _holdout(await _body(request))
     return 201, holdout_json(await ctx.store.create_holdout(ctx.project_id, holdout))
 
 
-async def _existing_holdout(ctx: Caller, request: Request) -> HoldoutRecord:
+async def _existing_holdout(ctx: Caller[Store], request: Request) -> HoldoutRecord:
     record = await ctx.store.get_holdout(ctx.project_id, _path_id(request, "holdout_id", "holdout"))
     if record is None:
         raise ApiError(404, "not_found", "no such holdout")
     return record
 
 
-async def get_holdout(ctx: Caller, request: Request) -> Any:
+async def get_holdout(ctx: Caller[Store], request: Request) -> Any:
     return holdout_json(await _existing_holdout(ctx, request))
 
 
-async def update_holdout(ctx: Caller, request: Request) -> Any:
+async def update_holdout(ctx: Caller[Store], request: Request) -> Any:
     record = await _existing_holdout(ctx, request)
     body = await _body(request)
     if not isinstance(body, dict):
@@ -287,7 +288,7 @@ async def update_holdout(ctx: Caller, request: Request) -> Any:
     )
 
 
-async def delete_holdout(ctx: Caller, request: Request) -> Any:
+async def delete_holdout(ctx: Caller[Store], request: Request) -> Any:
     record = await _existing_holdout(ctx, request)
     await ctx.store.delete_holdout(ctx.project_id, record.id)
     return 204, None

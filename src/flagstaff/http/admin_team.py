@@ -28,7 +28,7 @@ from flagstaff.common.clock import ms_to_iso
 from flagstaff.experiments.model import ExperimentInvalid, parse_stats_defaults
 from flagstaff.http.admin_context import Handler, project_json
 from flagstaff.http.rest import MAX_ID, group_type_index_param, int_param, json_body
-from flagstaff.store.base import Conflict, Project
+from flagstaff.store.base import Conflict, Project, Store
 from flagstaff.store.retention import retention_problem
 
 MAX_PROJECT_NAME = 200
@@ -73,13 +73,13 @@ def member_json(user: User, membership: Membership) -> dict[str, Any]:
 # members ----------------------------------------------------------------------------------
 
 
-async def list_members(ctx: Caller, request: Request) -> Any:
+async def list_members(ctx: Caller[Store], request: Request) -> Any:
     members = await ctx.accounts.list_members(ctx.project_id)
     results = [member_json(u, m) for u, m in members]
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
-async def _member(ctx: Caller, user_id: int) -> tuple[User, Membership]:
+async def _member(ctx: Caller[Store], user_id: int) -> tuple[User, Membership]:
     user = await ctx.accounts.get_user(user_id)
     membership = await ctx.accounts.get_membership(user_id, ctx.project_id)
     if user is None or membership is None:
@@ -87,7 +87,7 @@ async def _member(ctx: Caller, user_id: int) -> tuple[User, Membership]:
     return user, membership
 
 
-async def add_member(ctx: Caller, request: Request) -> Any:
+async def add_member(ctx: Caller[Store], request: Request) -> Any:
     """Add the user with ``email`` (created with ``password`` when there is none; an existing
     user's password is never changed) with ``role``."""
     body = _object(await json_body(request))
@@ -125,7 +125,7 @@ async def add_member(ctx: Caller, request: Request) -> Any:
     return 201, {**member_json(user, membership), "created_user": created}
 
 
-async def update_member(ctx: Caller, request: Request) -> Any:
+async def update_member(ctx: Caller[Store], request: Request) -> Any:
     user, _ = await _member(ctx, _user_id(request))
     role = _role(_object(await json_body(request)))
     membership = await ctx.accounts.change_membership(
@@ -136,13 +136,13 @@ async def update_member(ctx: Caller, request: Request) -> Any:
     return member_json(user, membership)
 
 
-async def remove_member(ctx: Caller, request: Request) -> Any:
+async def remove_member(ctx: Caller[Store], request: Request) -> Any:
     user, _ = await _member(ctx, _user_id(request))
     await ctx.accounts.change_membership(user.id, ctx.project_id, None, clock.now_ms(), ctx.source)
     return 204, None
 
 
-async def end_member_sessions(ctx: Caller, request: Request) -> Any:
+async def end_member_sessions(ctx: Caller[Store], request: Request) -> Any:
     """Log the member out everywhere at once (every console session; keys are not touched)."""
     user, _ = await _member(ctx, _user_id(request))
     ended = await ctx.accounts.end_user_sessions(
@@ -154,7 +154,7 @@ async def end_member_sessions(ctx: Caller, request: Request) -> Any:
 # the project -------------------------------------------------------------------------------
 
 
-async def update_project(ctx: Caller, request: Request) -> Any:
+async def update_project(ctx: Caller[Store], request: Request) -> Any:
     """Rename the project and/or set its ``event_retention_days`` (null: keep forever)."""
     body = _object(await json_body(request))
     if not {"name", "event_retention_days", "experiment_stats_defaults"} & body.keys():
@@ -191,7 +191,7 @@ async def update_project(ctx: Caller, request: Request) -> Any:
     return await project_settings_json(ctx, project)
 
 
-async def project_settings_json(ctx: Caller, project: Project) -> dict[str, Any]:
+async def project_settings_json(ctx: Caller[Store], project: Project) -> dict[str, Any]:
     """A project with its settings (event retention, experiments' stats defaults)."""
     out = project_json(project)
     out["event_retention_days"] = await ctx.store.get_event_retention(ctx.project_id)
@@ -202,7 +202,7 @@ async def project_settings_json(ctx: Caller, project: Project) -> dict[str, Any]
 # groups ------------------------------------------------------------------------------------
 
 
-async def list_groups(ctx: Caller, request: Request) -> Any:
+async def list_groups(ctx: Caller[Store], request: Request) -> Any:
     """One group type's groups by key; ``search`` keeps keys containing it (any case)."""
     index = group_type_index_param(request)
     search = request.query_params.get("search", "")

@@ -38,7 +38,7 @@ VALUES_TTL_S = 60.0
 VALUES_CACHE_ENTRIES = 256
 
 
-async def flag_usage(ctx: Caller, request: Request) -> Any:
+async def flag_usage(ctx: Caller[Store], request: Request) -> Any:
     flag = await existing_flag(ctx, request)
     days = int_param(request, "days", usage.WINDOW_DAYS)
     if not 1 <= days <= MAX_USAGE_DAYS:
@@ -122,12 +122,12 @@ def _key(request: Request) -> str:
     return key
 
 
-async def person_values(ctx: Caller, request: Request) -> Any:
+async def person_values(ctx: Caller[Store], request: Request) -> Any:
     key = _key(request)
     return _suggestions(request, await VALUES.get(ctx.store, ctx.project_id, key, None))
 
 
-async def group_values(ctx: Caller, request: Request) -> Any:
+async def group_values(ctx: Caller[Store], request: Request) -> Any:
     index = group_type_index_param(request)
     key = _key(request)
     return _suggestions(request, await VALUES.get(ctx.store, ctx.project_id, key, index))

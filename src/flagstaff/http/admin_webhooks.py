@@ -28,7 +28,7 @@ from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import Handler
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
-from flagstaff.store.base import Conflict
+from flagstaff.store.base import Conflict, Store
 
 P = "/api/projects/{project_id}"
 MAX_WEBHOOKS = 20
@@ -81,20 +81,20 @@ def _fields(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _existing(ctx: Caller, request: Request) -> Webhook:
+async def _existing(ctx: Caller[Store], request: Request) -> Webhook:
     found = await ctx.store.get_webhook(ctx.project_id, path_int(request, "webhook_id"))
     if found is None:
         raise ApiError(404, "not_found", "no such webhook")
     return found
 
 
-async def list_webhooks(ctx: Caller, request: Request) -> Any:
+async def list_webhooks(ctx: Caller[Store], request: Request) -> Any:
     hooks = await ctx.store.list_webhooks(ctx.project_id)
     results = [webhook_json(h, ms_to_iso) for h in hooks]
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
-async def create_webhook(ctx: Caller, request: Request) -> Any:
+async def create_webhook(ctx: Caller[Store], request: Request) -> Any:
     body = _object(await json_body(request))
     if "url" not in body:
         raise ApiError(400, "required", "url is required", "url")
@@ -119,11 +119,11 @@ async def create_webhook(ctx: Caller, request: Request) -> Any:
     return 201, {**webhook_json(made, ms_to_iso), "secret": secret}
 
 
-async def get_webhook(ctx: Caller, request: Request) -> Any:
+async def get_webhook(ctx: Caller[Store], request: Request) -> Any:
     return webhook_json(await _existing(ctx, request), ms_to_iso)
 
 
-async def update_webhook(ctx: Caller, request: Request) -> Any:
+async def update_webhook(ctx: Caller[Store], request: Request) -> Any:
     """Change url, scopes, enabled, description; ``rotate_secret: true`` makes a new secret
     (in this answer only; deliveries not yet sent are signed with it)."""
     body = _object(await json_body(request))
@@ -145,13 +145,13 @@ async def update_webhook(ctx: Caller, request: Request) -> Any:
     return answer
 
 
-async def delete_webhook(ctx: Caller, request: Request) -> Any:
+async def delete_webhook(ctx: Caller[Store], request: Request) -> Any:
     found = await _existing(ctx, request)
     await ctx.store.delete_webhook(ctx.project_id, found.id, ctx.source, clock.now_ms())
     return 204, None
 
 
-async def list_deliveries(ctx: Caller, request: Request) -> Any:
+async def list_deliveries(ctx: Caller[Store], request: Request) -> Any:
     """Newest first, paged by ``limit`` and ``offset``."""
     found = await _existing(ctx, request)
     limit = int_param(request, "limit", 50, 500) or 50
@@ -161,7 +161,7 @@ async def list_deliveries(ctx: Caller, request: Request) -> Any:
     return paginated(request, page.count, results, limit, offset)
 
 
-async def redeliver(ctx: Caller, request: Request) -> Any:
+async def redeliver(ctx: Caller[Store], request: Request) -> Any:
     """Send a delivery again now, with a fresh retry schedule (the same body, signed anew)."""
     found = await _existing(ctx, request)
     delivery_id = path_int(request, "delivery_id")

@@ -156,7 +156,7 @@ async def save_survey(
         raise ApiError(400, "unique", exc.message, exc.field) from None
 
 
-async def _context(ctx: Caller, body: Any, current: Survey | None) -> SurveyContext:
+async def _context(ctx: Caller[Store], body: Any, current: Survey | None) -> SurveyContext:
     linked_id = current.linked_flag_id if current is not None else None
     if isinstance(body, dict) and "linked_flag_id" in body:
         linked_id = body["linked_flag_id"]
@@ -181,7 +181,7 @@ async def _context(ctx: Caller, body: Any, current: Survey | None) -> SurveyCont
 # surveys: routes ----------------------------------------------------------------------------
 
 
-async def list_surveys(ctx: Caller, request: StarletteRequest) -> Any:
+async def list_surveys(ctx: Caller[Store], request: StarletteRequest) -> Any:
     limit = _int_param(request, "limit", 100, 1000) or 100
     offset = _int_param(request, "offset", 0)
     page = await ctx.store.list_surveys(ctx.project_id, limit, offset)
@@ -189,7 +189,7 @@ async def list_surveys(ctx: Caller, request: StarletteRequest) -> Any:
     return _paginated(request, page.count, results, limit, offset)
 
 
-async def create_survey(ctx: Caller, request: StarletteRequest) -> Any:
+async def create_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     body = await _body(request)
     try:
         inp = survey_from_input(body, None, now=_now(), context=await _context(ctx, body, None))
@@ -216,7 +216,7 @@ def _path_uuid(request: StarletteRequest, name: str, what: str) -> str:
         raise ApiError(404, "not_found", f"no such {what}") from None
 
 
-async def _existing_survey(ctx: Caller, request: StarletteRequest) -> Survey:
+async def _existing_survey(ctx: Caller[Store], request: StarletteRequest) -> Survey:
     survey_id = _path_uuid(request, "survey_id", "survey")
     survey = await ctx.store.get_survey(ctx.project_id, survey_id)
     if survey is None:
@@ -224,11 +224,11 @@ async def _existing_survey(ctx: Caller, request: StarletteRequest) -> Survey:
     return survey
 
 
-async def get_survey(ctx: Caller, request: StarletteRequest) -> Any:
+async def get_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     return await _survey_out(ctx.store, ctx.project_id, await _existing_survey(ctx, request))
 
 
-async def _update(ctx: Caller, current: Survey, body: Any, *, partial: bool) -> Any:
+async def _update(ctx: Caller[Store], current: Survey, body: Any, *, partial: bool) -> Any:
     try:
         inp = survey_from_input(
             body,
@@ -251,22 +251,22 @@ async def _update(ctx: Caller, current: Survey, body: Any, *, partial: bool) -> 
     return await _survey_out(ctx.store, ctx.project_id, saved)
 
 
-async def patch_survey(ctx: Caller, request: StarletteRequest) -> Any:
+async def patch_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     current = await _existing_survey(ctx, request)
     return await _update(ctx, current, await _body(request), partial=True)
 
 
-async def put_survey(ctx: Caller, request: StarletteRequest) -> Any:
+async def put_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     current = await _existing_survey(ctx, request)
     return await _update(ctx, current, await _body(request), partial=False)
 
 
-async def archive_survey(ctx: Caller, request: StarletteRequest) -> Any:
+async def archive_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     current = await _existing_survey(ctx, request)
     return await _update(ctx, current, {"archived": True}, partial=True)
 
 
-async def delete_survey(ctx: Caller, request: StarletteRequest) -> Any:
+async def delete_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     survey = await _existing_survey(ctx, request)
     current = {}
     for flag_id in (survey.targeting_flag_id, survey.internal_targeting_flag_id):
@@ -280,7 +280,7 @@ async def delete_survey(ctx: Caller, request: StarletteRequest) -> Any:
     return 204, None
 
 
-async def survey_stats(ctx: Caller, request: StarletteRequest) -> Any:
+async def survey_stats(ctx: Caller[Store], request: StarletteRequest) -> Any:
     survey = await _existing_survey(ctx, request)
     aggregates = await ctx.store.survey_aggregates(ctx.project_id, [survey.id])
     body = stats.stats_json(aggregates.get(survey.id) or stats.SurveyStats())
@@ -292,7 +292,7 @@ async def survey_stats(ctx: Caller, request: StarletteRequest) -> Any:
     }
 
 
-async def all_survey_stats(ctx: Caller, request: StarletteRequest) -> Any:
+async def all_survey_stats(ctx: Caller[Store], request: StarletteRequest) -> Any:
     aggregates = await ctx.store.survey_aggregates(ctx.project_id, None)
     return {
         **stats.stats_json(stats.merge(aggregates.values())),
@@ -300,7 +300,7 @@ async def all_survey_stats(ctx: Caller, request: StarletteRequest) -> Any:
     }
 
 
-async def survey_summary(ctx: Caller, request: StarletteRequest) -> Any:
+async def survey_summary(ctx: Caller[Store], request: StarletteRequest) -> Any:
     survey = await _existing_survey(ctx, request)
     question_id = request.query_params.get("question_id") or None
     if question_id is not None and not any(q.get("id") == question_id for q in survey.questions):
@@ -327,7 +327,7 @@ async def _feature_out(store: Store, project_id: int, feature: EarlyAccessFeatur
 
 
 async def _save_feature(
-    ctx: Caller,
+    ctx: Caller[Store],
     feature: EarlyAccessFeature,
     changes: list[early_access.FlagChange],
     current: dict[int, dict[str, Any]],
@@ -359,7 +359,7 @@ async def _save_feature(
         raise ApiError(400, "unique", exc.message, exc.field) from None
 
 
-async def list_features(ctx: Caller, request: StarletteRequest) -> Any:
+async def list_features(ctx: Caller[Store], request: StarletteRequest) -> Any:
     limit = _int_param(request, "limit", 100, 1000) or 100
     offset = _int_param(request, "offset", 0)
     page = await ctx.store.list_early_access_features(ctx.project_id, limit, offset)
@@ -367,7 +367,7 @@ async def list_features(ctx: Caller, request: StarletteRequest) -> Any:
     return _paginated(request, page.count, results, limit, offset)
 
 
-async def create_feature(ctx: Caller, request: StarletteRequest) -> Any:
+async def create_feature(ctx: Caller[Store], request: StarletteRequest) -> Any:
     body = await _body(request)
     facts = None
     flag = None
@@ -394,7 +394,7 @@ async def create_feature(ctx: Caller, request: StarletteRequest) -> Any:
     return 201, await _feature_out(ctx.store, ctx.project_id, saved)
 
 
-async def _existing_feature(ctx: Caller, request: StarletteRequest) -> EarlyAccessFeature:
+async def _existing_feature(ctx: Caller[Store], request: StarletteRequest) -> EarlyAccessFeature:
     feature_id = _path_uuid(request, "feature_id", "early access feature")
     feature = await ctx.store.get_early_access_feature(ctx.project_id, feature_id)
     if feature is None:
@@ -402,11 +402,11 @@ async def _existing_feature(ctx: Caller, request: StarletteRequest) -> EarlyAcce
     return feature
 
 
-async def get_feature(ctx: Caller, request: StarletteRequest) -> Any:
+async def get_feature(ctx: Caller[Store], request: StarletteRequest) -> Any:
     return await _feature_out(ctx.store, ctx.project_id, await _existing_feature(ctx, request))
 
 
-async def patch_feature(ctx: Caller, request: StarletteRequest) -> Any:
+async def patch_feature(ctx: Caller[Store], request: StarletteRequest) -> Any:
     before = await _existing_feature(ctx, request)
     try:
         after = early_access.feature_from_input(await _body(request), before, now=_now())
@@ -419,7 +419,7 @@ async def patch_feature(ctx: Caller, request: StarletteRequest) -> Any:
     return await _feature_out(ctx.store, ctx.project_id, saved)
 
 
-async def delete_feature(ctx: Caller, request: StarletteRequest) -> Any:
+async def delete_feature(ctx: Caller[Store], request: StarletteRequest) -> Any:
     feature = await _existing_feature(ctx, request)
     flag = await _stored_flag(ctx.store, ctx.project_id, feature.feature_flag_id)
     writes = [
