@@ -5,9 +5,10 @@ connection, and a client that sent its next request on such a connection just th
 reset. So a worker first *drains* for ``shutdown_grace_seconds``: it keeps accepting and
 answering, every answer says ``Connection: close`` (the client opens a new connection for its
 next request instead of reusing this one) and ``/_ready`` answers 503 (a load balancer stops
-sending). Then it hands over to granian's own stop (SIGINT to itself), which finishes the
-requests in flight; ``flagstaff serve`` kills a worker still busy after
-``shutdown_timeout_seconds``.
+sending). Then it closes the door (new connections are dropped), waits for the connections
+already made to be accepted and to send their request, and hands over to granian's own stop
+(SIGINT to itself), which finishes the requests in flight; ``flagstaff serve`` kills a
+worker still busy after ``shutdown_timeout_seconds``.
 """
 
 from __future__ import annotations
@@ -25,12 +26,32 @@ import sys
 from flagstaff.ops import logs
 
 SETTLE_SECONDS = 0.5
-"""Between closing the door and granian's stop: time for the connections already made (the
-accept queue included) to be accepted and to send their request, so that none is idle when
-granian closes the idle ones."""
+"""Between the accept queue found empty and granian's stop: time for the connections just
+accepted to send their request, so that none is idle when granian closes the idle ones."""
+QUEUE_WAIT_SECONDS = 5.0
+"""At most this long waiting for the accept queue to empty (a worker too busy to accept)."""
+_POLL_SECONDS = 0.02
 _SO_ATTACH_FILTER = 26
-_DROP_ALL = (ctypes.c_uint64 * 1)(0x0000000000000006)
-"""One classic BPF instruction, ``ret #0``: drop every packet (code 0x06, k 0)."""
+_TCP_INFO_SIZE = 104
+_TCPI_UNACKED = 24
+"""Where ``tcp_info`` holds, for a listening socket, its accept queue's length (u32)."""
+
+
+def _bpf(code: int, jt: int, jf: int, k: int) -> int:
+    """One classic BPF instruction as the kernel's ``struct sock_filter`` (u16, u8, u8, u32)."""
+    return code | jt << 16 | jf << 24 | k << 32
+
+
+_DROP_SYN = (ctypes.c_uint64 * 5)(
+    _bpf(0x30, 0, 0, 13),  # ldb [13]: the TCP flags (a TCP socket's filter sees the TCP header)
+    _bpf(0x54, 0, 0, 0x12),  # and #(SYN|ACK)
+    _bpf(0x15, 0, 1, 0x02),  # jeq #SYN: a new connection's first packet...
+    _bpf(0x06, 0, 0, 0),  # ret #0: ...is dropped
+    _bpf(0x06, 0, 0, 0xFFFFFFFF),  # ret #-1: the rest (a handshake's last ACK) passes
+)
+"""Drop new connections' SYNs only: a handshake under way when the door closes completes and
+is accepted (dropping its last ACK would leave the client believing it is connected, sending
+a request that a reset answers when the listener closes)."""
 
 
 class Draining:
@@ -61,9 +82,23 @@ class Draining:
         loop.call_later(grace_seconds, self._close_door, loop)
 
     def _close_door(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Refuse new connections, let the ones made send their requests, then stop."""
-        closed = close_door(self.port)
-        loop.call_later(SETTLE_SECONDS if closed else 0, os.kill, os.getpid(), signal.SIGINT)
+        """Refuse new connections, accept the ones made and let them send their requests, then
+        stop."""
+        listeners = close_door(self.port)
+        if not listeners:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        self._wait_accepted(loop, listeners, loop.time() + QUEUE_WAIT_SECONDS)
+
+    def _wait_accepted(
+        self, loop: asyncio.AbstractEventLoop, listeners: list[socket.socket], deadline: float
+    ) -> None:
+        if loop.time() < deadline and any(accept_queue(sock) for sock in listeners):
+            loop.call_later(_POLL_SECONDS, self._wait_accepted, loop, listeners, deadline)
+            return
+        for sock in listeners:
+            sock.close()
+        loop.call_later(SETTLE_SECONDS, os.kill, os.getpid(), signal.SIGINT)
 
     async def check(self) -> str | None:
         """The readiness check: a stopping worker is not ready."""
@@ -73,41 +108,57 @@ class Draining:
 DRAINING = Draining()
 
 
-def close_door(port: int) -> bool:
-    """Make this worker's listening socket drop new connection attempts (a socket filter that
-    drops every packet: the handshakes of new clients never complete, so they retry or see
-    the port closed, and never send a request into a connection about to close), while the
-    connections already established, in the accept queue too, are accepted and answered.
-    granian (one SO_REUSEPORT listener per worker) offers no way to stop accepting without
-    closing. Linux only; False when it could not be done."""
+def close_door(port: int) -> list[socket.socket]:
+    """Make this worker's listening sockets drop new connection attempts (a socket filter that
+    drops SYNs: new clients' handshakes never complete, so they retry or see the port closed,
+    and never send a request into a connection about to close), while the connections already
+    made, in the accept queue too, are accepted and answered. granian offers no way to stop
+    accepting without closing. Linux only. Returns the listeners filtered (duplicates, for
+    :func:`accept_queue`; the caller closes them), none when it could not be done."""
     if sys.platform != "linux" or not port:
-        return False
-    program = struct.pack("HL", len(_DROP_ALL), ctypes.addressof(_DROP_ALL))
-    done = False
+        return []
+    program = struct.pack("HL", len(_DROP_SYN), ctypes.addressof(_DROP_SYN))
+    filtered = []
     for sock in _listeners(port):
-        with contextlib.suppress(OSError), sock:
+        try:
             sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, program)
-            done = True
-    return done
+        except OSError:
+            sock.close()
+            continue
+        filtered.append(sock)
+    return filtered
+
+
+def accept_queue(sock: socket.socket) -> int:
+    """Connections made but not yet accepted on the listening ``sock`` (0 when unknown)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    except OSError:
+        return 0
+    return int(struct.unpack_from("I", info, _TCPI_UNACKED)[0])
 
 
 def _listeners(port: int) -> list[socket.socket]:
     """This process's listening TCP sockets on ``port`` (duplicates, to be closed)."""
-    found = []
+    sockets: list[int] = []
     with contextlib.suppress(OSError):
+        # Read every link before duplicating any: a duplicate may take the number of the
+        # directory's own (closed) descriptor and be found again.
         for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
             with contextlib.suppress(OSError):
-                if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                    sockets.append(int(name))
+    found = []
+    for fd in sockets:
+        with contextlib.suppress(OSError):
+            sock = socket.socket(fileno=os.dup(fd))
+            try:
+                listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+                local = sock.getsockname()
+                if listening and isinstance(local, tuple) and local[1] == port:
+                    found.append(sock)
                     continue
-                sock = socket.socket(fileno=os.dup(fd))
-                try:
-                    listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-                    local = sock.getsockname()
-                    if listening and isinstance(local, tuple) and local[1] == port:
-                        found.append(sock)
-                        continue
-                except OSError:
-                    pass
-                sock.close()
+            except OSError:
+                pass
+            sock.close()
     return found
