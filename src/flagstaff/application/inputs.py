@@ -3,7 +3,8 @@ turns a decoded JSON body into it or refuses it with a 400 naming the field.
 
 The same Structs are the request bodies of the OpenAPI document (``http/openapi.py``), so the
 documented shape and the checked shape cannot drift. Fields a PATCH may leave out are typed
-``X | UnsetType = UNSET``: :func:`given` tells "left out" from "set to null". Unknown fields
+``X | UnsetType = UNSET`` (``X | UnsetType | None`` where null means something): :func:`given`
+tells "left out" from "set to null". Unknown fields
 are ignored (a PostHog export carries many read-only ones).
 """
 
