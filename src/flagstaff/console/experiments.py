@@ -20,7 +20,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from flagstaff.accounts.roles import Action
-from flagstaff.application.experiments import experiment_summary, results_json
+from flagstaff.application import experiments
+from flagstaff.application.errors import ApiError
 from flagstaff.console import experiment_views
 from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
@@ -87,12 +88,14 @@ class StoreExperimentData:
         self._specs: dict[int, tuple[str, ExperimentSpec]] = {}
 
     async def experiments(self, project_id: int) -> list[ExperimentRecord]:
-        page = await self.store.list_experiments(project_id, MAX_LISTED, 0)
-        return [r for r in page.results if not r.deleted]
+        page = await experiments.experiments_page(self.store, project_id, MAX_LISTED, 0)
+        return list(page.results)
 
     async def experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None:
-        record = await self.store.get_experiment(project_id, experiment_id)
-        return None if record is None or record.deleted else record
+        try:
+            return await experiments.find_experiment(self.store, project_id, experiment_id)
+        except ApiError:
+            return None
 
     def _spec(self, record: ExperimentRecord) -> ExperimentSpec:
         """The record's spec, built again only when the record changed."""
@@ -114,21 +117,15 @@ class StoreExperimentData:
         return out
 
     async def results(self, record: ExperimentRecord) -> Results:
-        summary = await experiment_summary(self.store, record)
-        return Results(await results_json(self.store, record, summary), summary.exposure_days)
+        summary = await experiments.experiment_summary(self.store, record)
+        body = await experiments.results_json(self.store, record, summary)
+        return Results(body, summary.exposure_days)
 
     async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         return await self.store.get_flag(project_id, flag_id)
 
     async def multivariate_flags(self, project_id: int) -> list[str]:
-        keys = []
-        for flag in await self.console.list_flags(project_id):
-            variants = ((flag.get("filters") or {}).get("multivariate") or {}).get("variants")
-            if flag.get("deleted") or not isinstance(variants, list) or len(variants) < 2:
-                continue
-            if isinstance(variants[0], dict) and variants[0].get("key") == "control":
-                keys.append(str(flag["key"]))
-        return sorted(keys)
+        return experiments.eligible_flag_keys(await self.console.list_flags(project_id))
 
     async def stats_defaults(self, project_id: int) -> dict[str, Any]:
         return await self.store.get_experiment_stats_defaults(project_id)
