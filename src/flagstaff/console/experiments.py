@@ -17,12 +17,13 @@ from typing import Any, Protocol
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
 from flagstaff.application import experiments
 from flagstaff.application.errors import ApiError
 from flagstaff.console import experiment_views
+from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.experiments.exposure import ExperimentSpec, summarize
@@ -34,6 +35,7 @@ EVENT_SCAN = 500
 EVENTS_SEEN_TTL_S = 30.0
 """The suggestions are read again at most this often per project (a page view is cheaper)."""
 MAX_LISTED = 1000
+VIEWERS_CANNOT = "Viewers cannot make experiments."
 
 
 class EventsSeen(msgspec.Struct, frozen=True):
@@ -152,13 +154,9 @@ def _now() -> datetime:
 
 
 def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRoute]:
-    async def list_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
-        project = page.project
+    async def list_page(request: Request, page: Page) -> Response:
         now = _now()
-        records = await data.experiments(project.id)
+        records = await data.experiments(page.project.id)
         exposures = await data.exposures(records)
         rows = [experiment_views.experiment_row(r, exposures[r.id], now) for r in records]
         wanted = request.query_params.get("status", "")
@@ -171,10 +169,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
             status=wanted,
         )
 
-    async def new_page(request: Request) -> Response:
-        page = await pages.open_page(request, Action.EDIT, "Viewers cannot make experiments.")
-        if isinstance(page, Response):
-            return page
+    async def new_page(request: Request, page: Page) -> Response:
         project = page.project
         return page.render(
             "experiment_new.html",
@@ -185,10 +180,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
             defaults=experiment_views.form_stats_defaults(await data.stats_defaults(project.id)),
         )
 
-    async def experiment_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def experiment_page(request: Request, page: Page) -> Response:
         project = page.project
         raw = request.path_params["experiment_id"]
         record = await data.experiment(project.id, int(raw)) if raw.isdigit() else None
@@ -245,7 +237,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
         )
 
     return [
-        Route("/experiments", list_page, methods=["GET"]),
-        Route("/experiments/new", new_page, methods=["GET"]),
-        Route("/experiments/{experiment_id}", experiment_page, methods=["GET"]),
+        page_route(pages, "/experiments", list_page),
+        page_route(pages, "/experiments/new", new_page, Action.EDIT, VIEWERS_CANNOT),
+        page_route(pages, "/experiments/{experiment_id}", experiment_page),
     ]
