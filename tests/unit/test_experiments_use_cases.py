@@ -165,7 +165,8 @@ def _create(store: MemoryStore, **body: Any) -> dict[str, Any]:
 
 def _update(store: MemoryStore, eid: int, body: Any, replace: bool = False) -> dict[str, Any]:
     data = experiments.experiment_input(body)
-    return asyncio.run(experiments.update_experiment(_caller(store), eid, data, replace=replace))
+    record = store.experiments[eid]
+    return asyncio.run(experiments.update_experiment(_caller(store), record, data, replace=replace))
 
 
 def _refused(call: Any) -> ApiError:
@@ -257,12 +258,15 @@ def test_holdouts_follow_their_rules_and_experiments_take_them_by_either_name() 
         caller, holdouts.holdout_input({"name": "x"})
     )))  # fmt: skip
     assert error.attr == "filters"
-    error = _refused(lambda: asyncio.run(holdouts.update_holdout(
-        caller, hid, holdouts.holdout_input({"filters": [{"rollout_percentage": 120}]})
-    )))  # fmt: skip
+    too_many = holdouts.holdout_input({"filters": [{"rollout_percentage": 120}]})
+    error = _refused(
+        lambda: asyncio.run(holdouts.update_holdout(caller, store.holdouts[hid], too_many))
+    )
     assert error.attr == "filters[0].rollout_percentage"
     renamed = asyncio.run(
-        holdouts.update_holdout(caller, hid, holdouts.holdout_input({"name": "Still ten"}))
+        holdouts.update_holdout(
+            caller, store.holdouts[hid], holdouts.holdout_input({"name": "Still ten"})
+        )
     )
     assert renamed["name"] == "Still ten" and renamed["filters"] == made["filters"]
     created = _create(store, holdout=hid)

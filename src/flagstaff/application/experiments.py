@@ -379,15 +379,19 @@ async def create_experiment(
 
 
 async def update_experiment(
-    caller: Caller[ExperimentStore], experiment_id: int, data: ExperimentInput, *, replace: bool
+    caller: Caller[ExperimentStore],
+    record: ExperimentRecord,
+    data: ExperimentInput,
+    *,
+    replace: bool,
 ) -> dict[str, Any]:
     """PATCH (``replace`` False: the fields sent replace the stored ones) or PUT (the body is
     the whole definition). The flag stays the experiment's; launching (a ``start_date`` on a
     draft) activates it; before launch the variants and the holdout are the flag's too, after
     it they cannot change. Stopping, shipping and archiving are fields of the definition
-    (``end_date``, ``conclusion``, ``archived``)."""
+    (``end_date``, ``conclusion``, ``archived``). ``record`` is the stored experiment
+    (:func:`find_experiment`: the caller answers 404 before it reads the body, as PostHog)."""
     store, project_id = caller.store, caller.project_id
-    record = await find_experiment(store, project_id, experiment_id)
     old = record.definition
     try:
         fields = _fields(data, None)

@@ -102,11 +102,10 @@ async def create_holdout(caller: Caller[HoldoutStore], data: HoldoutInput) -> di
 
 
 async def update_holdout(
-    caller: Caller[HoldoutStore], holdout_id: int, data: HoldoutInput
+    caller: Caller[HoldoutStore], record: HoldoutRecord, data: HoldoutInput
 ) -> dict[str, Any]:
-    """The fields sent replace the stored ones; the flags of the experiments using the holdout
-    are rewritten with its new percentage."""
-    record = await find_holdout(caller.store, caller.project_id, holdout_id)
+    """The fields sent replace those of ``record`` (the stored holdout, :func:`find_holdout`);
+    the flags of the experiments using the holdout are rewritten with its new percentage."""
     fields = {"name": record.name, "description": record.description, "filters": record.filters}
     holdout = _checked({**fields, **given(data)})
     updated = await caller.store.update_holdout(

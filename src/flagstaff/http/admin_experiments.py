@@ -66,16 +66,18 @@ async def get_experiment(ctx: Caller[Store], request: Request) -> Any:
     return await experiments.experiment_json(ctx.store, ctx.project_id, record)
 
 
-async def patch_experiment(ctx: Caller[Store], request: Request) -> Any:
-    experiment_id = _experiment_id(request)
+async def _update(ctx: Caller[Store], request: Request, replace: bool) -> Any:
+    record = await experiments.find_experiment(ctx.store, ctx.project_id, _experiment_id(request))
     data = experiments.experiment_input(await json_body(request))
-    return await experiments.update_experiment(ctx, experiment_id, data, replace=False)
+    return await experiments.update_experiment(ctx, record, data, replace=replace)
+
+
+async def patch_experiment(ctx: Caller[Store], request: Request) -> Any:
+    return await _update(ctx, request, replace=False)
 
 
 async def put_experiment(ctx: Caller[Store], request: Request) -> Any:
-    experiment_id = _experiment_id(request)
-    data = experiments.experiment_input(await json_body(request))
-    return await experiments.update_experiment(ctx, experiment_id, data, replace=True)
+    return await _update(ctx, request, replace=True)
 
 
 async def delete_experiment(ctx: Caller[Store], request: Request) -> Any:
@@ -107,9 +109,9 @@ async def get_holdout(ctx: Caller[Store], request: Request) -> Any:
 
 
 async def update_holdout(ctx: Caller[Store], request: Request) -> Any:
-    holdout_id = _holdout_id(request)
+    record = await holdouts.find_holdout(ctx.store, ctx.project_id, _holdout_id(request))
     data = holdouts.holdout_input(await json_body(request))
-    return await holdouts.update_holdout(ctx, holdout_id, data)
+    return await holdouts.update_holdout(ctx, record, data)
 
 
 async def delete_holdout(ctx: Caller[Store], request: Request) -> Any:
