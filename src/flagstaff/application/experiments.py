@@ -138,7 +138,7 @@ class ExperimentInput(msgspec.Struct, kw_only=True):
     start_date: datetime | UnsetType | None = UNSET
     end_date: datetime | UnsetType | None = UNSET
     archived: bool | UnsetType = UNSET
-    stats_config: StatsConfigInput | UnsetType | None = UNSET
+    stats_config: StatsConfigInput | UnsetType = UNSET
     exposure_criteria: ExposureCriteria | UnsetType = UNSET
     metrics: list[Metric] | UnsetType | None = UNSET
     metrics_secondary: list[Metric] | UnsetType | None = UNSET
@@ -171,9 +171,8 @@ def _fields(data: ExperimentInput, stats_defaults: dict[str, Any] | None) -> dic
         if name in fields and fields[name] is None:
             fields[name] = []
     if stats_defaults is not None or "stats_config" in fields:
-        fields["stats_config"] = _stats_config(
-            fields.pop("stats_config", None), stats_defaults or {}
-        )
+        sent = fields.pop("stats_config", None)
+        fields["stats_config"] = _stats_config(sent, stats_defaults or {})
     return fields
 
 
