@@ -70,13 +70,14 @@ from flagstaff.experiments.model import (
 )
 from flagstaff.experiments.warm import RESULTS_MODULE
 from flagstaff.ops import logs
-from flagstaff.store.experiment_batch import ExperimentRecord, with_holdout
+from flagstaff.store.experiment_batch import ExperimentRecord, spec_of, sum_totals, with_holdout
 from flagstaff.store.records import Page
 
 __all__ = [
     "ExperimentInput",
     "ExperimentReads",
     "ExperimentStore",
+    "ExposureStore",
     "GuardrailStore",
     "ResultsStore",
     "StatsConfigInput",
@@ -89,6 +90,7 @@ __all__ = [
     "experiment_json",
     "experiment_summary",
     "experiments_page",
+    "exposures",
     "find_experiment",
     "results_json",
     "stop_experiment",
@@ -467,6 +469,30 @@ async def results_json(
     results: dict[str, Any] = to_json(build_results(record.definition, summary, now))
     results["experiment_id"] = record.id
     return results
+
+
+class ExposureStore(Protocol):
+    """What the exposure counts read: the stored totals rows of many experiments at once."""
+
+    async def experiment_totals_rows(
+        self, experiment_ids: list[int]
+    ) -> dict[int, list[tuple[str, bytes]]]: ...
+
+
+async def exposures(
+    store: ExposureStore,
+    records: list[ExperimentRecord],
+    spec: Callable[[ExperimentRecord], ExperimentSpec] = spec_of,
+) -> dict[int, dict[str, int]]:
+    """Each experiment's exposed persons per variant (holdouts included), from one read of
+    the kept totals (``spec`` builds a record's spec: a caller may cache them)."""
+    rows = await store.experiment_totals_rows([r.id for r in records])
+    out = {}
+    for record in records:
+        record_spec = spec(record)
+        totals = sum_totals(rows.get(record.id, []), record_spec.fingerprint)
+        out[record.id] = summarize(record_spec, totals).exposures
+    return out
 
 
 async def experiment_summary(store: ResultsStore, record: ExperimentRecord) -> ExperimentSummary:

@@ -26,9 +26,9 @@ from flagstaff.console import experiment_views
 from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
-from flagstaff.experiments.exposure import ExperimentSpec, summarize
+from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.store.base import EventQuery, Store
-from flagstaff.store.experiment_batch import ExperimentRecord, sum_totals
+from flagstaff.store.experiment_batch import ExperimentRecord
 
 EVENT_SCAN = 500
 """How many of the newest events the form reads for the event and property suggestions."""
@@ -110,13 +110,7 @@ class StoreExperimentData:
         return cached[1]
 
     async def exposures(self, records: list[ExperimentRecord]) -> dict[int, dict[str, int]]:
-        rows = await self.store.experiment_totals_rows([r.id for r in records])
-        out = {}
-        for record in records:
-            spec = self._spec(record)
-            totals = sum_totals(rows.get(record.id, []), spec.fingerprint)
-            out[record.id] = summarize(spec, totals).exposures
-        return out
+        return await experiments.exposures(self.store, records, self._spec)
 
     async def results(self, record: ExperimentRecord) -> Results:
         summary = await experiments.experiment_summary(self.store, record)
