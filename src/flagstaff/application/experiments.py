@@ -1,5 +1,14 @@
-"""Experiments: their results, read once for the API and the console, and the guardrail
-check that the workers run (``server/guardrail_watch.py``).
+"""Experiments, whoever asks (the management API, the console, the guardrail job): created
+with their flag (or linked to an existing one), updated (PATCH and PUT: launching, stopping,
+shipping, archiving, changing variants or the holdout before launch), soft-deleted; their
+results, read once for the API and the console; and the guardrail check that the workers run
+(``server/guardrail_watch.py``).
+
+A request body is one :class:`ExperimentInput` (create, PATCH and PUT), decoded by
+:func:`experiment_input`; its rules besides types are ``experiments/model.py``'s
+(:func:`~flagstaff.experiments.model.check_experiment`, the flag key rule included), applied
+once to the definition the body asks for. The flag an experiment creates or rewrites goes
+through :func:`flagstaff.application.flags.flag_from_input`, as the flags API's do.
 
 A breach (``experiments/guardrails.py``) is reported once, whichever worker or node sees it
 first: the store remembers it in the transaction that writes its activity record
@@ -18,12 +27,16 @@ import importlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
-from flagstaff.activity.records import ChangeSource
+from flagstaff.activity.records import ActivityRecord, ChangeSource
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError, invalid_input
 from flagstaff.application.flags import flag_from_input
+from flagstaff.application.holdouts import HoldoutReads, holdout_json
+from flagstaff.application.inputs import UNSET, UnsetType, given
 from flagstaff.experiments.exposure import (
     ExperimentSpec,
     ExperimentSummary,
@@ -37,25 +50,404 @@ from flagstaff.experiments.guardrails import (
     breach_trigger,
     control_only_flag,
 )
-from flagstaff.experiments.model import CONTROL_VARIANT_KEY, applied_stats
+from flagstaff.experiments.model import (
+    CONTROL_VARIANT_KEY,
+    ExperimentDefinition,
+    ExperimentInvalid,
+    ExposureCriteria,
+    FrequentistOptions,
+    Holdout,
+    Metric,
+    Parameters,
+    StatsConfig,
+    applied_stats,
+    check_experiment,
+    convert_input,
+    experiment_flag,
+    flag_eligibility_problem,
+    link_existing_flag,
+    same_flag_problem,
+)
 from flagstaff.experiments.warm import RESULTS_MODULE
 from flagstaff.ops import logs
-from flagstaff.store.base import Store
-from flagstaff.store.experiment_batch import ExperimentRecord
+from flagstaff.store.experiment_batch import ExperimentRecord, spec_of, sum_totals, with_holdout
+from flagstaff.store.records import Page
 
 __all__ = [
+    "ExperimentInput",
+    "ExperimentReads",
+    "ExperimentStore",
+    "ExposureStore",
+    "GuardrailStore",
     "ResultsStore",
+    "StatsConfigInput",
+    "StopStore",
     "check_guardrails",
+    "create_experiment",
+    "delete_experiment",
+    "eligible_flag_keys",
+    "experiment_input",
+    "experiment_json",
     "experiment_summary",
+    "experiments_page",
+    "exposures",
+    "find_experiment",
     "results_json",
     "stop_experiment",
+    "update_experiment",
 ]
+
+
+# inputs -------------------------------------------------------------------------------------
+
+
+class StatsConfigInput(msgspec.Struct, kw_only=True):
+    """``stats_config`` as a request sends it (:class:`StatsConfig`'s fields): on create, a
+    field left out or null takes the project's default (``experiment_stats_defaults``), else
+    what it means in PostHog (see :func:`~flagstaff.experiments.model.applied_stats`)."""
+
+    method: Literal["bayesian", "frequentist"] | UnsetType | None = UNSET
+    frequentist: FrequentistOptions | UnsetType | None = UNSET
+    sequential: bool | UnsetType | None = UNSET
+    sequential_tuning_parameter: float | UnsetType | None = UNSET
+    cuped: bool | UnsetType | None = UNSET
+    cuped_lookback_days: int | UnsetType | None = UNSET
+    multiple_testing_correction: (
+        Literal["holm", "benjamini_hochberg", "none"] | UnsetType | None
+    ) = UNSET
+    minimum_detectable_effect: float | UnsetType | None = UNSET
+    auto_stop: bool | UnsetType | None = UNSET
+
+
+class ExperimentInput(msgspec.Struct, kw_only=True):
+    """An experiment's request body, for create, PATCH and PUT: the fields of
+    :class:`~flagstaff.experiments.model.ExperimentDefinition`. Create and PUT need ``name``
+    and ``feature_flag_key`` (the fields left out take their defaults); a PATCH replaces the
+    top-level fields it sends. ``holdout`` (an id or null) is how PostHog's clients send
+    ``holdout_id``; the other fields PostHog sends (``filters``, ``type``...) are ignored."""
+
+    name: str | UnsetType = UNSET
+    feature_flag_key: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    parameters: Parameters | UnsetType = UNSET
+    holdout_id: int | UnsetType | None = UNSET
+    holdout: Annotated[
+        Any,
+        msgspec.Meta(
+            description="PostHog's clients' holdout_id: an id or null (an object is ignored)"
+        ),
+    ] = UNSET
+    start_date: datetime | UnsetType | None = UNSET
+    end_date: datetime | UnsetType | None = UNSET
+    archived: bool | UnsetType = UNSET
+    stats_config: StatsConfigInput | UnsetType = UNSET
+    exposure_criteria: ExposureCriteria | UnsetType = UNSET
+    metrics: list[Metric] | UnsetType | None = UNSET
+    metrics_secondary: list[Metric] | UnsetType | None = UNSET
+    metrics_guardrail: list[Metric] | UnsetType | None = UNSET
+    conclusion: str | UnsetType | None = UNSET
+    conclusion_comment: str | UnsetType | None = UNSET
+
+
+def experiment_input(body: Any) -> ExperimentInput:
+    """The request body as an :class:`ExperimentInput`, or a 400 naming the field."""
+    try:
+        return convert_input(ExperimentInput, body)
+    except ExperimentInvalid as error:
+        raise invalid_input(error) from None
+
+
+def _stats_config(sent: StatsConfigInput | None, defaults: dict[str, Any]) -> StatsConfig:
+    fields = {} if sent is None else {k: v for k, v in given(sent).items() if v is not None}
+    return convert_input(StatsConfig, {**defaults, **msgspec.to_builtins(fields)})
+
+
+def _fields(data: ExperimentInput, stats_defaults: dict[str, Any] | None) -> dict[str, Any]:
+    """The definition's fields ``data`` sets (``stats_defaults`` filling ``stats_config``'s
+    left-out fields on create)."""
+    fields = given(data)
+    holdout = fields.pop("holdout", UNSET)
+    if "holdout_id" not in fields and (holdout is None or type(holdout) is int):
+        fields["holdout_id"] = holdout
+    for name in ("metrics", "metrics_secondary", "metrics_guardrail"):
+        if name in fields and fields[name] is None:
+            fields[name] = []
+    if stats_defaults is not None or "stats_config" in fields:
+        sent = fields.pop("stats_config", None)
+        fields["stats_config"] = _stats_config(sent, stats_defaults or {})
+    return fields
+
+
+def _whole(fields: dict[str, Any]) -> ExperimentDefinition:
+    """The definition of a create or a PUT: the fields sent, the others their defaults."""
+    for name in ("name", "feature_flag_key"):
+        if name not in fields:
+            raise ExperimentInvalid([(name, "This field is required.")])
+    return ExperimentDefinition(**fields)
+
+
+# stores -------------------------------------------------------------------------------------
 
 
 class ResultsStore(Protocol):
     """What the results read: an experiment's stored totals."""
 
     async def experiment_totals(self, experiment_id: int, fingerprint: str) -> ExperimentTotals: ...
+
+
+class ExperimentReads(HoldoutReads, ResultsStore, Protocol):
+    """What reading experiments needs: them, their flag and holdout, their totals."""
+
+    async def list_experiments(self, project_id: int, limit: int, offset: int) -> Page: ...
+
+    async def get_experiment(
+        self, project_id: int, experiment_id: int
+    ) -> ExperimentRecord | None: ...
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+
+class StopStore(Protocol):
+    """What stopping an experiment writes: its definition and its flag, in one transaction."""
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+    async def update_experiment(
+        self, project_id: int, experiment_id: int, definition: ExperimentDefinition, *,
+        deleted: bool = False, flag: dict[str, Any] | None = None,
+        source: ChangeSource | None = None,
+    ) -> ExperimentRecord: ...  # fmt: skip
+
+
+class ExperimentStore(ExperimentReads, StopStore, Protocol):
+    """What the experiment use cases read and write."""
+
+    async def get_experiment_stats_defaults(self, project_id: int) -> dict[str, Any]: ...
+
+    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None: ...
+
+    async def create_experiment(
+        self, project_id: int, definition: ExperimentDefinition, flag: dict[str, Any], *,
+        source: ChangeSource | None = None,
+    ) -> ExperimentRecord: ...  # fmt: skip
+
+
+class GuardrailStore(ResultsStore, StopStore, Protocol):
+    """What the guardrail check reads and writes."""
+
+    async def guarded_experiments(self) -> list[tuple[int, ExperimentRecord]]: ...
+
+    async def report_guardrail_breach(
+        self, project_id: int, experiment_id: int, metric_uuid: str, variant: str,
+        record: ActivityRecord,
+    ) -> bool: ...  # fmt: skip
+
+
+# reads --------------------------------------------------------------------------------------
+
+
+def _flag_json(flag: dict[str, Any] | None) -> dict[str, Any] | None:
+    if flag is None:
+        return None
+    keys = ("id", "key", "name", "active", "filters", "deleted", "version")
+    return {k: flag.get(k) for k in keys}
+
+
+def _variants_now(flag: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The variants and split the experiment's flag serves now (its multivariate filters)."""
+    multivariate = ((flag or {}).get("filters") or {}).get("multivariate") or {}
+    variants = multivariate.get("variants") if isinstance(multivariate, dict) else None
+    if not isinstance(variants, list):
+        return []
+    return [
+        {k: v[k] for k in ("key", "name", "rollout_percentage") if k in v}
+        for v in variants
+        if isinstance(v, dict)
+    ]
+
+
+async def experiment_json(
+    store: ExperimentReads, project_id: int, record: ExperimentRecord
+) -> dict[str, Any]:
+    """The experiment in PostHog's shape, with its flag and holdout."""
+    out: dict[str, Any] = msgspec.to_builtins(record.definition)
+    flag = await store.get_flag(project_id, record.feature_flag_id)
+    holdout = (
+        await store.get_holdout(project_id, record.holdout_id)
+        if record.holdout_id is not None
+        else None
+    )
+    parameters = out.setdefault("parameters", {})
+    parameters["feature_flag_variants"] = _variants_now(flag) or msgspec.to_builtins(
+        record.definition.variants
+    )
+    out.update(
+        id=record.id,
+        feature_flag=_flag_json(flag),
+        holdout=holdout_json(holdout) if holdout is not None else None,
+        holdout_id=record.holdout_id,
+        archived=record.archived,
+        deleted=record.deleted,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+    return out
+
+
+async def experiments_page(
+    store: ExperimentReads, project_id: int, limit: int, offset: int
+) -> Page:
+    """A page of the project's experiments (not deleted, newest first), as records."""
+    page = await store.list_experiments(project_id, limit, offset)
+    return Page(page.count, [r for r in page.results if not r.deleted])
+
+
+async def find_experiment(
+    store: ExperimentReads, project_id: int, experiment_id: int
+) -> ExperimentRecord:
+    """The experiment, or a 404 (a deleted one is gone)."""
+    record = await store.get_experiment(project_id, experiment_id)
+    if record is None or record.deleted:
+        raise ApiError(404, "not_found", "no such experiment")
+    return record
+
+
+def eligible_flag_keys(flags: list[dict[str, Any]]) -> list[str]:
+    """The keys of the flags an experiment can use (not deleted, eligible), sorted."""
+    return sorted(
+        str(flag["key"])
+        for flag in flags
+        if not flag.get("deleted") and flag_eligibility_problem(flag.get("filters") or {}) is None
+    )
+
+
+# writes -------------------------------------------------------------------------------------
+
+
+async def _holdout_of(
+    store: HoldoutReads, project_id: int, definition: ExperimentDefinition
+) -> Holdout | None:
+    if definition.holdout_id is None:
+        return None
+    record = await store.get_holdout(project_id, definition.holdout_id)
+    if record is None:
+        raise ApiError(
+            400, "invalid_input", f"no holdout with id {definition.holdout_id}", "holdout"
+        )
+    return Holdout(name=record.name, filters=record.filters, description=record.description)
+
+
+def _checked_flag(flag: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
+    """The flag validated as the flags API would; errors name the experiment's fields."""
+    try:
+        body = flag if current is None else {"filters": flag["filters"], "active": flag["active"]}
+        checked = flag_from_input(body, current)
+    except ApiError as error:
+        raise ApiError(
+            400, error.code, f"the experiment's flag is invalid: {error.detail}", "feature_flag_key"
+        ) from None
+    if current is not None:
+        checked["id"] = current["id"]
+    return checked
+
+
+async def create_experiment(
+    caller: Caller[ExperimentStore], data: ExperimentInput
+) -> dict[str, Any]:
+    """A new experiment and its flag, in one transaction: a multivariate flag PostHog's way
+    (active once started), or the existing flag with the key, linked (its variants become the
+    experiment's). Left-out ``stats_config`` fields take the project's defaults."""
+    store, project_id = caller.store, caller.project_id
+    defaults = await store.get_experiment_stats_defaults(project_id)
+    try:
+        definition = _whole(_fields(data, defaults))
+        check_experiment(definition)
+        holdout = await _holdout_of(store, project_id, definition)
+        existing = await store.get_flag_by_key(project_id, definition.feature_flag_key)
+        if existing is not None:
+            definition = link_existing_flag(definition, existing.get("filters") or {})
+    except ExperimentInvalid as error:
+        raise invalid_input(error) from None
+    if existing is not None:
+        linked = with_holdout(existing, definition.holdout_id, holdout)
+        if definition.start_date is not None:
+            linked["active"] = True
+        flag = _checked_flag(linked, existing)
+    else:
+        flag = _checked_flag(experiment_flag(definition, definition.holdout_id, holdout), None)
+    record = await store.create_experiment(project_id, definition, flag, source=caller.source)
+    return await experiment_json(store, project_id, record)
+
+
+async def update_experiment(
+    caller: Caller[ExperimentStore],
+    record: ExperimentRecord,
+    data: ExperimentInput,
+    *,
+    replace: bool,
+) -> dict[str, Any]:
+    """PATCH (``replace`` False: the fields sent replace the stored ones) or PUT (the body is
+    the whole definition). The flag stays the experiment's; launching (a ``start_date`` on a
+    draft) activates it; before launch the variants and the holdout are the flag's too, after
+    it they cannot change. Stopping, shipping and archiving are fields of the definition
+    (``end_date``, ``conclusion``, ``archived``). ``record`` is the stored experiment
+    (:func:`find_experiment`: the caller answers 404 before it reads the body, as PostHog)."""
+    store, project_id = caller.store, caller.project_id
+    old = record.definition
+    try:
+        fields = _fields(data, None)
+        definition = _whole(fields) if replace else msgspec.structs.replace(old, **fields)
+        problem = same_flag_problem(old, definition.feature_flag_key)
+        if problem is not None:
+            raise ExperimentInvalid([problem])
+        check_experiment(definition)
+    except ExperimentInvalid as error:
+        raise invalid_input(error) from None
+    launched = old.start_date is not None
+    if launched and definition.holdout_id != old.holdout_id:
+        raise ApiError(
+            400, "invalid_input", "The holdout of a launched experiment cannot change.", "holdout"
+        )
+    new_variants = msgspec.to_builtins(definition.variants)
+    if launched and new_variants != msgspec.to_builtins(old.variants):
+        raise ApiError(
+            400,
+            "invalid_input",
+            "The variants of a launched experiment cannot change.",
+            "parameters.feature_flag_variants",
+        )
+    current = await store.get_flag(project_id, record.feature_flag_id)
+    flag = None
+    if current is not None:
+        wanted = dict(current)
+        if not launched and definition.start_date is not None:
+            wanted["active"] = True
+        if definition.holdout_id != old.holdout_id:
+            holdout = await _holdout_of(store, project_id, definition)
+            wanted = with_holdout(wanted, definition.holdout_id, holdout)
+        if not launched and new_variants != msgspec.to_builtins(old.variants):
+            filters = dict(wanted.get("filters") or {})
+            filters["multivariate"] = {"variants": new_variants}
+            wanted["filters"] = filters
+        if wanted != current:
+            flag = _checked_flag(wanted, current)
+    else:
+        await _holdout_of(store, project_id, definition)
+    updated = await store.update_experiment(
+        project_id, record.id, definition, flag=flag, source=caller.source
+    )
+    return await experiment_json(store, project_id, updated)
+
+
+async def delete_experiment(caller: Caller[ExperimentStore], experiment_id: int) -> None:
+    """Soft-delete: the experiment is gone from the API; its flag stays."""
+    record = await find_experiment(caller.store, caller.project_id, experiment_id)
+    await caller.store.update_experiment(
+        caller.project_id, record.id, record.definition, deleted=True, source=caller.source
+    )
+
+
+# results ------------------------------------------------------------------------------------
 
 
 async def _results_module() -> Any:
@@ -79,6 +471,30 @@ async def results_json(
     return results
 
 
+class ExposureStore(Protocol):
+    """What the exposure counts read: the stored totals rows of many experiments at once."""
+
+    async def experiment_totals_rows(
+        self, experiment_ids: list[int]
+    ) -> dict[int, list[tuple[str, bytes]]]: ...
+
+
+async def exposures(
+    store: ExposureStore,
+    records: list[ExperimentRecord],
+    spec: Callable[[ExperimentRecord], ExperimentSpec] = spec_of,
+) -> dict[int, dict[str, int]]:
+    """Each experiment's exposed persons per variant (holdouts included), from one read of
+    the kept totals (``spec`` builds a record's spec: a caller may cache them)."""
+    rows = await store.experiment_totals_rows([r.id for r in records])
+    out = {}
+    for record in records:
+        record_spec = spec(record)
+        totals = sum_totals(rows.get(record.id, []), record_spec.fingerprint)
+        out[record.id] = summarize(record_spec, totals).exposures
+    return out
+
+
 async def experiment_summary(store: ResultsStore, record: ExperimentRecord) -> ExperimentSummary:
     """The experiment's stored totals (one read), summed over the lanes, per variant."""
     spec = ExperimentSpec(record.id, record.definition)
@@ -93,7 +509,11 @@ STOPPED_EARLY = "stopped_early"
 
 
 async def stop_experiment(
-    store: Store, project_id: int, record: ExperimentRecord, breach: GuardrailBreach, now: datetime
+    store: StopStore,
+    project_id: int,
+    record: ExperimentRecord,
+    breach: GuardrailBreach,
+    now: datetime,
 ) -> None:
     """End the experiment and serve everyone the control variant, with the breach as the
     reason in the flag's history."""
@@ -114,7 +534,7 @@ async def stop_experiment(
 
 
 async def check_guardrails(
-    store: Store, now_ms: int, on_change: Callable[[], object] = lambda: None
+    store: GuardrailStore, now_ms: int, on_change: Callable[[], object] = lambda: None
 ) -> int:
     """Judge every guarded experiment once; how many breaches were newly reported
     (``on_change`` after an auto-stop, so every worker serves the flag change at once)."""

@@ -17,22 +17,25 @@ from typing import Any, Protocol
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
-from flagstaff.application.experiments import experiment_summary, results_json
+from flagstaff.application import experiments
+from flagstaff.application.errors import ApiError
 from flagstaff.console import experiment_views
+from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
-from flagstaff.experiments.exposure import ExperimentSpec, summarize
+from flagstaff.experiments.exposure import ExperimentSpec
 from flagstaff.store.base import EventQuery, Store
-from flagstaff.store.experiment_batch import ExperimentRecord, sum_totals
+from flagstaff.store.experiment_batch import ExperimentRecord
 
 EVENT_SCAN = 500
 """How many of the newest events the form reads for the event and property suggestions."""
 EVENTS_SEEN_TTL_S = 30.0
 """The suggestions are read again at most this often per project (a page view is cheaper)."""
 MAX_LISTED = 1000
+VIEWERS_CANNOT = "Viewers cannot make experiments."
 
 
 class EventsSeen(msgspec.Struct, frozen=True):
@@ -87,12 +90,14 @@ class StoreExperimentData:
         self._specs: dict[int, tuple[str, ExperimentSpec]] = {}
 
     async def experiments(self, project_id: int) -> list[ExperimentRecord]:
-        page = await self.store.list_experiments(project_id, MAX_LISTED, 0)
-        return [r for r in page.results if not r.deleted]
+        page = await experiments.experiments_page(self.store, project_id, MAX_LISTED, 0)
+        return list(page.results)
 
     async def experiment(self, project_id: int, experiment_id: int) -> ExperimentRecord | None:
-        record = await self.store.get_experiment(project_id, experiment_id)
-        return None if record is None or record.deleted else record
+        try:
+            return await experiments.find_experiment(self.store, project_id, experiment_id)
+        except ApiError:
+            return None
 
     def _spec(self, record: ExperimentRecord) -> ExperimentSpec:
         """The record's spec, built again only when the record changed."""
@@ -105,30 +110,18 @@ class StoreExperimentData:
         return cached[1]
 
     async def exposures(self, records: list[ExperimentRecord]) -> dict[int, dict[str, int]]:
-        rows = await self.store.experiment_totals_rows([r.id for r in records])
-        out = {}
-        for record in records:
-            spec = self._spec(record)
-            totals = sum_totals(rows.get(record.id, []), spec.fingerprint)
-            out[record.id] = summarize(spec, totals).exposures
-        return out
+        return await experiments.exposures(self.store, records, self._spec)
 
     async def results(self, record: ExperimentRecord) -> Results:
-        summary = await experiment_summary(self.store, record)
-        return Results(await results_json(self.store, record, summary), summary.exposure_days)
+        summary = await experiments.experiment_summary(self.store, record)
+        body = await experiments.results_json(self.store, record, summary)
+        return Results(body, summary.exposure_days)
 
     async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         return await self.store.get_flag(project_id, flag_id)
 
     async def multivariate_flags(self, project_id: int) -> list[str]:
-        keys = []
-        for flag in await self.console.list_flags(project_id):
-            variants = ((flag.get("filters") or {}).get("multivariate") or {}).get("variants")
-            if flag.get("deleted") or not isinstance(variants, list) or len(variants) < 2:
-                continue
-            if isinstance(variants[0], dict) and variants[0].get("key") == "control":
-                keys.append(str(flag["key"]))
-        return sorted(keys)
+        return experiments.eligible_flag_keys(await self.console.list_flags(project_id))
 
     async def stats_defaults(self, project_id: int) -> dict[str, Any]:
         return await self.store.get_experiment_stats_defaults(project_id)
@@ -155,13 +148,9 @@ def _now() -> datetime:
 
 
 def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRoute]:
-    async def list_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
-        project = page.project
+    async def list_page(request: Request, page: Page) -> Response:
         now = _now()
-        records = await data.experiments(project.id)
+        records = await data.experiments(page.project.id)
         exposures = await data.exposures(records)
         rows = [experiment_views.experiment_row(r, exposures[r.id], now) for r in records]
         wanted = request.query_params.get("status", "")
@@ -174,10 +163,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
             status=wanted,
         )
 
-    async def new_page(request: Request) -> Response:
-        page = await pages.open_page(request, Action.EDIT, "Viewers cannot make experiments.")
-        if isinstance(page, Response):
-            return page
+    async def new_page(request: Request, page: Page) -> Response:
         project = page.project
         return page.render(
             "experiment_new.html",
@@ -188,10 +174,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
             defaults=experiment_views.form_stats_defaults(await data.stats_defaults(project.id)),
         )
 
-    async def experiment_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def experiment_page(request: Request, page: Page) -> Response:
         project = page.project
         raw = request.path_params["experiment_id"]
         record = await data.experiment(project.id, int(raw)) if raw.isdigit() else None
@@ -248,7 +231,7 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
         )
 
     return [
-        Route("/experiments", list_page, methods=["GET"]),
-        Route("/experiments/new", new_page, methods=["GET"]),
-        Route("/experiments/{experiment_id}", experiment_page, methods=["GET"]),
+        page_route(pages, "/experiments", list_page),
+        page_route(pages, "/experiments/new", new_page, Action.EDIT, VIEWERS_CANNOT),
+        page_route(pages, "/experiments/{experiment_id}", experiment_page),
     ]

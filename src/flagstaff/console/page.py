@@ -11,11 +11,14 @@ sign-on's refusals) use :func:`error_page` and :func:`html_page`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
-from starlette.responses import HTMLResponse
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
 
 from flagstaff.accounts import login as console_session
 from flagstaff.accounts.roles import Action, Principal, can
@@ -105,3 +108,31 @@ class Page:
 
     def refuse(self, message: str) -> HTMLResponse:
         return self.error(403, "No access", message)
+
+
+class PageOpener(Protocol):
+    """What opens a page (:class:`~flagstaff.console.routes.ConsolePages`)."""
+
+    async def open_page(
+        self, request: Request, action: Action = Action.VIEW, refused: str = ""
+    ) -> Page | Response: ...
+
+
+PageView = Callable[[Request, Page], Awaitable[Response]]
+"""A page's own part: what it shows once its :class:`Page` is open."""
+
+
+def page_route(
+    pages: PageOpener, path: str, view: PageView, action: Action = Action.VIEW, refused: str = ""
+) -> Route:
+    """A GET route at ``path`` answering ``view(request, page)`` when ``pages`` opens the page
+    (for ``action``, else ``refused``), or the answer ``open_page`` gave instead (the login
+    page, "not a member", a refusal)."""
+
+    async def endpoint(request: Request) -> Response:
+        page = await pages.open_page(request, action, refused)
+        if isinstance(page, Response):
+            return page
+        return await view(request, page)
+
+    return Route(path, endpoint, methods=["GET"])

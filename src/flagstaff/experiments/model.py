@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import uuid as uuid_module
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -48,14 +48,19 @@ __all__ = [
     "Variant",
     "applied_stats",
     "apply_patch",
+    "check_experiment",
+    "check_holdout",
+    "conversion_problem",
+    "convert_input",
     "experiment_flag",
+    "flag_eligibility_problem",
     "holdout_flag_filters",
     "holdout_variant_key",
     "link_existing_flag",
     "parse_experiment",
     "parse_holdout",
     "parse_stats_defaults",
-    "with_stats_defaults",
+    "same_flag_problem",
 ]
 
 CONTROL_VARIANT_KEY = "control"
@@ -169,7 +174,7 @@ def parse_stats_defaults(data: Any) -> dict[str, Any]:
     try:
         config = msgspec.convert(data, StatsConfig)
     except msgspec.ValidationError as error:
-        path, message = _msgspec_error(error)
+        path, message = conversion_problem(error)
         raise ExperimentInvalid(
             [(f"experiment_stats_defaults.{path}".rstrip("."), message)]
         ) from None
@@ -184,19 +189,6 @@ def parse_stats_defaults(data: Any) -> dict[str, Any]:
         )
     given = msgspec.to_builtins(config)
     return {key: given[key] for key in data if given.get(key) is not None}
-
-
-def with_stats_defaults(data: Any, defaults: dict[str, Any]) -> Any:
-    """A new experiment's request with the project's defaults in the ``stats_config`` fields
-    it leaves out (as PostHog fills a team's default method on create)."""
-    if not defaults or not isinstance(data, dict):
-        return data
-    config = data.get("stats_config")
-    if config is not None and not isinstance(config, dict):
-        return data  # parse_experiment names the error
-    filled = dict(defaults)
-    filled.update({key: value for key, value in (config or {}).items() if value is not None})
-    return {**data, "stats_config": filled}
 
 
 def _check_stats_config(config: StatsConfig, errors: Errors) -> None:
@@ -402,7 +394,8 @@ _MISSING_FIELD = re.compile(r"^Object missing required field `([^`]*)`$")
 _AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 
 
-def _msgspec_error(error: msgspec.ValidationError) -> tuple[str, str]:
+def conversion_problem(error: msgspec.ValidationError) -> tuple[str, str]:
+    """A refused conversion as ``(field path, message)``: the experiment API's wording."""
     match = _AT_PATH.match(str(error))
     assert match is not None
     path = (match.group("path") or "").lstrip(".")
@@ -412,6 +405,20 @@ def _msgspec_error(error: msgspec.ValidationError) -> tuple[str, str]:
         path = f"{path}.{missing.group(1)}" if path else missing.group(1)
         message = "This field is required."
     return path, message
+
+
+T = TypeVar("T")
+
+
+def convert_input(kind: type[T], data: Any) -> T:
+    """``data`` (decoded JSON, an object) as ``kind``, or :class:`ExperimentInvalid` naming the
+    field in the experiment API's words (``This field is required.``, msgspec's type errors)."""
+    if not isinstance(data, dict):
+        raise ExperimentInvalid([("", "Must be an object.")])
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as error:
+        raise ExperimentInvalid([conversion_problem(error)]) from None
 
 
 def _check_node(path: str, node: EventsNode, errors: Errors) -> None:
@@ -497,10 +504,16 @@ def parse_experiment(data: Any) -> ExperimentDefinition:
     for field in ("metrics", "metrics_secondary", "metrics_guardrail"):
         if data.get(field) is None and field in data:
             data = {**data, field: []}
-    try:
-        definition = msgspec.convert(data, ExperimentDefinition)
-    except msgspec.ValidationError as error:
-        raise ExperimentInvalid([_msgspec_error(error)]) from None
+    definition = convert_input(ExperimentDefinition, data)
+    check_experiment(definition)
+    return definition
+
+
+def check_experiment(definition: ExperimentDefinition) -> None:
+    """The rules a typed definition must follow besides its types (names, the flag key,
+    variants, dates, metrics, statistics), every problem named by its field path.
+
+    Metrics without a ``uuid`` get a new one; naive dates are taken as UTC."""
     errors: Errors = []
     if not definition.name.strip():
         errors.append(("name", "This field is required."))
@@ -533,19 +546,19 @@ def parse_experiment(data: Any) -> ExperimentDefinition:
     _check_stats_config(definition.stats_config, errors)
     if errors:
         raise ExperimentInvalid(errors)
-    return definition
 
 
 def parse_holdout(data: Any) -> Holdout:
     """A validated holdout: a name and ``filters`` ``[{"properties": [],
     "rollout_percentage": N}]`` (the store adds ``"variant": "holdout-<id>"`` once it has an id).
     """
-    if not isinstance(data, dict):
-        raise ExperimentInvalid([("", "Must be an object.")])
-    try:
-        holdout = msgspec.convert(data, Holdout)
-    except msgspec.ValidationError as error:
-        raise ExperimentInvalid([_msgspec_error(error)]) from None
+    holdout = convert_input(Holdout, data)
+    check_holdout(holdout)
+    return holdout
+
+
+def check_holdout(holdout: Holdout) -> None:
+    """A holdout's rules besides its types: a name, and one filter group of a percentage."""
     errors: Errors = []
     if not holdout.name.strip():
         errors.append(("name", "This field is required."))
@@ -565,7 +578,6 @@ def parse_holdout(data: Any) -> Holdout:
                 errors.append(("filters[0].rollout_percentage", "Must be between 0 and 100."))
     if errors:
         raise ExperimentInvalid(errors)
-    return holdout
 
 
 def apply_patch(stored: ExperimentDefinition, patch: Any) -> ExperimentDefinition:
@@ -575,14 +587,31 @@ def apply_patch(stored: ExperimentDefinition, patch: Any) -> ExperimentDefinitio
     """
     if not isinstance(patch, dict):
         raise ExperimentInvalid([("", "Must be an object.")])
-    key = patch.get("feature_flag_key", stored.feature_flag_key)
-    if key != stored.feature_flag_key:
-        raise ExperimentInvalid(
-            [("feature_flag_key", "The flag of an existing experiment cannot change.")]
-        )
+    problem = same_flag_problem(stored, patch.get("feature_flag_key", stored.feature_flag_key))
+    if problem is not None:
+        raise ExperimentInvalid([problem])
     merged = msgspec.to_builtins(stored)
     merged.update(patch)
     return parse_experiment(merged)
+
+
+def same_flag_problem(stored: ExperimentDefinition, key: object) -> tuple[str, str] | None:
+    """The flag of an existing experiment cannot change: the problem when ``key`` differs."""
+    if key == stored.feature_flag_key:
+        return None
+    return ("feature_flag_key", "The flag of an existing experiment cannot change.")
+
+
+def flag_eligibility_problem(flag_filters: dict[str, Any]) -> str | None:
+    """Why a flag that exists already cannot carry an experiment (PostHog's rule: multivariate,
+    ``control`` first, at least two variants); None when it can."""
+    multivariate = flag_filters.get("multivariate") or {}
+    variants = multivariate.get("variants") if isinstance(multivariate, dict) else None
+    if not isinstance(variants, list) or len(variants) < 2:
+        return "Feature flag is not eligible for experiments."
+    if not isinstance(variants[0], dict) or variants[0].get("key") != CONTROL_VARIANT_KEY:
+        return "Feature flag must have control as the first variant."
+    return None
 
 
 def link_existing_flag(
@@ -590,20 +619,13 @@ def link_existing_flag(
 ) -> ExperimentDefinition:
     """An experiment on a flag that exists already: PostHog's eligibility rule (multivariate,
     ``control`` first, at least two variants), and the variants become the flag's."""
-    multivariate = flag_filters.get("multivariate") or {}
-    variants = multivariate.get("variants") if isinstance(multivariate, dict) else None
-    if not isinstance(variants, list) or len(variants) < 2:
-        raise ExperimentInvalid(
-            [("feature_flag_key", "Feature flag is not eligible for experiments.")]
-        )
-    if not isinstance(variants[0], dict) or variants[0].get("key") != CONTROL_VARIANT_KEY:
-        raise ExperimentInvalid(
-            [("feature_flag_key", "Feature flag must have control as the first variant.")]
-        )
+    problem = flag_eligibility_problem(flag_filters)
+    if problem is not None:
+        raise ExperimentInvalid([("feature_flag_key", problem)])
     try:
-        linked = msgspec.convert(variants, list[Variant])
+        linked = msgspec.convert(flag_filters["multivariate"]["variants"], list[Variant])
     except msgspec.ValidationError as error:
-        _, message = _msgspec_error(error)
+        _, message = conversion_problem(error)
         raise ExperimentInvalid(
             [("feature_flag_key", f"The flag's variants are not valid: {message}")]
         ) from None

@@ -19,6 +19,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.application.experiments import ExperimentInput
+from flagstaff.application.holdouts import HoldoutInput
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
 from flagstaff.http import ofrep_schemas as of
@@ -200,16 +202,16 @@ _ADMIN: dict[str, Doc] = {
     "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
     "revoke_key": Doc("", None, status=204),
     "list_experiments": Doc("", s.ExperimentPage, query=_PAGING),
-    "create_experiment": Doc("", s.Experiment, s.ExperimentInput, 201),
+    "create_experiment": Doc("", s.Experiment, ExperimentInput, 201),
     "get_experiment": Doc("", s.Experiment),
-    "patch_experiment": Doc("", s.Experiment, s.ExperimentInput),
-    "put_experiment": Doc("", s.Experiment, s.ExperimentInput),
+    "patch_experiment": Doc("", s.Experiment, ExperimentInput),
+    "put_experiment": Doc("", s.Experiment, ExperimentInput),
     "delete_experiment": Doc("", None, status=204),
     "experiment_results": Doc("", s.ExperimentResults),
     "list_holdouts": Doc("", s.HoldoutPage),
-    "create_holdout": Doc("", s.Holdout, s.HoldoutInput, 201),
+    "create_holdout": Doc("", s.Holdout, HoldoutInput, 201),
     "get_holdout": Doc("", s.Holdout),
-    "update_holdout": Doc("", s.Holdout, s.HoldoutInput),
+    "update_holdout": Doc("", s.Holdout, HoldoutInput),
     "delete_holdout": Doc("", None, status=204, extra=((400, "used by an experiment"),)),
     "flag_usage": Doc(
         "", us.FlagUsage, query=(Param("days", "integer", "days ending today (UTC), 1-365; 30"),)

@@ -345,13 +345,13 @@ class ProductTourList(msgspec.Struct):
 
 
 # experiments ---------------------------------------------------------------------------------
-# The definition is experiments.model.ExperimentDefinition (PostHog's fields). The results are
-# experiments.results.ExperimentResults, documented as an object here: that module imports
-# scipy, which a worker loads only when results are first asked for.
+# The definition is experiments.model.ExperimentDefinition (PostHog's fields); the request
+# bodies are application.experiments.ExperimentInput and application.holdouts.HoldoutInput.
+# The results are experiments.results.ExperimentResults, documented as an object here: that
+# module imports scipy, which a worker loads only when results are first asked for.
 
 from flagstaff.experiments.model import ExperimentDefinition  # noqa: E402
 
-ExperimentInput = ExperimentDefinition
 ExperimentResults = dict[str, Any]
 
 
@@ -365,13 +365,10 @@ class ExperimentFlag(msgspec.Struct):
     version: int
 
 
-class HoldoutInput(msgspec.Struct):
+class Holdout(msgspec.Struct):
     name: str
     filters: list[dict[str, Any]]
     description: str | None = None
-
-
-class Holdout(HoldoutInput):
     id: int = 0
     created_at: str = ""
     updated_at: str = ""

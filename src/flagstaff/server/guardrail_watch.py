@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flagstaff.application.experiments import check_guardrails
+from flagstaff.application.experiments import GuardrailStore, check_guardrails
 from flagstaff.common import clock
 from flagstaff.server.job_loop import run_forever
-from flagstaff.store.base import Store
 
 
 async def guardrail_loop(
-    store: Store, on_change: Callable[[], object], poll_seconds: float
+    store: GuardrailStore, on_change: Callable[[], object], poll_seconds: float
 ) -> None:
     """Every ``poll_seconds`` (``FLAGSTAFF_GUARDRAIL_CHECK_SECONDS``, 30 s: a breach is reported
     within a minute of the data that shows it)."""
