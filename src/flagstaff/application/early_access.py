@@ -27,7 +27,6 @@ from flagstaff.surveys.early_access import (
     EarlyAccessFeature,
     EarlyAccessInvalid,
     FlagChange,
-    FlagFacts,
     Stage,
 )
 from flagstaff.surveys.model import format_datetime
@@ -203,18 +202,6 @@ async def _save(
     return await feature_json(store, project_id, saved)
 
 
-async def _flag_facts(store: EarlyAccessStore, project_id: int, flag: dict[str, Any]) -> FlagFacts:
-    """What linking ``flag`` to a new feature is checked against."""
-    filters = flag.get("filters") or {}
-    return FlagFacts(
-        id=flag["id"],
-        key=flag["key"],
-        variant_count=len((filters.get("multivariate") or {}).get("variants") or []),
-        aggregation_group_type_index=filters.get("aggregation_group_type_index"),
-        linked_feature_id=await store.early_access_feature_of_flag(project_id, flag["id"]),
-    )
-
-
 async def create_feature(
     caller: Caller[EarlyAccessStore], inp: EarlyAccessFeatureInput
 ) -> dict[str, Any]:
@@ -223,7 +210,10 @@ async def create_feature(
     store, project_id = caller.store, caller.project_id
     fields = given(inp)
     flag = await stored_flag(store, project_id, fields.get("feature_flag_id"))
-    facts = await _flag_facts(store, project_id, flag) if flag is not None else None
+    facts = None
+    if flag is not None:
+        linked = await store.early_access_feature_of_flag(project_id, flag["id"])
+        facts = early_access.flag_facts(flag, linked)
     try:
         feature = early_access.feature_from_input(fields, None, now=_now(), flag=facts)
     except EarlyAccessInvalid as exc:

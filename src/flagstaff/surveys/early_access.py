@@ -112,6 +112,30 @@ def _check_url(value: str | None, errors: Errors) -> None:
         )
 
 
+def flag_facts(flag: dict[str, Any], linked_feature_id: str | None = None) -> FlagFacts:
+    """What linking the stored ``flag`` to a feature is checked against."""
+    filters = flag.get("filters") or {}
+    return FlagFacts(
+        id=flag["id"],
+        key=flag["key"],
+        variant_count=len((filters.get("multivariate") or {}).get("variants") or []),
+        aggregation_group_type_index=filters.get("aggregation_group_type_index"),
+        linked_feature_id=linked_feature_id,
+    )
+
+
+def link_problem(flag: FlagFacts) -> str | None:
+    """Why a feature cannot take this flag (PostHog's words), None when it can: a feature's
+    flag is boolean, person-based and the feature's alone."""
+    if flag.linked_feature_id is not None:
+        return f"Linked feature flag {flag.key} already has a feature attached to it."
+    if flag.aggregation_group_type_index is not None:
+        return "Group-based feature flags are not supported for Early Access Features."
+    if flag.variant_count > 0:
+        return "Multivariate feature flags are not supported for Early Access Features."
+    return None
+
+
 def feature_from_input(
     body: Mapping[str, Any],
     current: EarlyAccessFeature | None,
@@ -143,29 +167,13 @@ def feature_from_input(
     _check_url(body.get("documentation_url"), errors)
     flag_id = body.get("feature_flag_id") if current is None else None
     if flag_id is not None:
-        if flag is None or flag.id != flag_id:
-            errors.append(("feature_flag_id", "Feature Flag with this ID does not exist"))
-        elif flag.linked_feature_id is not None:
-            errors.append(
-                (
-                    "feature_flag_id",
-                    f"Linked feature flag {flag.key} already has a feature attached to it.",
-                )
-            )
-        elif flag.aggregation_group_type_index is not None:
-            errors.append(
-                (
-                    "feature_flag_id",
-                    "Group-based feature flags are not supported for Early Access Features.",
-                )
-            )
-        elif flag.variant_count > 0:
-            errors.append(
-                (
-                    "feature_flag_id",
-                    "Multivariate feature flags are not supported for Early Access Features.",
-                )
-            )
+        problem = (
+            "Feature Flag with this ID does not exist"
+            if flag is None or flag.id != flag_id
+            else link_problem(flag)
+        )
+        if problem is not None:
+            errors.append(("feature_flag_id", problem))
     elif current is None and name and name.strip() and not slugify(name):
         errors.append(("name", "The name must contain a letter or digit to derive a flag key."))
     if errors:
