@@ -22,6 +22,7 @@ Public (project token, CORS): ``GET /api/surveys/?token=`` and
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
@@ -51,7 +52,10 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def _page(request: StarletteRequest, read: Any) -> Any:
+async def _page(
+    request: StarletteRequest,
+    read: Callable[[int, int], Awaitable[tuple[int, list[dict[str, Any]]]]],
+) -> Any:
     """A list route's page (``limit``/``offset``), its results read by ``read(limit, offset)``."""
     limit = _int_param(request, "limit", 100, 1000) or 100
     offset = _int_param(request, "offset", 0)
