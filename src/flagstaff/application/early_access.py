@@ -129,6 +129,7 @@ async def find_feature(
 
 
 async def feature_of(caller: Caller[EarlyAccessStore], feature_id: str) -> dict[str, Any]:
+    """Feature ``feature_id`` as the API shows it, or a 404."""
     feature = await find_feature(caller.store, caller.project_id, feature_id)
     return await feature_json(caller.store, caller.project_id, feature)
 

@@ -41,8 +41,10 @@ __all__ = [
     "create_survey",
     "delete_survey",
     "find_survey",
+    "flags_shown",
     "list_surveys",
     "minimal_flag",
+    "record_id",
     "stored_flag",
     "survey_json",
     "survey_of",
@@ -143,7 +145,9 @@ def minimal_flag(flag: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def stored_flag(store: FlagStore, project_id: int, flag_id: int | None) -> dict | None:
+async def stored_flag(
+    store: FlagStore, project_id: int, flag_id: int | None
+) -> dict[str, Any] | None:
     """Flag ``flag_id`` as stored, None when there is none or it is deleted."""
     if flag_id is None:
         return None
@@ -191,6 +195,7 @@ async def find_survey(store: SurveyStore, project_id: int, survey_id: str) -> Su
 
 
 async def survey_of(caller: Caller[SurveyStore], survey_id: str) -> dict[str, Any]:
+    """Survey ``survey_id`` as the API shows it, or a 404."""
     survey = await find_survey(caller.store, caller.project_id, survey_id)
     return await survey_json(caller.store, caller.project_id, survey)
 
