@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 
+from flagstaff.application.early_access import EarlyAccessFeatureInput, public_stages
+from flagstaff.application.errors import ApiError
+from flagstaff.application.inputs import decode, given
 from flagstaff.flags import EvalRequest, compile_flags, evaluate, validate_flag
 from flagstaff.surveys import early_access as ea
 from flagstaff.surveys import public
@@ -91,7 +94,6 @@ def test_linking_an_existing_flag() -> None:
 @pytest.mark.parametrize(
     ("body", "facts", "path", "message"),
     [
-        ({"stage": "gamma"}, None, "stage", "Must be one of"),
         ({"name": ""}, None, "name", "This field is required."),
         ({"documentation_url": "docs"}, None, "documentation_url", "Enter a valid URL."),
         (
@@ -128,6 +130,21 @@ def test_validation_errors_per_field(
         ea.feature_from_input({"name": "X", "stage": "beta", **body}, None, now=NOW, flag=facts)
     found = dict(info.value.errors)
     assert path in found and message in found[path]
+
+
+def test_the_input_types_are_the_structs() -> None:
+    with pytest.raises(ApiError) as info:
+        decode(EarlyAccessFeatureInput, {"name": "X", "stage": "gamma"})
+    assert (info.value.code, info.value.attr) == ("invalid_input", "stage")
+    with pytest.raises(ApiError) as info:
+        decode(EarlyAccessFeatureInput, {"feature_flag_id": True})
+    assert info.value.attr == "feature_flag_id"
+    inp = decode(EarlyAccessFeatureInput, {"name": "X", "payload": None, "feature_flag": {}})
+    assert given(inp) == {"name": "X", "payload": None}
+    with pytest.raises(ApiError) as info:
+        public_stages(["beta,gamma"])
+    assert info.value.attr == "stage"
+    assert public_stages([]) == ("beta",)
 
 
 def test_public_list_filters_by_stage() -> None:

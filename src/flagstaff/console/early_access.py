@@ -15,10 +15,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from flagstaff.accounts.roles import Action
+from flagstaff.application import early_access as features
+from flagstaff.application.errors import ApiError
+from flagstaff.application.surveys import stored_flag
 from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.store.base import Enrolled, Store
-from flagstaff.surveys.early_access import EarlyAccessFeature
+from flagstaff.surveys.early_access import EarlyAccessFeature, flag_facts, link_problem
 
 MAX_LISTED = 1000
 ENROLLED_SHOWN = 100
@@ -50,7 +53,7 @@ class EarlyAccessData(Protocol):
     async def flag(self, project_id: int, flag_id: int | None) -> dict[str, Any] | None: ...
 
     async def boolean_flags(self, project_id: int) -> list[tuple[int, str]]:
-        """(id, key) of the flags a feature can take: not multivariate."""
+        """(id, key) of the flags a feature can take: boolean and person-based."""
         ...
 
     async def enrolled(self, project_id: int, flag_key: str) -> Enrolled: ...
@@ -68,20 +71,20 @@ class StoreEarlyAccessData:
         return list(page.results)
 
     async def feature(self, project_id: int, feature_id: str) -> EarlyAccessFeature | None:
-        return await self.store.get_early_access_feature(project_id, feature_id)
+        try:
+            return await features.find_feature(self.store, project_id, feature_id)
+        except ApiError:
+            return None
 
     async def flag(self, project_id: int, flag_id: int | None) -> dict[str, Any] | None:
-        if flag_id is None:
-            return None
-        flag = await self.store.get_flag(project_id, flag_id)
-        return None if flag is None or flag.get("deleted") else flag
+        return await stored_flag(self.store, project_id, flag_id)
 
     async def boolean_flags(self, project_id: int) -> list[tuple[int, str]]:
         return sorted(
             (
                 (int(f["id"]), str(f["key"]))
                 for f in await self.console.list_flags(project_id)
-                if not f.get("deleted") and not (f.get("filters") or {}).get("multivariate")
+                if not f.get("deleted") and link_problem(flag_facts(f)) is None
             ),
             key=lambda item: item[1],
         )
@@ -91,10 +94,6 @@ class StoreEarlyAccessData:
 
     async def enrolled_counts(self, project_id: int, flag_keys: list[str]) -> dict[str, int]:
         return await self.store.enrollment_counts(project_id, flag_keys)
-
-
-def _valid_id(raw: str) -> bool:
-    return len(raw) <= 64 and all(c.isalnum() or c == "-" for c in raw)
 
 
 def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[BaseRoute]:
@@ -142,8 +141,7 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
         if isinstance(page, Response):
             return page
         project = page.project
-        raw = str(request.path_params["feature_id"])
-        feature = await data.feature(project.id, raw) if _valid_id(raw) else None
+        feature = await data.feature(project.id, str(request.path_params["feature_id"]))
         if feature is None:
             return page.not_found("No such early access feature.")
         flag = await data.flag(project.id, feature.feature_flag_id)

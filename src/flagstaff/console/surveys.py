@@ -15,12 +15,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from flagstaff.accounts.roles import Action
+from flagstaff.application import surveys
+from flagstaff.application.errors import ApiError
+from flagstaff.application.surveys import SurveyStore
 from flagstaff.console import paging, survey_views
 from flagstaff.console.page import SECURITY_HEADERS, STATIC_URL
 from flagstaff.console.routes import ConsolePages
-from flagstaff.store.base import Store
 from flagstaff.surveys import stats
-from flagstaff.surveys.management import survey_json
 from flagstaff.surveys.model import Survey
 
 MAX_LISTED = 1000
@@ -53,7 +54,10 @@ class SurveyData(Protocol):
 
 
 class StoreSurveyData:
-    def __init__(self, store: Store, property_keys: Any) -> None:
+    """The survey reads of the management API (:mod:`flagstaff.application.surveys`), so the
+    pages show what the API answers."""
+
+    def __init__(self, store: SurveyStore, property_keys: Any) -> None:
         self.store = store
         self._property_keys = property_keys
 
@@ -61,7 +65,10 @@ class StoreSurveyData:
         return list((await self.store.list_surveys(project_id, MAX_LISTED, 0)).results)
 
     async def survey(self, project_id: int, survey_id: str) -> Survey | None:
-        return await self.store.get_survey(project_id, survey_id)
+        try:
+            return await surveys.find_survey(self.store, project_id, survey_id)
+        except ApiError:
+            return None
 
     async def aggregates(
         self, project_id: int, survey_ids: list[str] | None
@@ -69,13 +76,7 @@ class StoreSurveyData:
         return await self.store.survey_aggregates(project_id, survey_ids)
 
     async def survey_json(self, project_id: int, survey: Survey) -> dict[str, Any]:
-        flags: dict[int, dict[str, Any]] = {}
-        for flag_id in (survey.linked_flag_id, survey.targeting_flag_id):
-            if flag_id is not None:
-                flag = await self.store.get_flag(project_id, flag_id)
-                if flag is not None and not flag.get("deleted"):
-                    flags[flag_id] = {"id": flag_id, "key": flag["key"], "filters": flag["filters"]}
-        return survey_json(survey, flags)
+        return await surveys.survey_json(self.store, project_id, survey)
 
     async def property_keys(self, project_id: int) -> list[str]:
         return list(await self._property_keys(project_id))

@@ -19,8 +19,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.application.early_access import EarlyAccessFeatureInput
 from flagstaff.application.experiments import ExperimentInput
 from flagstaff.application.holdouts import HoldoutInput
+from flagstaff.application.surveys import SurveyInput
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
 from flagstaff.http import ofrep_schemas as of
@@ -148,10 +150,10 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_surveys": Doc("", ss.SurveyPage, query=_PAGING),
-    "create_survey": Doc("", ss.Survey, ss.SurveyInput, 201),
+    "create_survey": Doc("", ss.Survey, SurveyInput, 201),
     "get_survey": Doc("", ss.Survey),
-    "patch_survey": Doc("", ss.Survey, ss.SurveyInput),
-    "put_survey": Doc("", ss.Survey, ss.SurveyInput),
+    "patch_survey": Doc("", ss.Survey, SurveyInput),
+    "put_survey": Doc("", ss.Survey, SurveyInput),
     "delete_survey": Doc("", None, status=204),
     "archive_survey": Doc("", ss.Survey, dict[str, Any]),
     "survey_stats": Doc("", ss.SurveyStats),
@@ -166,9 +168,9 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_features": Doc("", ss.EarlyAccessFeaturePage, query=_PAGING),
-    "create_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput, 201),
+    "create_feature": Doc("", ss.EarlyAccessFeature, EarlyAccessFeatureInput, 201),
     "get_feature": Doc("", ss.EarlyAccessFeature),
-    "patch_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput),
+    "patch_feature": Doc("", ss.EarlyAccessFeature, EarlyAccessFeatureInput),
     "delete_feature": Doc("", None, status=204),
     "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput, alternates=_HELD),
     "flag_activity": Doc(

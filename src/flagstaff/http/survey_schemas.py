@@ -1,10 +1,12 @@
-"""Request and response shapes of the survey and early access routes, for the OpenAPI
-document (as :mod:`flagstaff.http.schemas` for the rest). Questions, conditions and appearance
-are PostHog's JSON objects, kept as sent."""
+"""Response shapes of the survey and early access routes, for the OpenAPI document (as
+:mod:`flagstaff.http.schemas` for the rest). Questions, conditions and appearance are PostHog's
+JSON objects, kept as sent. The request bodies are the use cases' own Structs
+(``application.surveys.SurveyInput``, ``application.early_access.EarlyAccessFeatureInput``),
+which decode them."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -26,28 +28,6 @@ class MinimalFlag(msgspec.Struct):
 class FlagKey(msgspec.Struct):
     key: str
     value: str | None
-
-
-class SurveyInput(msgspec.Struct, omit_defaults=True):
-    """A survey to create or replace (PUT), or the fields to change (PATCH)."""
-
-    name: str | None = None
-    type: Literal["popover", "widget", "api", "external_survey"] | None = None
-    description: str | None = None
-    schedule: Literal["once", "recurring", "always"] | None = None
-    questions: list[dict[str, Any]] | None = None
-    conditions: dict[str, Any] | None = None
-    appearance: dict[str, Any] | None = None
-    start_date: str | None = None
-    end_date: str | None = None
-    archived: bool | None = None
-    linked_flag_id: int | None = None
-    targeting_flag_filters: dict[str, Any] | None = None
-    remove_targeting_flag: bool | None = None
-    responses_limit: int | None = None
-    iteration_count: int | None = None
-    iteration_frequency_days: int | None = None
-    enable_partial_responses: bool | None = None
 
 
 class Survey(msgspec.Struct):
@@ -121,20 +101,6 @@ class SurveySummary(msgspec.Struct):
     survey_id: str
     responses: int
     questions: list[dict[str, Any]]
-
-
-class EarlyAccessFeatureInput(msgspec.Struct, omit_defaults=True):
-    """A feature to create (``feature_flag_id`` links an existing flag; create only), or the
-    fields to change."""
-
-    name: str | None = None
-    description: str | None = None
-    stage: (
-        Literal["draft", "concept", "alpha", "beta", "general-availability", "archived"] | None
-    ) = None
-    documentation_url: str | None = None
-    payload: Any = None
-    feature_flag_id: int | None = None
 
 
 class EarlyAccessFeature(msgspec.Struct):

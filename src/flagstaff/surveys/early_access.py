@@ -15,16 +15,18 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 from urllib.parse import urlparse
 
 import msgspec
 
 from flagstaff.common.invalid import DefinitionInvalid, Errors
 
-STAGES = ("draft", "concept", "alpha", "beta", "general-availability", "archived")
+Stage = Literal["draft", "concept", "alpha", "beta", "general-availability", "archived"]
+STAGES: tuple[str, ...] = get_args(Stage)
 RELEASE_STAGES = frozenset({"concept", "alpha", "beta", "general-availability"})
 DEFAULT_PUBLIC_STAGES = ("beta",)
 ENROLLMENT_PREFIX = "$feature_enrollment"
@@ -95,11 +97,8 @@ def enrollment_super_groups(flag_key: str) -> list[dict[str, Any]]:
     ]
 
 
-def _check_url(value: Any, errors: Errors) -> None:
-    if value is None or value == "":
-        return
-    if not isinstance(value, str):
-        errors.append(("documentation_url", "Must be a string."))
+def _check_url(value: str | None, errors: Errors) -> None:
+    if not value:
         return
     parsed = urlparse(value)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -113,8 +112,32 @@ def _check_url(value: Any, errors: Errors) -> None:
         )
 
 
+def flag_facts(flag: dict[str, Any], linked_feature_id: str | None = None) -> FlagFacts:
+    """What linking the stored ``flag`` to a feature is checked against."""
+    filters = flag.get("filters") or {}
+    return FlagFacts(
+        id=flag["id"],
+        key=flag["key"],
+        variant_count=len((filters.get("multivariate") or {}).get("variants") or []),
+        aggregation_group_type_index=filters.get("aggregation_group_type_index"),
+        linked_feature_id=linked_feature_id,
+    )
+
+
+def link_problem(flag: FlagFacts) -> str | None:
+    """Why a feature cannot take this flag (PostHog's words), None when it can: a feature's
+    flag is boolean, person-based and the feature's alone."""
+    if flag.linked_feature_id is not None:
+        return f"Linked feature flag {flag.key} already has a feature attached to it."
+    if flag.aggregation_group_type_index is not None:
+        return "Group-based feature flags are not supported for Early Access Features."
+    if flag.variant_count > 0:
+        return "Multivariate feature flags are not supported for Early Access Features."
+    return None
+
+
 def feature_from_input(
-    body: Any,
+    body: Mapping[str, Any],
     current: EarlyAccessFeature | None,
     *,
     now: datetime,
@@ -123,11 +146,11 @@ def feature_from_input(
 ) -> EarlyAccessFeature:
     """The feature a create (``current`` None) or PATCH body asks for, validated.
 
-    ``feature_flag_id`` is read on create only (PostHog's rule); ``flag`` is the flag it names,
-    looked up by the caller (None when absent or not found).
+    ``body`` holds the fields the request set, each of its type already (the application's
+    ``EarlyAccessFeatureInput`` decodes them). ``feature_flag_id`` is read on create only
+    (PostHog's rule); ``flag`` is the flag it names, looked up by the caller (None when absent
+    or not found).
     """
-    if not isinstance(body, dict):
-        raise EarlyAccessInvalid([("", "The request body must be a JSON object.")])
     errors: Errors = []
     if current is None:
         for field in ("name", "stage"):
@@ -135,47 +158,23 @@ def feature_from_input(
                 errors.append((field, "This field is required."))
     name = body.get("name")
     if name is not None and not (current is None and name == ""):
-        if not isinstance(name, str) or not name.strip():
+        if not name.strip():
             errors.append(("name", "Must be a non-empty string."))
         elif len(name) > MAX_NAME_LENGTH:
             errors.append(
                 ("name", f"Ensure this field has no more than {MAX_NAME_LENGTH} characters.")
             )
-    stage = body.get("stage")
-    if stage is not None and stage not in STAGES:
-        errors.append(("stage", f"Must be one of {', '.join(STAGES)}."))
-    description = body.get("description")
-    if description is not None and not isinstance(description, str):
-        errors.append(("description", "Must be a string."))
     _check_url(body.get("documentation_url"), errors)
     flag_id = body.get("feature_flag_id") if current is None else None
     if flag_id is not None:
-        if not isinstance(flag_id, int) or isinstance(flag_id, bool):
-            errors.append(("feature_flag_id", "Must be an integer."))
-        elif flag is None or flag.id != flag_id:
-            errors.append(("feature_flag_id", "Feature Flag with this ID does not exist"))
-        elif flag.linked_feature_id is not None:
-            errors.append(
-                (
-                    "feature_flag_id",
-                    f"Linked feature flag {flag.key} already has a feature attached to it.",
-                )
-            )
-        elif flag.aggregation_group_type_index is not None:
-            errors.append(
-                (
-                    "feature_flag_id",
-                    "Group-based feature flags are not supported for Early Access Features.",
-                )
-            )
-        elif flag.variant_count > 0:
-            errors.append(
-                (
-                    "feature_flag_id",
-                    "Multivariate feature flags are not supported for Early Access Features.",
-                )
-            )
-    elif current is None and isinstance(name, str) and name.strip() and not slugify(name):
+        problem = (
+            "Feature Flag with this ID does not exist"
+            if flag is None or flag.id != flag_id
+            else link_problem(flag)
+        )
+        if problem is not None:
+            errors.append(("feature_flag_id", problem))
+    elif current is None and name and name.strip() and not slugify(name):
         errors.append(("name", "The name must contain a letter or digit to derive a flag key."))
     if errors:
         raise EarlyAccessInvalid(errors)

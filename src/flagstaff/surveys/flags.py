@@ -118,7 +118,7 @@ def plan_save(
 
     ``targeting_flag`` / ``internal_flag``: the survey's current flags as stored (dicts with at
     least ``id``, ``filters``, ``active``; None when it has none). ``targeting_flag_filters`` /
-    ``remove_targeting_flag``: from the body (``SurveyInput``). Updates list only changed
+    ``remove_targeting_flag``: from the body (``SurveySave``). Updates list only changed
     fields; nothing is returned for a flag that is already right.
     """
     active = flags_active(survey, now)

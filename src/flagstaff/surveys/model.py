@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal, get_args
 
 import msgspec
 
-SURVEY_TYPES = ("popover", "widget", "api", "external_survey")
+SurveyType = Literal["popover", "widget", "api", "external_survey"]
+SURVEY_TYPES: tuple[str, ...] = get_args(SurveyType)
 QUESTION_TYPES = ("open", "link", "rating", "single_choice", "multiple_choice")
 CHOICE_QUESTION_TYPES = frozenset({"single_choice", "multiple_choice"})
 BRANCHING_TYPES = ("next_question", "end", "response_based", "specific_question")
-SCHEDULES = ("once", "recurring", "always")
+Schedule = Literal["once", "recurring", "always"]
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
 RATING_SCALES = (2, 3, 5, 7, 10)
 RATING_DISPLAYS = ("number", "emoji")
 CONTENT_TYPES = ("text", "html")
@@ -75,7 +77,7 @@ class Survey(msgspec.Struct, kw_only=True):
     updated_at: datetime | None = None
 
 
-class SurveyInput(msgspec.Struct, kw_only=True):
+class SurveySave(msgspec.Struct, kw_only=True):
     """A validated save: the survey to store and what the body asked of its targeting flag."""
 
     survey: Survey

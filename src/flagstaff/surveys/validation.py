@@ -3,12 +3,14 @@
 Errors are ``(field path, message)`` pairs, as ``flags.validation`` reports them, e.g.
 ``("questions[1].choices", "Must be a non-empty list of non-empty strings.")``; the HTTP layer
 answers them as one 400 JSON body (``attr`` is the first path, ``detail`` lists them all).
-``survey_from_input`` turns a create, PUT or PATCH body into the survey to store.
+``survey_from_input`` turns a create, PUT or PATCH body (its fields decoded to their types by
+the application's ``SurveyInput``) into the survey to store.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,7 +22,7 @@ from flagstaff.common.invalid import DefinitionInvalid, Errors
 from flagstaff.common.json_types import is_int, is_number
 from flagstaff.flags.validation import validate_flag
 from flagstaff.surveys import model
-from flagstaff.surveys.model import Survey, SurveyInput
+from flagstaff.surveys.model import Survey, SurveySave
 
 LINK_SCHEMES = ("https", "mailto")
 _EMAIL_LINK = re.compile(r"^mailto:[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}$")
@@ -345,7 +347,7 @@ def check_targeting_filters(filters: Any, errors: Errors) -> None:
         errors.append(("targeting_flag_filters", FULL_ROLLOUT_MESSAGE))
 
 
-def _check_dates(body: dict[str, Any], errors: Errors) -> dict[str, datetime | None]:
+def _check_dates(body: Mapping[str, Any], errors: Errors) -> dict[str, datetime | None]:
     parsed: dict[str, datetime | None] = {}
     for name in ("start_date", "end_date"):
         if name not in body:
@@ -366,16 +368,16 @@ def _check_dates(body: dict[str, Any], errors: Errors) -> dict[str, datetime | N
 
 def _check_counts(survey: Survey, current: Survey | None, errors: Errors) -> None:
     limit = survey.responses_limit
-    if limit is not None and (not is_int(limit) or limit < 1):
+    if limit is not None and limit < 1:
         errors.append(("responses_limit", "Must be a positive integer or null."))
     count = survey.iteration_count
     frequency = survey.iteration_frequency_days
-    if count is not None and (not is_int(count) or not 0 <= count <= model.MAX_ITERATION_COUNT):
+    if count is not None and not 0 <= count <= model.MAX_ITERATION_COUNT:
         errors.append(
             ("iteration_count", f"Must be an integer from 0 to {model.MAX_ITERATION_COUNT}.")
         )
         return
-    if frequency is not None and (not is_int(frequency) or frequency < 0):
+    if frequency is not None and frequency < 0:
         errors.append(("iteration_frequency_days", "Must be a positive integer or null."))
         return
     if count and not frequency:
@@ -397,7 +399,7 @@ def _check_counts(survey: Survey, current: Survey | None, errors: Errors) -> Non
         )
 
 
-def _check_external(body: dict[str, Any], survey: Survey, errors: Errors) -> None:
+def _check_external(body: Mapping[str, Any], survey: Survey, errors: Errors) -> None:
     for name in EXTERNAL_ONLY_FORBIDDEN:
         if body.get(name) is not None:
             errors.append((name, f"{name} is not allowed for external surveys"))
@@ -421,22 +423,22 @@ def _check_external(body: dict[str, Any], survey: Survey, errors: Errors) -> Non
 
 
 def survey_from_input(
-    body: Any,
+    body: Mapping[str, Any],
     current: Survey | None,
     *,
     now: datetime,
     context: SurveyContext | None = None,
     partial: bool = True,
     new_id: str | None = None,
-) -> SurveyInput:
+) -> SurveySave:
     """The survey a create (``current`` None), PUT (``partial`` False) or PATCH body asks for.
 
-    Unknown and read-only fields (id, created_at, targeting_flag, feature_flag_keys... as found
-    in a PostHog export) are ignored. Raises ``SurveyInvalid`` with every problem found.
+    ``body`` holds the fields the request set, each of its type already (the application's
+    ``SurveyInput`` decodes them); what is checked here is what a type cannot say: required
+    fields, names, questions, conditions, appearance, dates, counts and the flags looked up.
+    Raises ``SurveyInvalid`` with every problem found.
     """
     context = context or SurveyContext()
-    if not isinstance(body, dict):
-        raise SurveyInvalid([("", "The request body must be a JSON object.")])
     errors: Errors = []
     creating = current is None
     if creating or not partial:
@@ -445,7 +447,7 @@ def survey_from_input(
                 errors.append((field, "This field is required."))
     name = body.get("name")
     if name is not None and not ((creating or not partial) and name == ""):
-        if not isinstance(name, str) or not name.strip():
+        if not name.strip():
             errors.append(("name", "Must be a non-empty string."))
         elif len(name) > model.MAX_NAME_LENGTH:
             errors.append(
@@ -453,25 +455,15 @@ def survey_from_input(
             )
         elif name in context.other_names:
             errors.append(("name", "There is already a survey with this name."))
-    stype = body.get("type")
-    if stype is not None and stype not in model.SURVEY_TYPES:
-        errors.append(("type", f"Must be one of {', '.join(model.SURVEY_TYPES)}."))
-    _check_string("description", body.get("description"), errors)
-    schedule = body.get("schedule")
-    if schedule is not None and schedule not in model.SCHEDULES:
-        errors.append(("schedule", "Schedule must be one of: once, recurring, always"))
-    for flag in ("archived", "enable_partial_responses", "remove_targeting_flag"):
-        _check_bool(flag, body.get(flag), errors)
     if "questions" in body:
         check_questions(body["questions"], errors)
     # A PATCH keeps what it does not mention; a create or PUT starts from nothing.
     kept = current if current is not None and partial else None
     linked_id = body.get("linked_flag_id", kept.linked_flag_id if kept else None)
-    if linked_id is not None:
-        if not is_int(linked_id):
-            errors.append(("linked_flag_id", "Must be an integer or null."))
-        elif context.linked_flag is None or context.linked_flag.id != linked_id:
-            errors.append(("linked_flag_id", "Feature Flag with this ID does not exist"))
+    if linked_id is not None and (
+        context.linked_flag is None or context.linked_flag.id != linked_id
+    ):
+        errors.append(("linked_flag_id", "Feature Flag with this ID does not exist"))
     conditions = body.get("conditions", kept.conditions if kept else None)
     if "conditions" in body or "linked_flag_id" in body:
         check_conditions(conditions, context.linked_flag, linked_id is not None, errors)
@@ -521,7 +513,7 @@ def survey_from_input(
     if late:
         raise SurveyInvalid(late)
     survey = model.update_iterations(survey)
-    return SurveyInput(
+    return SurveySave(
         survey=survey,
         targeting_flag_filters=targeting or None,
         remove_targeting_flag=body.get("remove_targeting_flag") is True,

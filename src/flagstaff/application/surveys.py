@@ -1,0 +1,409 @@
+"""Surveys: create, update (PATCH or PUT), archive, delete, their counts and answers, and the
+move of recurring surveys to the iteration running now.
+
+A save decodes the body once (:class:`SurveyInput`, the request body the OpenAPI document
+shows too), checks what a type cannot say (``surveys.validation``, against the linked flag
+and the project's other names, looked up here), plans the changes to the flags the survey
+maintains (``surveys.flags``), turns each into a whole flag as the flag API would
+(:func:`flagstaff.application.flags.flag_from_input`), and hands all of it to the store, which
+applies it in one transaction.
+
+The management API and the console read surveys through the same functions
+(:func:`survey_json`, :func:`find_survey`), so both show one shape."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import msgspec
+
+from flagstaff.activity.records import ChangeSource
+from flagstaff.application import flags as flag_rules
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.inputs import UNSET, UnsetType, given
+from flagstaff.store.records import Conflict, FlagWrite, Page
+from flagstaff.surveys import flags as survey_flags
+from flagstaff.surveys import stats
+from flagstaff.surveys.management import survey_json as survey_shape
+from flagstaff.surveys.model import Schedule, Survey, SurveyType, advance_iteration, format_datetime
+from flagstaff.surveys.validation import LinkedFlag, SurveyContext, SurveyInvalid, survey_from_input
+
+__all__ = [
+    "FlagStore",
+    "SurveyInput",
+    "SurveyStore",
+    "advance_iterations",
+    "all_survey_stats",
+    "archive_survey",
+    "create_survey",
+    "delete_survey",
+    "find_survey",
+    "flags_shown",
+    "list_surveys",
+    "minimal_flag",
+    "record_id",
+    "stored_flag",
+    "survey_json",
+    "survey_of",
+    "survey_stats",
+    "survey_summary",
+    "update_survey",
+]
+
+_ROLE_FIELD = {
+    "targeting": "targeting_flag_id",
+    "internal_targeting": "internal_targeting_flag_id",
+}
+
+
+class SurveyInput(msgspec.Struct, kw_only=True):
+    """A survey to create or replace (PUT), or the fields to change (PATCH: a field left out
+    is kept). Questions, conditions and appearance are PostHog's JSON objects, kept as sent
+    and checked field by field (``surveys.validation``). Other fields are ignored."""
+
+    name: str | UnsetType = UNSET
+    type: SurveyType | UnsetType = UNSET
+    description: str | UnsetType | None = UNSET
+    schedule: Schedule | UnsetType | None = UNSET
+    questions: list[dict[str, Any]] | UnsetType | None = UNSET
+    conditions: dict[str, Any] | UnsetType | None = UNSET
+    appearance: dict[str, Any] | UnsetType | None = UNSET
+    start_date: str | UnsetType | None = UNSET
+    """ISO 8601 (a date alone is midnight UTC); null: not launched."""
+    end_date: str | UnsetType | None = UNSET
+    archived: bool | UnsetType | None = UNSET
+    linked_flag_id: int | UnsetType | None = UNSET
+    targeting_flag_filters: dict[str, Any] | UnsetType | None = UNSET
+    """The filters of the targeting flag the survey maintains (created when it has none)."""
+    remove_targeting_flag: bool | UnsetType | None = UNSET
+    """True: delete the survey's targeting flag."""
+    responses_limit: int | UnsetType | None = UNSET
+    iteration_count: int | UnsetType | None = UNSET
+    iteration_frequency_days: int | UnsetType | None = UNSET
+    enable_partial_responses: bool | UnsetType | None = UNSET
+
+
+class FlagStore(Protocol):
+    """What reading the flags a survey or feature shows needs."""
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+
+class SurveyStore(FlagStore, Protocol):
+    """What the survey use cases need of the store."""
+
+    async def list_surveys(self, project_id: int, limit: int, offset: int) -> Page: ...
+
+    async def get_survey(self, project_id: int, survey_id: str) -> Survey | None: ...
+
+    async def survey_names(self, project_id: int) -> set[str]: ...
+
+    async def save_survey(
+        self,
+        project_id: int,
+        survey: Survey,
+        flags: list[FlagWrite],
+        *,
+        create: bool,
+        source: ChangeSource | None = None,
+    ) -> Survey: ...
+
+    async def delete_survey(
+        self,
+        project_id: int,
+        survey_id: str,
+        flags: list[FlagWrite],
+        *,
+        source: ChangeSource | None = None,
+    ) -> None: ...
+
+    async def survey_aggregates(
+        self, project_id: int, survey_ids: list[str] | None
+    ) -> dict[str, stats.SurveyStats]: ...
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# the flags a survey or feature shows ----------------------------------------------------------
+
+
+def minimal_flag(flag: dict[str, Any]) -> dict[str, Any]:
+    """The flag as a survey or feature shows it (PostHog's ``MinimalFeatureFlagSerializer``)."""
+    return {
+        "id": flag["id"],
+        "key": flag["key"],
+        "name": flag.get("name", ""),
+        "filters": flag.get("filters") or {},
+        "active": flag.get("active", True),
+        "deleted": flag.get("deleted", False),
+        "ensure_experience_continuity": flag.get("ensure_experience_continuity", False),
+    }
+
+
+async def stored_flag(
+    store: FlagStore, project_id: int, flag_id: int | None
+) -> dict[str, Any] | None:
+    """Flag ``flag_id`` as stored, None when there is none or it is deleted."""
+    if flag_id is None:
+        return None
+    flag = await store.get_flag(project_id, flag_id)
+    return None if flag is None or flag.get("deleted") else flag
+
+
+async def flags_shown(
+    store: FlagStore, project_id: int, ids: list[int | None]
+) -> dict[int, dict[str, Any]]:
+    """The minimal flags of ``ids`` that exist, by id."""
+    found: dict[int, dict[str, Any]] = {}
+    for flag_id in ids:
+        if flag_id is not None and flag_id not in found:
+            flag = await stored_flag(store, project_id, flag_id)
+            if flag is not None:
+                found[flag_id] = minimal_flag(flag)
+    return found
+
+
+def record_id(raw: str, what: str) -> str:
+    """A survey or feature id as they are made, a uuid; anything else (such as text PostgreSQL
+    cannot hold) names nothing: a 404."""
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        raise ApiError(404, "not_found", f"no such {what}") from None
+
+
+# reading -----------------------------------------------------------------------------------
+
+
+async def survey_json(store: FlagStore, project_id: int, survey: Survey) -> dict[str, Any]:
+    """The survey in the management API's shape, with its flags."""
+    ids = [survey.linked_flag_id, survey.targeting_flag_id, survey.internal_targeting_flag_id]
+    return survey_shape(survey, await flags_shown(store, project_id, ids))
+
+
+async def find_survey(store: SurveyStore, project_id: int, survey_id: str) -> Survey:
+    """Survey ``survey_id`` of the project, or a 404."""
+    survey = await store.get_survey(project_id, record_id(survey_id, "survey"))
+    if survey is None:
+        raise ApiError(404, "not_found", "no such survey")
+    return survey
+
+
+async def survey_of(caller: Caller[SurveyStore], survey_id: str) -> dict[str, Any]:
+    """Survey ``survey_id`` as the API shows it, or a 404."""
+    survey = await find_survey(caller.store, caller.project_id, survey_id)
+    return await survey_json(caller.store, caller.project_id, survey)
+
+
+async def list_surveys(
+    caller: Caller[SurveyStore], limit: int, offset: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """A page of the project's surveys, newest first: (how many in all, the page's)."""
+    page = await caller.store.list_surveys(caller.project_id, limit, offset)
+    return page.count, [await survey_json(caller.store, caller.project_id, s) for s in page.results]
+
+
+# saving ------------------------------------------------------------------------------------
+
+
+def _flag_writes(
+    changes: list[survey_flags.FlagChange], current: dict[int, dict[str, Any]]
+) -> list[FlagWrite]:
+    """Each planned change as a whole flag, checked as the flag API checks it."""
+    writes = []
+    for change in changes:
+        if change.action == "create":
+            data = flag_rules.flag_from_input(change.flag)
+            writes.append(FlagWrite(data=data, target=_ROLE_FIELD[change.role]))
+        else:
+            assert change.flag_id is not None
+            before = current[change.flag_id]
+            body = {"deleted": True} if change.action == "delete" else change.flag or {}
+            data = flag_rules.flag_from_input(body, before)
+            writes.append(FlagWrite(data=data, flag_id=change.flag_id))
+    return writes
+
+
+async def _save(
+    store: SurveyStore,
+    project_id: int,
+    survey: Survey,
+    *,
+    create: bool,
+    targeting_flag_filters: dict[str, Any] | None = None,
+    remove_targeting_flag: bool = False,
+    source: ChangeSource | None = None,
+) -> Survey:
+    """Store ``survey`` with the flag changes it needs (logged as ``source``'s), in one
+    transaction."""
+    targeting = await stored_flag(store, project_id, survey.targeting_flag_id)
+    internal = await stored_flag(store, project_id, survey.internal_targeting_flag_id)
+    if targeting is None:
+        survey = msgspec.structs.replace(survey, targeting_flag_id=None)
+    if internal is None:
+        survey = msgspec.structs.replace(survey, internal_targeting_flag_id=None)
+    changes = survey_flags.plan_save(
+        survey,
+        now=_now(),
+        targeting_flag=targeting,
+        internal_flag=internal,
+        targeting_flag_filters=targeting_flag_filters,
+        remove_targeting_flag=remove_targeting_flag,
+    )
+    current = {f["id"]: f for f in (targeting, internal) if f is not None}
+    writes = _flag_writes(changes, current)
+    if remove_targeting_flag and targeting is not None:
+        survey = msgspec.structs.replace(survey, targeting_flag_id=None)
+    try:
+        return await store.save_survey(project_id, survey, writes, create=create, source=source)
+    except Conflict as exc:
+        if exc.field == "key":
+            # a generated flag key taken by a flag of the user's: PostHog answers on name
+            raise ApiError(400, "invalid_input", exc.message, "name") from None
+        raise ApiError(400, "unique", exc.message, exc.field) from None
+
+
+async def _context(
+    store: SurveyStore, project_id: int, fields: dict[str, Any], current: Survey | None
+) -> SurveyContext:
+    """What the body is checked against: the flag it links (or the survey links) and the names
+    of the project's other surveys."""
+    linked_id = fields.get("linked_flag_id", current.linked_flag_id if current else None)
+    linked = None
+    flag = await stored_flag(store, project_id, linked_id)
+    if flag is not None:
+        variants = (flag.get("filters") or {}).get("multivariate") or {}
+        linked = LinkedFlag(
+            id=flag["id"],
+            key=flag["key"],
+            variants=tuple(v["key"] for v in variants.get("variants") or [] if isinstance(v, dict)),
+        )
+    names = await store.survey_names(project_id)
+    if current is not None:
+        names = {n for n in names if n != current.name}
+    return SurveyContext(linked_flag=linked, other_names=frozenset(names))
+
+
+async def _write(
+    caller: Caller[SurveyStore], current: Survey | None, inp: SurveyInput, *, partial: bool
+) -> dict[str, Any]:
+    store, project_id = caller.store, caller.project_id
+    fields = given(inp)
+    try:
+        checked = survey_from_input(
+            fields,
+            current,
+            now=_now(),
+            context=await _context(store, project_id, fields, current),
+            partial=partial,
+        )
+    except SurveyInvalid as exc:
+        raise invalid_input(exc) from None
+    saved = await _save(
+        store,
+        project_id,
+        checked.survey,
+        create=current is None,
+        targeting_flag_filters=checked.targeting_flag_filters,
+        remove_targeting_flag=checked.remove_targeting_flag,
+        source=caller.source,
+    )
+    return await survey_json(store, project_id, saved)
+
+
+async def create_survey(caller: Caller[SurveyStore], inp: SurveyInput) -> dict[str, Any]:
+    """A new survey and its targeting flags; the survey as the API shows it."""
+    return await _write(caller, None, inp, partial=False)
+
+
+async def update_survey(
+    caller: Caller[SurveyStore], survey_id: str, inp: SurveyInput, *, partial: bool
+) -> dict[str, Any]:
+    """PATCH (``partial``: what the body leaves out is kept) or PUT (replaced)."""
+    current = await find_survey(caller.store, caller.project_id, survey_id)
+    return await _write(caller, current, inp, partial=partial)
+
+
+async def archive_survey(caller: Caller[SurveyStore], survey_id: str) -> dict[str, Any]:
+    """Archived: no longer served, its flags inactive (a PATCH of ``archived``)."""
+    return await update_survey(caller, survey_id, SurveyInput(archived=True), partial=True)
+
+
+async def delete_survey(caller: Caller[SurveyStore], survey_id: str) -> None:
+    """The survey, its counts and its targeting flags go (its linked flag stays)."""
+    store, project_id = caller.store, caller.project_id
+    survey = await find_survey(store, project_id, survey_id)
+    current = {}
+    for flag_id in (survey.targeting_flag_id, survey.internal_targeting_flag_id):
+        flag = await stored_flag(store, project_id, flag_id)
+        if flag is not None:
+            current[flag["id"]] = flag
+    changes = [c for c in survey_flags.plan_delete(survey) if c.flag_id in current]
+    await store.delete_survey(
+        project_id, survey.id, _flag_writes(changes, current), source=caller.source
+    )
+
+
+async def advance_iterations(
+    store: SurveyStore, project_id: int, surveys: list[Survey], now: datetime | None = None
+) -> bool:
+    """Move recurring surveys to the iteration running now (their internal flag follows);
+    True when one moved. Run before the public list is served."""
+    moved = False
+    now = now or _now()
+    for survey in surveys:
+        advanced = advance_iteration(survey, now)
+        if advanced is not survey:
+            await _save(store, project_id, advanced, create=False)
+            moved = True
+    return moved
+
+
+# counts and answers -----------------------------------------------------------------------
+
+
+async def survey_stats(caller: Caller[SurveyStore], survey_id: str) -> dict[str, Any]:
+    """The survey's event counts and rates (PostHog's shape)."""
+    survey = await find_survey(caller.store, caller.project_id, survey_id)
+    aggregates = await caller.store.survey_aggregates(caller.project_id, [survey.id])
+    body = stats.stats_json(aggregates.get(survey.id) or stats.SurveyStats())
+    return {
+        **body,
+        "survey_id": survey.id,
+        "start_date": format_datetime(survey.start_date),
+        "end_date": format_datetime(survey.end_date),
+    }
+
+
+async def all_survey_stats(caller: Caller[SurveyStore]) -> dict[str, Any]:
+    """The event counts and rates over every survey of the project."""
+    aggregates = await caller.store.survey_aggregates(caller.project_id, None)
+    return {
+        **stats.stats_json(stats.merge(aggregates.values())),
+        "survey_count": len(aggregates),
+    }
+
+
+async def survey_summary(
+    caller: Caller[SurveyStore],
+    survey_id: str,
+    *,
+    question_id: str | None = None,
+    limit: int = stats.DEFAULT_PAGE,
+    offset: int = 0,
+) -> dict[str, Any]:
+    """The answers per question (``question_id``: that one only), open answers paged."""
+    survey = await find_survey(caller.store, caller.project_id, survey_id)
+    if question_id is not None and not any(q.get("id") == question_id for q in survey.questions):
+        raise ApiError(400, "invalid_input", "no question has this id", "question_id")
+    aggregates = await caller.store.survey_aggregates(caller.project_id, [survey.id])
+    state = aggregates.get(survey.id) or stats.SurveyStats()
+    result = stats.summary(
+        state, survey.questions, question_id=question_id, limit=limit, offset=offset
+    )
+    return {"survey_id": survey.id, **result}
