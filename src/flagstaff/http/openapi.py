@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.application import accounts
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
 from flagstaff.http import ofrep_schemas as of
@@ -86,7 +87,7 @@ _HELD = (
 )
 _ADMIN: dict[str, Doc] = {
     "list_projects": Doc("", s.ProjectPage),
-    "create_project": Doc("", s.CreatedProject, s.ProjectInput, 201),
+    "create_project": Doc("", s.CreatedProject, accounts.ProjectInput, 201),
     "get_project": Doc("", s.ProjectSettings),
     "list_flags": Doc("", s.FeatureFlagPage, query=_PAGING),
     "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
@@ -130,10 +131,10 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_warnings": Doc("", s.WarningPage, query=_PAGING),
-    "update_project": Doc("", s.ProjectSettings, s.ProjectUpdate),
+    "update_project": Doc("", s.ProjectSettings, accounts.ProjectUpdate),
     "list_members": Doc("", t.MemberPage),
-    "add_member": Doc("", t.CreatedMember, t.MemberInput, 201),
-    "update_member": Doc("", t.Member, t.MemberRoleInput),
+    "add_member": Doc("", t.CreatedMember, accounts.MemberInput, 201),
+    "update_member": Doc("", t.Member, accounts.MemberRoleInput),
     "remove_member": Doc("", None, status=204),
     "end_member_sessions": Doc("", t.EndedSessions, dict[str, Any]),
     "list_groups": Doc(
@@ -197,7 +198,7 @@ _ADMIN: dict[str, Doc] = {
     ),
     "delete_scheduled_change": Doc("", None, status=204),
     "list_keys": Doc("", list[a.PersonalApiKey]),
-    "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
+    "create_key": Doc("", a.CreatedPersonalApiKey, accounts.PersonalApiKeyInput, 201),
     "revoke_key": Doc("", None, status=204),
     "list_experiments": Doc("", s.ExperimentPage, query=_PAGING),
     "create_experiment": Doc("", s.Experiment, s.ExperimentInput, 201),
