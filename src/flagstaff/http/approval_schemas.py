@@ -18,10 +18,6 @@ class ApprovalPolicy(msgspec.Struct):
     updated_by: UserRef | None
 
 
-class ApprovalPolicyInput(msgspec.Struct):
-    enabled: bool
-
-
 class ScheduledChangeRequest(msgspec.Struct):
     payload: dict[str, Any]
     """As a scheduled change's ``payload``: ``{"operation", "value"}``."""
@@ -60,11 +56,6 @@ class ChangeRequestPage(msgspec.Struct):
     next: str | None
     previous: str | None
     results: list[ChangeRequest]
-
-
-class DecisionInput(msgspec.Struct):
-    comment: str = ""
-    """Why (at most 1000 characters)."""
 
 
 class WebhookInput(msgspec.Struct):

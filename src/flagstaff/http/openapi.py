@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
-from flagstaff.application import accounts
+from flagstaff.application import accounts, approvals
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
 from flagstaff.http import ofrep_schemas as of
@@ -222,7 +222,9 @@ _ADMIN: dict[str, Doc] = {
         query=(Param("group_type_index", "integer", "group type index, 0-4"), *_VALUES_QUERY),
     ),
     "get_approval_policy": Doc("", ap.ApprovalPolicy),
-    "update_approval_policy": Doc("", ap.ApprovalPolicy, ap.ApprovalPolicyInput, errors=(403,)),
+    "update_approval_policy": Doc(
+        "", ap.ApprovalPolicy, approvals.ApprovalPolicyInput, errors=(403,)
+    ),
     "list_change_requests": Doc(
         "",
         ap.ChangeRequestPage,
@@ -236,10 +238,10 @@ _ADMIN: dict[str, Doc] = {
     "approve_change_request": Doc(
         "",
         ap.ChangeRequest,
-        ap.DecisionInput,
+        approvals.DecisionInput,
         errors=(403, 409),
     ),
-    "reject_change_request": Doc("", ap.ChangeRequest, ap.DecisionInput, errors=(403, 409)),
+    "reject_change_request": Doc("", ap.ChangeRequest, approvals.DecisionInput, errors=(403, 409)),
     "list_webhooks": Doc("", ap.WebhookPage, errors=(403,)),
     "create_webhook": Doc("", ap.CreatedWebhook, ap.WebhookInput, 201, errors=(403,)),
     "get_webhook": Doc("", ap.Webhook, errors=(403,)),
