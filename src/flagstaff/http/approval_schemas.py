@@ -58,17 +58,6 @@ class ChangeRequestPage(msgspec.Struct):
     results: list[ChangeRequest]
 
 
-class WebhookInput(msgspec.Struct):
-    url: str
-    """http:// or https://, no credentials; called from the server."""
-    scopes: list[str] = []
-    """Activity scopes sent (FeatureFlag, Cohort, ChangeRequest...); empty: every change."""
-    enabled: bool = True
-    description: str = ""
-    rotate_secret: bool = False
-    """PATCH only: make a new signing secret (in that answer only)."""
-
-
 class Webhook(msgspec.Struct):
     id: int
     url: str

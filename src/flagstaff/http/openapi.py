@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
-from flagstaff.application import accounts, approvals
+from flagstaff.application import accounts, approvals, webhooks
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
 from flagstaff.http import ofrep_schemas as of
@@ -243,12 +243,12 @@ _ADMIN: dict[str, Doc] = {
     ),
     "reject_change_request": Doc("", ap.ChangeRequest, approvals.DecisionInput, errors=(403, 409)),
     "list_webhooks": Doc("", ap.WebhookPage, errors=(403,)),
-    "create_webhook": Doc("", ap.CreatedWebhook, ap.WebhookInput, 201, errors=(403,)),
+    "create_webhook": Doc("", ap.CreatedWebhook, webhooks.WebhookInput, 201, errors=(403,)),
     "get_webhook": Doc("", ap.Webhook, errors=(403,)),
     "update_webhook": Doc(
         "",
         ap.Webhook,
-        ap.WebhookInput,
+        webhooks.WebhookInput,
         errors=(403,),
         alternates=((200, ap.CreatedWebhook, "with rotate_secret: the new secret, once"),),
     ),
