@@ -45,18 +45,11 @@ class DecisionInput(msgspec.Struct):
     """Why (at most 1000 characters)."""
 
 
-class ApprovalStore(Protocol):
-    """The policy, the change requests, and the flags they change."""
+class ApprovalReads(Protocol):
+    """The policy, the change requests and the flags they change, as they are (what the
+    console's approvals page reads)."""
 
     async def approval_policy(self, project_id: int) -> ApprovalPolicy: ...
-
-    async def set_approval_policy(
-        self, project_id: int, enabled: bool, source: ChangeSource, now_ms: int
-    ) -> ApprovalPolicy: ...
-
-    async def create_change_request(
-        self, request: ChangeRequest, flag_key: str, source: ChangeSource
-    ) -> ChangeRequest: ...
 
     async def list_change_requests(
         self,
@@ -71,6 +64,20 @@ class ApprovalStore(Protocol):
         self, project_id: int, request_id: int
     ) -> ChangeRequest | None: ...
 
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+
+class ApprovalStore(ApprovalReads, Protocol):
+    """Changing the policy, holding writes and deciding them."""
+
+    async def set_approval_policy(
+        self, project_id: int, enabled: bool, source: ChangeSource, now_ms: int
+    ) -> ApprovalPolicy: ...
+
+    async def create_change_request(
+        self, request: ChangeRequest, flag_key: str, source: ChangeSource
+    ) -> ChangeRequest: ...
+
     async def decide_change_request(
         self,
         decided: ChangeRequest,
@@ -78,8 +85,6 @@ class ApprovalStore(Protocol):
         source: ChangeSource,
         apply_source: ChangeSource | None = None,
     ) -> ChangeRequest: ...
-
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
 
 
 class Held(msgspec.Struct, frozen=True):
