@@ -3,9 +3,9 @@ groups listed by key.
 
 ``/members/`` is Flagstaff's own (PostHog keeps members per organization and adds them by
 invitation; here roles are per project and an admin adds a member directly): list, add an
-existing user or create one with an initial password, change a role, remove a member. The
-project always keeps an admin (the store checks it in the change's transaction). ``/groups/``
-is PostHog's listing of one group type's groups, searched by key.
+existing user or create one with an initial password, change a role, remove a member, end
+their sessions. What they do (and the project keeps an admin): ``application/accounts.py``.
+``/groups/`` is PostHog's listing of one group type's groups, searched by key.
 """
 
 from __future__ import annotations
