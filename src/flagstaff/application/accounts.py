@@ -3,12 +3,14 @@
 
 A project is created with a name (the API also makes its creator an admin and gives them a key)
 and renamed, given an event retention and experiments' stats defaults by :func:`update_project`.
-Members are Flagstaff's own (PostHog keeps members per organization and invites them; here
-roles are per project and an admin adds a member directly): :func:`add_member` adds an existing
-user or creates one with an initial password (an existing user's password is never changed),
-:func:`change_role` and :func:`remove_member` keep an admin in the project (the store checks it
-in the change's transaction: ``Conflict("role")``), :func:`end_sessions` logs a member out
-everywhere. Users revoke their own keys; admins any key of the project.
+Members and keys live in the caller's :class:`~flagstaff.accounts.store.AccountStore`: their
+use cases take ``Caller[object]`` (no store of their own). Members are Flagstaff's own (PostHog
+keeps members per organization and invites them; here roles are per project and an admin adds a
+member directly): :func:`add_member` adds an existing user or creates one with an initial
+password (an existing user's password is never changed), :func:`change_role` and
+:func:`remove_member` keep an admin in the project (the store checks it in the change's
+transaction: ``Conflict("role")``), :func:`end_sessions` logs a member out everywhere. Users
+revoke their own keys; admins any key of the project.
 """
 
 from __future__ import annotations
@@ -106,9 +108,7 @@ class MemberRoleInput(msgspec.Struct):
 class ProjectStore(Protocol):
     """A project and its settings."""
 
-    async def create_project(self, name: str, api_token: str | None = None) -> Project: ...
-
-    async def list_projects(self) -> list[Project]: ...
+    async def create_project(self, name: str) -> Project: ...
 
     async def get_project(self, project_id: int) -> Project | None: ...
 
