@@ -12,20 +12,79 @@ made again. PostHog has no such API: the shapes are ours.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Annotated, Any, Protocol
 
 import msgspec
 
 from flagstaff.activity import approvals
-from flagstaff.activity.approvals import ChangeRequest, RequestKind, RequestStatus
+from flagstaff.activity.approvals import (
+    MAX_COMMENT,
+    ApprovalPolicy,
+    ChangeRequest,
+    RequestKind,
+    RequestStatus,
+)
 from flagstaff.activity.diff import changes_between
 from flagstaff.activity.records import Actor, ChangeSource, Scope
 from flagstaff.activity.scheduled import MODEL_NAME, Operation
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
+from flagstaff.application.inputs import decode
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
-from flagstaff.store.base import Conflict, Store
+from flagstaff.store.base import Conflict, Page
+
+
+class ApprovalPolicyInput(msgspec.Struct):
+    enabled: bool
+    """On: flag updates, deletes, rollbacks and new scheduled changes wait for approval."""
+
+
+class DecisionInput(msgspec.Struct):
+    comment: Annotated[str, msgspec.Meta(max_length=MAX_COMMENT)] = ""
+    """Why (at most 1000 characters)."""
+
+
+class ApprovalReads(Protocol):
+    """The policy, the change requests and the flags they change, as they are (what the
+    console's approvals page reads)."""
+
+    async def approval_policy(self, project_id: int) -> ApprovalPolicy: ...
+
+    async def list_change_requests(
+        self,
+        project_id: int,
+        status: RequestStatus | None,
+        flag_id: int | None,
+        limit: int,
+        offset: int,
+    ) -> Page: ...
+
+    async def get_change_request(
+        self, project_id: int, request_id: int
+    ) -> ChangeRequest | None: ...
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+
+class ApprovalStore(ApprovalReads, Protocol):
+    """Changing the policy, holding writes and deciding them."""
+
+    async def set_approval_policy(
+        self, project_id: int, enabled: bool, source: ChangeSource, now_ms: int
+    ) -> ApprovalPolicy: ...
+
+    async def create_change_request(
+        self, request: ChangeRequest, flag_key: str, source: ChangeSource
+    ) -> ChangeRequest: ...
+
+    async def decide_change_request(
+        self,
+        decided: ChangeRequest,
+        flag_key: str,
+        source: ChangeSource,
+        apply_source: ChangeSource | None = None,
+    ) -> ChangeRequest: ...
 
 
 class Held(msgspec.Struct, frozen=True):
@@ -86,9 +145,24 @@ def policy_json(policy: approvals.ApprovalPolicy) -> dict[str, Any]:
     }
 
 
-async def set_policy(caller: Caller[Store], enabled: bool) -> dict[str, Any]:
+def policy_input(body: Any) -> ApprovalPolicyInput:
+    """The body of a policy change: ``enabled`` must be there, true or false."""
+    try:
+        return decode(ApprovalPolicyInput, body)
+    except ApiError as refused:
+        if refused.attr != "enabled":
+            raise
+        raise ApiError(400, "required", "enabled (true or false) is required", "enabled") from None
+
+
+async def get_policy(caller: Caller[ApprovalStore]) -> dict[str, Any]:
+    return policy_json(await caller.store.approval_policy(caller.project_id))
+
+
+async def set_policy(caller: Caller[ApprovalStore], body: ApprovalPolicyInput) -> dict[str, Any]:
+    """Turn approval of flag changes on or off (admins: the adapter authorises)."""
     policy = await caller.store.set_approval_policy(
-        caller.project_id, enabled, caller.source, clock.now_ms()
+        caller.project_id, body.enabled, caller.source, clock.now_ms()
     )
     return policy_json(policy)
 
@@ -97,7 +171,7 @@ async def set_policy(caller: Caller[Store], enabled: bool) -> dict[str, Any]:
 
 
 async def _hold(
-    caller: Caller[Store],
+    caller: Caller[ApprovalStore],
     flag: dict[str, Any],
     kind: RequestKind,
     body: dict[str, Any],
@@ -126,7 +200,7 @@ async def _hold(
 
 
 async def hold_flag_write(
-    caller: Caller[Store], current: dict[str, Any], flag: dict[str, Any]
+    caller: Caller[ApprovalStore], current: dict[str, Any], flag: dict[str, Any]
 ) -> Held | Unchanged | None:
     """Before a flag update or delete: :class:`Held` when it must wait for approval,
     :class:`Unchanged` when under the policy it would change nothing anyone sees."""
@@ -141,7 +215,7 @@ async def hold_flag_write(
 
 
 async def hold_schedule(
-    caller: Caller[Store],
+    caller: Caller[ApprovalStore],
     flag: dict[str, Any],
     operation: Operation,
     payload: dict[str, Any],
@@ -156,13 +230,41 @@ async def hold_schedule(
 # change requests ----------------------------------------------------------------------------
 
 
-async def current_flag(caller: Caller[Store], request: ChangeRequest) -> dict[str, Any] | None:
+async def current_flag(
+    caller: Caller[ApprovalStore], request: ChangeRequest
+) -> dict[str, Any] | None:
     if request.flag_id is None:
         return None
     return await caller.store.get_flag(caller.project_id, request.flag_id)
 
 
-async def existing_request(caller: Caller[Store], request_id: int) -> ChangeRequest:
+async def list_requests(
+    caller: Caller[ApprovalStore],
+    status: RequestStatus | None,
+    flag_id: int | None,
+    limit: int,
+    offset: int,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Newest first, ``status`` and ``flag_id`` filtering: the total and one page, pending
+    requests with what approving would change in their flag as it is now."""
+    page = await caller.store.list_change_requests(
+        caller.project_id, status, flag_id, limit, offset
+    )
+    flags: dict[int | None, dict[str, Any] | None] = {}
+    results = []
+    for found in page.results:
+        if found.status is RequestStatus.PENDING and found.flag_id not in flags:
+            flags[found.flag_id] = await current_flag(caller, found)
+        results.append(request_json(found, flags.get(found.flag_id)))
+    return page.count, results
+
+
+async def get_request(caller: Caller[ApprovalStore], request_id: int) -> dict[str, Any]:
+    found = await existing_request(caller, request_id)
+    return request_json(found, await current_flag(caller, found))
+
+
+async def existing_request(caller: Caller[ApprovalStore], request_id: int) -> ChangeRequest:
     found = await caller.store.get_change_request(caller.project_id, request_id)
     if found is None:
         raise ApiError(404, "not_found", "no such change request")
@@ -181,15 +283,20 @@ def _flag_key(found: ChangeRequest, current: dict[str, Any] | None) -> str:
     return str(found.body.get("key", found.flag_id))
 
 
-async def _mark_stale(caller: Caller[Store], decided: ChangeRequest, key: str, reason: str) -> None:
+async def _mark_stale(
+    caller: Caller[ApprovalStore], decided: ChangeRequest, key: str, reason: str
+) -> None:
     stale = msgspec.structs.replace(decided, status=RequestStatus.STALE)
     with contextlib.suppress(Conflict):  # decided meanwhile by someone else: theirs stands
         await caller.store.decide_change_request(stale, key, caller.source)
     raise ApiError(409, "stale", reason)
 
 
-async def approve(caller: Caller[Store], request_id: int, comment: str) -> dict[str, Any]:
+async def approve(
+    caller: Caller[ApprovalStore], request_id: int, body: DecisionInput
+) -> dict[str, Any]:
     """Apply the request now: its author cannot, nor can a viewer."""
+    comment = body.comment
     found = await existing_request(caller, request_id)
     current = await current_flag(caller, found)
     live = current if current is not None and not current.get("deleted") else None
@@ -214,10 +321,12 @@ async def approve(caller: Caller[Store], request_id: int, comment: str) -> dict[
     return request_json(done, None)
 
 
-async def reject(caller: Caller[Store], request_id: int, comment: str) -> dict[str, Any]:
+async def reject(
+    caller: Caller[ApprovalStore], request_id: int, body: DecisionInput
+) -> dict[str, Any]:
     """Refuse the request (anyone who may approve it), or withdraw it (its author)."""
     found = await existing_request(caller, request_id)
-    decision = approvals.reject(found, caller.principal, comment, clock.now_ms())
+    decision = approvals.reject(found, caller.principal, body.comment, clock.now_ms())
     if decision.problem is not None:
         raise _refused(found, decision.problem)
     key = _flag_key(found, await current_flag(caller, found))

@@ -16,7 +16,11 @@ from typing import Any, TypeVar
 import msgspec
 
 from flagstaff import __version__
-from flagstaff.common import clock
+from flagstaff.accounts.records import Role
+from flagstaff.accounts.roles import AuthMethod, Principal
+from flagstaff.application import accounts
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError
 from flagstaff.common.clock import iso_to_ms
 from flagstaff.ops import logs
 from flagstaff.server.bootstrap import bootstrap
@@ -107,11 +111,25 @@ def cmd_consume(args: argparse.Namespace) -> int:
 # projects and keys ----------------------------------------------------------------------------
 
 
+def _operator(store: Store, project_id: int) -> Caller[Store]:
+    """Who the command acts as: the operator, an admin of ``project_id`` without a user (as
+    the bootstrap key is)."""
+    principal = Principal(project_id, Role.ADMIN, AuthMethod.PERSONAL_KEY)
+    return Caller(store=store, accounts=store, project_id=project_id, principal=principal)
+
+
+def _refused(exc: ApiError) -> SystemExit:
+    return SystemExit(f"flagstaff: {exc.detail}")
+
+
 def cmd_project_create(args: argparse.Namespace) -> int:
     settings = _settings(args)
 
     async def run(store: Store) -> None:
-        project = await store.create_project(args.name)
+        try:
+            project = await accounts.new_project(store, accounts.ProjectInput(args.name))
+        except ApiError as exc:
+            raise _refused(exc) from None
         print(f"project {project.id} {project.name!r}")
         print(f"  project token: {project.api_token}")
 
@@ -145,20 +163,21 @@ def cmd_project_update(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.name is None and args.event_retention_days is _UNSET:
         raise SystemExit("flagstaff: nothing to change: give --name or --event-retention-days")
-    if args.name is not None and not args.name.strip():
-        raise SystemExit("flagstaff: the name cannot be empty")
+    change = accounts.ProjectUpdate()
+    if args.name is not None:
+        change.name = args.name
+    if args.event_retention_days is not _UNSET:
+        change.event_retention_days = args.event_retention_days
 
     async def run(store: Store) -> None:
         project_id = await _project_id(store, args.project)
-        if args.event_retention_days is not _UNSET:
-            await store.set_event_retention(project_id, args.event_retention_days)
-        if args.name is not None:
-            await store.rename_project(project_id, args.name.strip())
-        project = await store.get_project(project_id)
-        days = await store.get_event_retention(project_id)
-        assert project is not None
+        try:
+            project = await accounts.update_project(_operator(store, project_id), change)
+        except ApiError as exc:
+            raise _refused(exc) from None
+        days = project["event_retention_days"]
         kept = "forever" if days is None else f"{days} days"
-        print(f"project {project.id} {project.name!r}: events kept {kept}")
+        print(f"project {project['id']} {project['name']!r}: events kept {kept}")
 
     _with_store(settings, run)
     return 0
@@ -169,34 +188,30 @@ def cmd_key_create(args: argparse.Namespace) -> int:
 
     async def run(store: Store) -> None:
         project_id = await _project_id(store, args.project)
-        key, secret = await store.create_personal_key(project_id, args.label)
-        print(f"personal API key {key.id} for project {project_id} (shown only now):")
-        print(f"  {secret}")
+        body = accounts.PersonalApiKeyInput(args.label)
+        try:
+            key = await accounts.create_key(_operator(store, project_id), body)
+        except ApiError as exc:
+            raise _refused(exc) from None
+        print(f"personal API key {key['id']} for project {project_id} (shown only now):")
+        print(f"  {key['value']}")
 
     _with_store(settings, run)
     return 0
 
 
 def cmd_user_create(args: argparse.Namespace) -> int:
-    from flagstaff.accounts.records import Role
-    from flagstaff.accounts.users import UserError, create_member
-
     password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
     settings = _settings(args)
 
     async def run(store: Store) -> None:
         project_id = await _project_id(store, args.project)
         try:
-            user, created = await create_member(
-                store,
-                args.email,
-                password,
-                Role(args.role),
-                project_id,
-                clock.now_ms(),
+            user, created = await accounts.join_project(
+                store, args.email, password, Role(args.role), project_id
             )
-        except UserError as exc:
-            raise SystemExit(f"flagstaff: {exc}") from None
+        except ApiError as exc:
+            raise _refused(exc) from None
         if args.break_glass:
             await store.set_break_glass(user.id)
         state = "created" if created else "exists already (password unchanged)"

@@ -11,9 +11,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from flagstaff.activity.approvals import ApprovalPolicy, ChangeRequest, RequestStatus
+from flagstaff.application.approvals import ApprovalReads
 from flagstaff.console import review_views
 from flagstaff.console.routes import ConsolePages
-from flagstaff.store.base import Store
 
 MAX_PENDING = 200
 
@@ -31,7 +31,10 @@ class ApprovalData(Protocol):
 
 
 class StoreApprovalData:
-    def __init__(self, store: Store) -> None:
+    """The page's reads over the approvals' read protocol (decisions and the policy are
+    changed through the management API's use cases, ``application/approvals.py``)."""
+
+    def __init__(self, store: ApprovalReads) -> None:
         self.store = store
 
     async def approval_policy(self, project_id: int) -> ApprovalPolicy:

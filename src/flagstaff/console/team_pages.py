@@ -135,14 +135,18 @@ class TeamPages:
             "groups.html", "groups", types=[], index=None, groups=[], search="", more=False
         )
 
+    async def _group_type(self, request: Request, project_id: int) -> tuple[dict[int, str], int]:
+        """The project's group types, and the index the path names (-1: not a number)."""
+        types = await self.data.group_types(project_id)
+        raw = request.path_params.get("group_type_index", "")
+        return types, int(raw) if raw.isdigit() else -1
+
     async def groups(self, request: Request) -> Response:
         page = await self.pages.open_page(request)
         if isinstance(page, Response):
             return page
         project = page.project
-        types = await self.data.group_types(project.id)
-        raw = request.path_params.get("group_type_index", "")
-        index = int(raw) if raw.isdigit() else -1
+        types, index = await self._group_type(request, project.id)
         if index not in types:
             return page.not_found("There is no such group type.")
         search = request.query_params.get("search", "").strip()[:MAX_QUERY]
@@ -166,9 +170,7 @@ class TeamPages:
         if isinstance(page, Response):
             return page
         project = page.project
-        types = await self.data.group_types(project.id)
-        raw = request.path_params.get("group_type_index", "")
-        index = int(raw) if raw.isdigit() else -1
+        types, index = await self._group_type(request, project.id)
         key = request.path_params.get("group_key", "")
         group = await self.data.group(project.id, index, key) if index in types else None
         if group is None:

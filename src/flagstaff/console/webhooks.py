@@ -12,9 +12,9 @@ from starlette.routing import BaseRoute, Route
 
 from flagstaff.accounts.roles import Action
 from flagstaff.activity.webhooks import Delivery, Webhook
+from flagstaff.application.webhooks import WebhookReads
 from flagstaff.console import review_views
 from flagstaff.console.routes import ConsolePages
-from flagstaff.store.base import Store
 
 
 class WebhookData(Protocol):
@@ -26,7 +26,10 @@ class WebhookData(Protocol):
 
 
 class StoreWebhookData:
-    def __init__(self, store: Store) -> None:
+    """The page's reads over the webhooks' read protocol (changes are made through the
+    management API's use cases, ``application/webhooks.py``)."""
+
+    def __init__(self, store: WebhookReads) -> None:
         self.store = store
 
     async def webhooks(self, project_id: int) -> list[Webhook]:

@@ -7,10 +7,6 @@ from typing import Any
 import msgspec
 
 
-class PersonalApiKeyInput(msgspec.Struct):
-    label: str
-
-
 class PersonalApiKey(msgspec.Struct):
     id: int
     label: str

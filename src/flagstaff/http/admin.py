@@ -19,9 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from flagstaff.accounts.api_keys import key_json
-from flagstaff.accounts.records import Role
-from flagstaff.accounts.roles import Action, action_for_method, can_revoke_key
+from flagstaff.accounts.roles import Action, action_for_method
 from flagstaff.accounts.store import AccountStore
 from flagstaff.activity import scheduled
 from flagstaff.activity.api import activity_page
@@ -29,9 +27,11 @@ from flagstaff.activity.records import (
     Scope,
 )
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.application import accounts as account_cases
 from flagstaff.application import flags as flag_rules
 from flagstaff.application.approvals import Held, Unchanged
 from flagstaff.application.errors import ApiError
+from flagstaff.application.inputs import decode
 from flagstaff.application.people import event_json, group_json, group_type_json, person_json
 from flagstaff.common import clock
 from flagstaff.common.clock import iso_to_ms
@@ -86,31 +86,17 @@ _project_json = project_json
 
 
 async def list_projects(ctx: Caller[Store], request: Request) -> Any:
-    project = await ctx.store.get_project(ctx.project_id)
-    results = [_project_json(project)] if project else []
+    results = [_project_json(p) for p in await account_cases.list_projects(ctx)]
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
 async def create_project(ctx: Caller[Store], request: Request) -> Any:
-    body = await _body(request)
-    name = body.get("name") if isinstance(body, dict) else None
-    if not isinstance(name, str) or not name.strip():
-        raise ApiError(400, "required", "name is required", "name")
-    project = await ctx.store.create_project(name.strip())
-    user_id = ctx.principal.user_id
-    if user_id is not None:
-        await ctx.accounts.set_membership(user_id, project.id, Role.ADMIN, clock.now_ms())
-    _, secret = await ctx.accounts.create_user_key(
-        project.id, user_id, f"{name.strip()} key", clock.now_ms()
-    )
-    return 201, {**_project_json(project), "personal_api_key": secret}
+    body = decode(account_cases.ProjectInput, await _body(request))
+    return 201, await account_cases.create_project(ctx, body)
 
 
 async def get_project(ctx: Caller[Store], request: Request) -> Any:
-    project = await ctx.store.get_project(ctx.project_id)
-    if project is None:
-        raise ApiError(404, "not_found", "no such project")
-    return await admin_team.project_settings_json(ctx, project)
+    return await account_cases.project_settings(ctx)
 
 
 # feature flags ----------------------------------------------------------------------------
@@ -303,37 +289,17 @@ async def delete_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
 
 async def list_keys(ctx: Caller[Store], request: Request) -> Any:
     """Admins see every key of the project, others their own."""
-    principal = ctx.principal
-    everyone = principal.user_id is None or principal.role is Role.ADMIN
-    keys = await ctx.accounts.list_keys(ctx.project_id, None if everyone else principal.user_id)
-    return [key_json(k, _ms_to_iso) for k in sorted(keys, key=lambda k: -k.id)]
+    return await account_cases.list_keys(ctx)
 
 
 async def create_key(ctx: Caller[Store], request: Request) -> Any:
     """A new key for the caller; its value is in this answer only."""
-    body = await _body(request)
-    label = body.get("label") if isinstance(body, dict) else None
-    if not isinstance(label, str) or not label.strip():
-        raise ApiError(400, "required", "label is required", "label")
-    if len(label) > 100:
-        raise ApiError(400, "invalid_input", "label is longer than 100 characters", "label")
-    info, secret = await ctx.accounts.create_user_key(
-        ctx.project_id, ctx.principal.user_id, label.strip(), clock.now_ms(), ctx.source
-    )
-    return 201, {**key_json(info, _ms_to_iso), "value": secret}
+    body = decode(account_cases.PersonalApiKeyInput, await _body(request))
+    return 201, await account_cases.create_key(ctx, body)
 
 
 async def revoke_key(ctx: Caller[Store], request: Request) -> Any:
-    key_id = _path_int(request, "key_id")
-    keys = await ctx.accounts.list_keys(ctx.project_id, None)
-    key = next((k for k in keys if k.id == key_id), None)
-    if key is None:
-        raise ApiError(404, "not_found", "no such personal API key")
-    problem = can_revoke_key(ctx.principal, key.user_id)
-    if problem is not None:
-        raise ApiError(403, "permission_denied", problem)
-    if not key.revoked:
-        await ctx.accounts.revoke_key(ctx.project_id, key_id, clock.now_ms(), ctx.source)
+    await account_cases.revoke_key(ctx, _path_int(request, "key_id"))
     return 204, None
 
 

@@ -10,10 +10,12 @@ from typing import Any
 from starlette.requests import Request
 
 from flagstaff.accounts.roles import Action
-from flagstaff.activity.approvals import MAX_COMMENT, RequestStatus
+from flagstaff.activity.approvals import RequestStatus
 from flagstaff.application import approvals
+from flagstaff.application.approvals import DecisionInput
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
+from flagstaff.application.inputs import decode
 from flagstaff.http.admin_context import Handler
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
 from flagstaff.store.base import Store
@@ -22,15 +24,11 @@ P = "/api/projects/{project_id}"
 
 
 async def get_approval_policy(ctx: Caller[Store], request: Request) -> Any:
-    return approvals.policy_json(await ctx.store.approval_policy(ctx.project_id))
+    return await approvals.get_policy(ctx)
 
 
 async def update_approval_policy(ctx: Caller[Store], request: Request) -> Any:
-    body = await json_body(request)
-    enabled = body.get("enabled") if isinstance(body, dict) else None
-    if not isinstance(enabled, bool):
-        raise ApiError(400, "required", "enabled (true or false) is required", "enabled")
-    return await approvals.set_policy(ctx, enabled)
+    return await approvals.set_policy(ctx, approvals.policy_input(await json_body(request)))
 
 
 async def list_change_requests(ctx: Caller[Store], request: Request) -> Any:
@@ -46,47 +44,25 @@ async def list_change_requests(ctx: Caller[Store], request: Request) -> Any:
     raw_record = request.query_params.get("record_id")
     if raw_record is not None and not (raw_record.isdigit() and len(raw_record) < 19):
         raise ApiError(400, "invalid_input", "record_id must be a feature flag id", "record_id")
-    page = await ctx.store.list_change_requests(
-        ctx.project_id, status, int(raw_record) if raw_record else None, limit, offset
-    )
-    flags: dict[int, dict[str, Any] | None] = {}
-    results = []
-    for found in page.results:
-        if found.status is RequestStatus.PENDING and found.flag_id not in flags:
-            flags[found.flag_id] = await approvals.current_flag(ctx, found)
-        results.append(approvals.request_json(found, flags.get(found.flag_id)))
-    return paginated(request, page.count, results, limit, offset)
+    record_id = int(raw_record) if raw_record else None
+    count, results = await approvals.list_requests(ctx, status, record_id, limit, offset)
+    return paginated(request, count, results, limit, offset)
 
 
 async def get_change_request(ctx: Caller[Store], request: Request) -> Any:
-    found = await approvals.existing_request(ctx, path_int(request, "request_id"))
-    return approvals.request_json(found, await approvals.current_flag(ctx, found))
-
-
-def _comment(body: Any) -> str:
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_input", "the request body must be a JSON object")
-    comment = body.get("comment", "")
-    if not isinstance(comment, str) or len(comment) > MAX_COMMENT:
-        raise ApiError(
-            400,
-            "invalid_input",
-            f"comment must be text of at most {MAX_COMMENT} characters",
-            "comment",
-        )
-    return comment
+    return await approvals.get_request(ctx, path_int(request, "request_id"))
 
 
 async def approve_change_request(ctx: Caller[Store], request: Request) -> Any:
     """Apply the request now: its author cannot, nor can a viewer."""
-    comment = _comment(await json_body(request))
-    return await approvals.approve(ctx, path_int(request, "request_id"), comment)
+    body = decode(DecisionInput, await json_body(request))
+    return await approvals.approve(ctx, path_int(request, "request_id"), body)
 
 
 async def reject_change_request(ctx: Caller[Store], request: Request) -> Any:
     """Refuse the request (anyone who may approve it), or withdraw it (its author)."""
-    comment = _comment(await json_body(request))
-    return await approvals.reject(ctx, path_int(request, "request_id"), comment)
+    body = decode(DecisionInput, await json_body(request))
+    return await approvals.reject(ctx, path_int(request, "request_id"), body)
 
 
 ROUTES = [

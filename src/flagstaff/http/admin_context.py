@@ -8,22 +8,15 @@ from typing import Any
 
 from starlette.requests import Request
 
+from flagstaff.application.accounts import project_json
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.http.rest import path_int
 from flagstaff.store.base import Store
 
+__all__ = ["Caller", "Handler", "existing_flag", "project_json"]
+
 Handler = Callable[[Caller[Store], Request], Awaitable[Any]]
-
-
-def project_json(project: Any) -> dict[str, Any]:
-    return {
-        "id": project.id,
-        "uuid": project.uuid,
-        "name": project.name,
-        "api_token": project.api_token,
-        "created_at": project.created_at,
-    }
 
 
 async def existing_flag(ctx: Caller[Store], request: Request) -> dict[str, Any]:

@@ -18,10 +18,6 @@ class ApprovalPolicy(msgspec.Struct):
     updated_by: UserRef | None
 
 
-class ApprovalPolicyInput(msgspec.Struct):
-    enabled: bool
-
-
 class ScheduledChangeRequest(msgspec.Struct):
     payload: dict[str, Any]
     """As a scheduled change's ``payload``: ``{"operation", "value"}``."""
@@ -60,22 +56,6 @@ class ChangeRequestPage(msgspec.Struct):
     next: str | None
     previous: str | None
     results: list[ChangeRequest]
-
-
-class DecisionInput(msgspec.Struct):
-    comment: str = ""
-    """Why (at most 1000 characters)."""
-
-
-class WebhookInput(msgspec.Struct):
-    url: str
-    """http:// or https://, no credentials; called from the server."""
-    scopes: list[str] = []
-    """Activity scopes sent (FeatureFlag, Cohort, ChangeRequest...); empty: every change."""
-    enabled: bool = True
-    description: str = ""
-    rotate_secret: bool = False
-    """PATCH only: make a new signing secret (in that answer only)."""
 
 
 class Webhook(msgspec.Struct):

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.application import accounts, approvals, webhooks
 from flagstaff.application.early_access import EarlyAccessFeatureInput
 from flagstaff.application.experiments import ExperimentInput
 from flagstaff.application.holdouts import HoldoutInput
@@ -90,7 +91,7 @@ _HELD = (
 )
 _ADMIN: dict[str, Doc] = {
     "list_projects": Doc("", s.ProjectPage),
-    "create_project": Doc("", s.CreatedProject, s.ProjectInput, 201),
+    "create_project": Doc("", s.CreatedProject, accounts.ProjectInput, 201),
     "get_project": Doc("", s.ProjectSettings),
     "list_flags": Doc("", s.FeatureFlagPage, query=_PAGING),
     "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
@@ -134,10 +135,10 @@ _ADMIN: dict[str, Doc] = {
         ),
     ),
     "list_warnings": Doc("", s.WarningPage, query=_PAGING),
-    "update_project": Doc("", s.ProjectSettings, s.ProjectUpdate),
+    "update_project": Doc("", s.ProjectSettings, accounts.ProjectUpdate),
     "list_members": Doc("", t.MemberPage),
-    "add_member": Doc("", t.CreatedMember, t.MemberInput, 201),
-    "update_member": Doc("", t.Member, t.MemberRoleInput),
+    "add_member": Doc("", t.CreatedMember, accounts.MemberInput, 201),
+    "update_member": Doc("", t.Member, accounts.MemberRoleInput),
     "remove_member": Doc("", None, status=204),
     "end_member_sessions": Doc("", t.EndedSessions, dict[str, Any]),
     "list_groups": Doc(
@@ -201,7 +202,7 @@ _ADMIN: dict[str, Doc] = {
     ),
     "delete_scheduled_change": Doc("", None, status=204),
     "list_keys": Doc("", list[a.PersonalApiKey]),
-    "create_key": Doc("", a.CreatedPersonalApiKey, a.PersonalApiKeyInput, 201),
+    "create_key": Doc("", a.CreatedPersonalApiKey, accounts.PersonalApiKeyInput, 201),
     "revoke_key": Doc("", None, status=204),
     "list_experiments": Doc("", s.ExperimentPage, query=_PAGING),
     "create_experiment": Doc("", s.Experiment, ExperimentInput, 201),
@@ -225,7 +226,9 @@ _ADMIN: dict[str, Doc] = {
         query=(Param("group_type_index", "integer", "group type index, 0-4"), *_VALUES_QUERY),
     ),
     "get_approval_policy": Doc("", ap.ApprovalPolicy),
-    "update_approval_policy": Doc("", ap.ApprovalPolicy, ap.ApprovalPolicyInput, errors=(403,)),
+    "update_approval_policy": Doc(
+        "", ap.ApprovalPolicy, approvals.ApprovalPolicyInput, errors=(403,)
+    ),
     "list_change_requests": Doc(
         "",
         ap.ChangeRequestPage,
@@ -239,17 +242,17 @@ _ADMIN: dict[str, Doc] = {
     "approve_change_request": Doc(
         "",
         ap.ChangeRequest,
-        ap.DecisionInput,
+        approvals.DecisionInput,
         errors=(403, 409),
     ),
-    "reject_change_request": Doc("", ap.ChangeRequest, ap.DecisionInput, errors=(403, 409)),
+    "reject_change_request": Doc("", ap.ChangeRequest, approvals.DecisionInput, errors=(403, 409)),
     "list_webhooks": Doc("", ap.WebhookPage, errors=(403,)),
-    "create_webhook": Doc("", ap.CreatedWebhook, ap.WebhookInput, 201, errors=(403,)),
+    "create_webhook": Doc("", ap.CreatedWebhook, webhooks.WebhookInput, 201, errors=(403,)),
     "get_webhook": Doc("", ap.Webhook, errors=(403,)),
     "update_webhook": Doc(
         "",
         ap.Webhook,
-        ap.WebhookInput,
+        webhooks.WebhookInput,
         errors=(403,),
         alternates=((200, ap.CreatedWebhook, "with rotate_secret: the new secret, once"),),
     ),

@@ -211,10 +211,6 @@ class DistinctIds(msgspec.Struct):
     distinct_ids: list[str]
 
 
-class ProjectInput(msgspec.Struct):
-    name: str
-
-
 class Project(msgspec.Struct):
     id: int
     uuid: str
@@ -229,15 +225,6 @@ class ProjectSettings(Project):
     experiment_stats_defaults: dict[str, Any] = msgspec.field(default_factory=dict)
     """The ``stats_config`` fields a new experiment takes when its request leaves them out
     (``sequential``, ``cuped``, ``multiple_testing_correction``...; {}: PostHog's meanings)."""
-
-
-class ProjectUpdate(msgspec.Struct):
-    """Either or both: a new name, and how many days events are kept (1-36500, null: forever)."""
-
-    name: str | None = None
-    event_retention_days: int | None = None
-    experiment_stats_defaults: dict[str, Any] | None = None
-    """Replaces the project's stats defaults of new experiments (null or {}: none)."""
 
 
 class CreatedProject(Project):

@@ -41,20 +41,9 @@ class MemberPage(msgspec.Struct):
     results: list[Member]
 
 
-class MemberInput(msgspec.Struct):
-    email: str
-    role: RoleName
-    password: str | None = None
-    """The initial password of a user who does not exist yet (ignored for an existing one)."""
-
-
 class EndedSessions(msgspec.Struct):
     ended_sessions: int
     """How many console sessions were ended."""
-
-
-class MemberRoleInput(msgspec.Struct):
-    role: RoleName
 
 
 class GroupPage(msgspec.Struct):

@@ -8,8 +8,8 @@ from typing import Any
 from flagstaff.accounts.keys import check_personal_key, check_project_token
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.store import AccountStore
-from flagstaff.accounts.users import UserError, create_member
-from flagstaff.common import clock
+from flagstaff.application.accounts import join_project
+from flagstaff.application.errors import ApiError
 from flagstaff.server.config import Settings
 from flagstaff.store.base import Project, Store
 
@@ -105,16 +105,15 @@ async def _init_admin(store: Store, settings: Settings, project: Project | None)
         projects = await store.list_projects()
         project = projects[0] if projects else await store.create_project("Default project")
     try:
-        user, created = await create_member(
+        user, created = await join_project(
             _accounts(store),
             settings.init_admin_email or "",
             settings.init_admin_password or "",
             Role.ADMIN,
             project.id,
-            clock.now_ms(),
         )
-    except UserError as exc:
-        raise ValueError(f"FLAGSTAFF_INIT_ADMIN_EMAIL/PASSWORD: {exc}") from None
+    except ApiError as exc:
+        raise ValueError(f"FLAGSTAFF_INIT_ADMIN_EMAIL/PASSWORD: {exc.detail}") from None
     if not created:
         return []
     return [Notice("created the console admin", {"email": user.email, "project_id": project.id})]

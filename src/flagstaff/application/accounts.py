@@ -1,0 +1,383 @@
+"""Projects, their members and personal API keys: what the management API, the console and the
+``flagstaff`` command do with them.
+
+A project is created with a name (the API also makes its creator an admin and gives them a key)
+and renamed, given an event retention and experiments' stats defaults by :func:`update_project`.
+Members and keys live in the caller's :class:`~flagstaff.accounts.store.AccountStore`: their
+use cases take ``Caller[object]`` (no store of their own). Members are Flagstaff's own (PostHog
+keeps members per organization and invites them; here roles are per project and an admin adds a
+member directly): :func:`add_member` adds an existing user or creates one with an initial
+password (an existing user's password is never changed), :func:`change_role` and
+:func:`remove_member` keep an admin in the project (the store checks it in the change's
+transaction: ``Conflict("role")``), :func:`end_sessions` logs a member out everywhere. Users
+revoke their own keys; admins any key of the project.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+import msgspec
+
+from flagstaff.accounts import passwords
+from flagstaff.accounts.api_keys import key_json
+from flagstaff.accounts.records import Membership, Role, User
+from flagstaff.accounts.roles import can_revoke_key
+from flagstaff.accounts.store import AccountStore
+from flagstaff.accounts.users import email_problem, normalize_email
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.inputs import UNSET, UnsetType, given
+from flagstaff.common import clock
+from flagstaff.common.clock import ms_to_iso
+from flagstaff.common.errors import Conflict
+from flagstaff.experiments.model import ExperimentInvalid, parse_stats_defaults
+from flagstaff.store.records import Project
+from flagstaff.store.retention import retention_problem
+
+__all__ = [
+    "MAX_KEY_LABEL",
+    "MAX_PROJECT_NAME",
+    "MemberInput",
+    "MemberRoleInput",
+    "PersonalApiKeyInput",
+    "ProjectInput",
+    "ProjectStore",
+    "ProjectUpdate",
+    "add_member",
+    "change_role",
+    "create_key",
+    "create_project",
+    "end_sessions",
+    "join_project",
+    "list_keys",
+    "list_members",
+    "list_projects",
+    "member_json",
+    "new_project",
+    "project_json",
+    "project_settings",
+    "remove_member",
+    "revoke_key",
+    "update_project",
+]
+
+MAX_PROJECT_NAME = 200
+MAX_KEY_LABEL = 100
+
+
+# request bodies ------------------------------------------------------------------------------
+
+
+class ProjectInput(msgspec.Struct):
+    """A new project (POST /api/projects/)."""
+
+    name: str
+
+
+class ProjectUpdate(msgspec.Struct):
+    """Any of: a new name, how many days events are kept (1-36500, null: forever), the stats
+    defaults of new experiments."""
+
+    name: str | UnsetType = UNSET
+    event_retention_days: int | UnsetType | None = UNSET
+    experiment_stats_defaults: dict[str, Any] | UnsetType | None = UNSET
+    """Replaces the project's stats defaults of new experiments (null or {}: none)."""
+
+
+class PersonalApiKeyInput(msgspec.Struct):
+    label: str
+    """At most 100 characters."""
+
+
+class MemberInput(msgspec.Struct):
+    email: str
+    role: Role
+    password: str | None = None
+    """The initial password of a user who does not exist yet (ignored for an existing one)."""
+
+
+class MemberRoleInput(msgspec.Struct):
+    role: Role
+
+
+# what the use cases need of the store ----------------------------------------------------------
+
+
+class ProjectStore(Protocol):
+    """A project and its settings."""
+
+    async def create_project(self, name: str) -> Project: ...
+
+    async def get_project(self, project_id: int) -> Project | None: ...
+
+    async def rename_project(self, project_id: int, name: str) -> Project | None: ...
+
+    async def get_event_retention(self, project_id: int) -> int | None: ...
+
+    async def set_event_retention(self, project_id: int, days: int | None) -> bool: ...
+
+    async def get_experiment_stats_defaults(self, project_id: int) -> dict[str, Any]: ...
+
+    async def set_experiment_stats_defaults(
+        self, project_id: int, defaults: dict[str, Any]
+    ) -> bool: ...
+
+
+# projects ---------------------------------------------------------------------------------------
+
+
+def project_json(project: Project) -> dict[str, Any]:
+    return {
+        "id": project.id,
+        "uuid": project.uuid,
+        "name": project.name,
+        "api_token": project.api_token,
+        "created_at": project.created_at,
+    }
+
+
+def _project_name(name: str) -> str:
+    """``name`` trimmed; refused when blank."""
+    name = name.strip()
+    if not name:
+        raise ApiError(400, "required", "name is required", "name")
+    return name
+
+
+def _new_name(name: str) -> str:
+    """A project's new name: trimmed, at most :data:`MAX_PROJECT_NAME` characters."""
+    name = _project_name(name)
+    if len(name) > MAX_PROJECT_NAME:
+        raise ApiError(
+            400, "invalid_input", f"name has at most {MAX_PROJECT_NAME} characters", "name"
+        )
+    return name
+
+
+async def new_project(store: ProjectStore, body: ProjectInput) -> Project:
+    """A project and nothing else (``flagstaff project create``)."""
+    return await store.create_project(_project_name(body.name))
+
+
+async def create_project(caller: Caller[ProjectStore], body: ProjectInput) -> dict[str, Any]:
+    """A project whose creator is its admin, with a personal API key for it (shown once)."""
+    project = await new_project(caller.store, body)
+    user_id = caller.principal.user_id
+    if user_id is not None:
+        await caller.accounts.set_membership(user_id, project.id, Role.ADMIN, clock.now_ms())
+    _, secret = await caller.accounts.create_user_key(
+        project.id, user_id, f"{project.name} key", clock.now_ms()
+    )
+    return {**project_json(project), "personal_api_key": secret}
+
+
+async def list_projects(caller: Caller[ProjectStore]) -> list[Project]:
+    """The caller's project (a principal acts in one)."""
+    project = await caller.store.get_project(caller.project_id)
+    return [project] if project is not None else []
+
+
+async def project_settings(caller: Caller[ProjectStore]) -> dict[str, Any]:
+    """The project with its settings (event retention, experiments' stats defaults)."""
+    project = await caller.store.get_project(caller.project_id)
+    if project is None:
+        raise ApiError(404, "not_found", "no such project")
+    return await _settings_json(caller, project)
+
+
+async def _settings_json(caller: Caller[ProjectStore], project: Project) -> dict[str, Any]:
+    store = caller.store
+    return {
+        **project_json(project),
+        "event_retention_days": await store.get_event_retention(caller.project_id),
+        "experiment_stats_defaults": await store.get_experiment_stats_defaults(caller.project_id),
+    }
+
+
+async def update_project(caller: Caller[ProjectStore], body: ProjectUpdate) -> dict[str, Any]:
+    """Rename the project, set its event retention and/or its experiments' stats defaults:
+    everything is checked before anything is written."""
+    if not given(body):
+        raise ApiError(400, "required", "name is required", "name")
+    name = None if isinstance(body.name, UnsetType) else _new_name(body.name)
+    defaults = None
+    if not isinstance(body.experiment_stats_defaults, UnsetType):
+        raw = body.experiment_stats_defaults
+        try:
+            defaults = parse_stats_defaults({} if raw is None else raw)
+        except ExperimentInvalid as error:
+            raise invalid_input(error) from None
+    days = body.event_retention_days
+    if not isinstance(days, UnsetType):
+        problem = retention_problem(days)
+        if problem is not None:
+            raise ApiError(400, "invalid_input", problem, "event_retention_days")
+    store, project_id = caller.store, caller.project_id
+    if defaults is not None and not await store.set_experiment_stats_defaults(project_id, defaults):
+        raise ApiError(404, "not_found", "no such project")
+    if not isinstance(days, UnsetType) and not await store.set_event_retention(project_id, days):
+        raise ApiError(404, "not_found", "no such project")
+    if name is not None:
+        project = await store.rename_project(project_id, name)
+    else:
+        project = await store.get_project(project_id)
+    if project is None:
+        raise ApiError(404, "not_found", "no such project")
+    return await _settings_json(caller, project)
+
+
+# members -----------------------------------------------------------------------------------------
+
+
+def _iso(ms: int | None) -> str | None:
+    return ms_to_iso(ms) if ms is not None else None
+
+
+def member_json(user: User, membership: Membership) -> dict[str, Any]:
+    return {
+        "id": user.id,
+        "user": {"id": user.id, "email": user.email, "first_name": user.first_name},
+        "role": membership.role.value,
+        "joined_at": _iso(membership.created_at_ms),
+        "last_login": _iso(user.last_login_ms),
+        "single_sign_on": user.oidc_issuer is not None,
+    }
+
+
+async def list_members(caller: Caller[object]) -> list[tuple[User, Membership]]:
+    return await caller.accounts.list_members(caller.project_id)
+
+
+async def _user(accounts: AccountStore, email: str, password: str | None) -> tuple[User, bool]:
+    """The user with ``email`` (normalised), created with ``password`` when there is none
+    (an existing user's password is never changed), and whether it was created."""
+    email = normalize_email(email)
+    problem = email_problem(email)
+    if problem is not None:
+        raise ApiError(400, "invalid_input", problem, "email")
+    user = await accounts.find_user_by_email(email)
+    if user is not None:
+        return user, False
+    if not password:
+        raise ApiError(400, "required", "a new user needs an initial password", "password")
+    weakness = passwords.password_problem(password)
+    if weakness is not None:
+        raise ApiError(400, "invalid_input", weakness, "password")
+    hashed = await asyncio.to_thread(passwords.hash_password, password)
+    try:
+        return await accounts.create_user(email, hashed, clock.now_ms()), True
+    except Conflict:  # created meanwhile (another request, another node starting)
+        user = await accounts.find_user_by_email(email)
+        if user is None:
+            raise
+        return user, False
+
+
+async def add_member(caller: Caller[object], body: MemberInput) -> dict[str, Any]:
+    """Add the user with ``email`` (created with ``password`` when there is none) with
+    ``role``; a member already is refused (their role is changed by :func:`change_role`)."""
+    user, created = await _user(caller.accounts, body.email, body.password)
+    if not created and await caller.accounts.get_membership(user.id, caller.project_id):
+        raise ApiError(
+            400, "unique", "this user is a member already; change their role instead", "email"
+        )
+    membership = await caller.accounts.change_membership(
+        user.id, caller.project_id, body.role, clock.now_ms(), caller.source
+    )
+    assert membership is not None
+    return {**member_json(user, membership), "created_user": created}
+
+
+async def join_project(
+    accounts: AccountStore, email: str, password: str, role: Role, project_id: int
+) -> tuple[User, bool]:
+    """The user with ``email``, a member of ``project_id`` with ``role`` (an existing member
+    keeps their role), created with ``password`` when absent: ``flagstaff user create`` and the
+    console's first admin at start. Returns the user and whether it was created."""
+    user, created = await _user(accounts, email, password)
+    if created or await accounts.get_membership(user.id, project_id) is None:
+        await accounts.set_membership(user.id, project_id, role, clock.now_ms())
+    return user, created
+
+
+async def _member(caller: Caller[object], user_id: int) -> User:
+    user = await caller.accounts.get_user(user_id)
+    membership = await caller.accounts.get_membership(user_id, caller.project_id)
+    if user is None or membership is None:
+        raise ApiError(404, "not_found", "no such member")
+    return user
+
+
+async def change_role(
+    caller: Caller[object], user_id: int, body: MemberRoleInput
+) -> dict[str, Any]:
+    """A member's new role (the project keeps an admin: 400 ``role`` otherwise)."""
+    user = await _member(caller, user_id)
+    membership = await caller.accounts.change_membership(
+        user.id, caller.project_id, body.role, clock.now_ms(), caller.source
+    )
+    if membership is None:
+        raise ApiError(404, "not_found", "no such member")
+    return member_json(user, membership)
+
+
+async def remove_member(caller: Caller[object], user_id: int) -> None:
+    """The member leaves the project (not its last admin: 400 ``role``)."""
+    user = await _member(caller, user_id)
+    await caller.accounts.change_membership(
+        user.id, caller.project_id, None, clock.now_ms(), caller.source
+    )
+
+
+async def end_sessions(caller: Caller[object], user_id: int) -> int:
+    """Log the member out everywhere at once (every console session; keys are not touched):
+    how many sessions ended."""
+    user = await _member(caller, user_id)
+    return await caller.accounts.end_user_sessions(
+        caller.project_id, user.id, caller.source, clock.now_ms()
+    )
+
+
+# personal API keys -------------------------------------------------------------------------------
+
+
+async def list_keys(caller: Caller[object]) -> list[dict[str, Any]]:
+    """Admins (and a key without a user) see every key of the project, others their own;
+    newest first."""
+    principal = caller.principal
+    everyone = principal.user_id is None or principal.role is Role.ADMIN
+    keys = await caller.accounts.list_keys(
+        caller.project_id, None if everyone else principal.user_id
+    )
+    return [key_json(k, ms_to_iso) for k in sorted(keys, key=lambda k: -k.id)]
+
+
+async def create_key(caller: Caller[object], body: PersonalApiKeyInput) -> dict[str, Any]:
+    """A new key for the caller; its ``value`` is in this answer only."""
+    label = body.label
+    if not label.strip():
+        raise ApiError(400, "required", "label is required", "label")
+    if len(label) > MAX_KEY_LABEL:
+        raise ApiError(
+            400, "invalid_input", f"label is longer than {MAX_KEY_LABEL} characters", "label"
+        )
+    info, secret = await caller.accounts.create_user_key(
+        caller.project_id, caller.principal.user_id, label.strip(), clock.now_ms(), caller.source
+    )
+    return {**key_json(info, ms_to_iso), "value": secret}
+
+
+async def revoke_key(caller: Caller[object], key_id: int) -> None:
+    """Revoke a key of the project: the caller's own, or any as an admin (revoking a revoked
+    key changes nothing)."""
+    keys = await caller.accounts.list_keys(caller.project_id, None)
+    key = next((k for k in keys if k.id == key_id), None)
+    if key is None:
+        raise ApiError(404, "not_found", "no such personal API key")
+    problem = can_revoke_key(caller.principal, key.user_id)
+    if problem is not None:
+        raise ApiError(403, "permission_denied", problem)
+    if not key.revoked:
+        await caller.accounts.revoke_key(caller.project_id, key_id, clock.now_ms(), caller.source)

@@ -1,0 +1,206 @@
+"""Outgoing webhooks: a project's endpoints (at most :data:`MAX_WEBHOOKS`), their deliveries
+and redelivery, for the management API (admins) and the console's webhooks page.
+
+The secret that signs deliveries is answered once: when the webhook is created, and when a
+change rotates it. Targets must be http(s) URLs without credentials
+(:func:`~flagstaff.activity.webhooks.webhook_url_problem`); they are called from the server, so
+an admin can point one at any address the server reaches (see ``docs/operations.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Protocol
+
+import msgspec
+
+from flagstaff.activity.records import ChangeSource, Scope
+from flagstaff.activity.webhooks import (
+    Delivery,
+    Webhook,
+    new_webhook_secret,
+    webhook_json,
+    webhook_url_problem,
+)
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError
+from flagstaff.application.inputs import UNSET, UnsetType, given
+from flagstaff.common import clock
+from flagstaff.common.clock import ms_to_iso
+from flagstaff.store.base import Conflict, Page
+
+__all__ = [
+    "MAX_DESCRIPTION",
+    "MAX_WEBHOOKS",
+    "WebhookInput",
+    "WebhookReads",
+    "WebhookStore",
+    "create_webhook",
+    "delete_webhook",
+    "get_webhook",
+    "list_deliveries",
+    "list_webhooks",
+    "redeliver",
+    "update_webhook",
+]
+
+MAX_WEBHOOKS = 20
+"""Per project: each change is sent to every matching endpoint."""
+MAX_DESCRIPTION = 500
+_SCOPES = ", ".join(s.value for s in Scope)
+
+
+class WebhookInput(msgspec.Struct):
+    """A new webhook (``url`` required), or the fields a PATCH changes."""
+
+    url: str | UnsetType = UNSET
+    """http:// or https://, no credentials; called from the server. Required to create."""
+    scopes: list[str] | UnsetType = UNSET
+    """Activity scopes sent (FeatureFlag, Cohort, ChangeRequest...); empty (the default):
+    every change."""
+    enabled: bool | UnsetType = UNSET
+    """Whether changes are sent (default true)."""
+    description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION)] | UnsetType = UNSET
+    rotate_secret: bool = False
+    """PATCH only: make a new signing secret (in that answer only)."""
+
+
+class WebhookReads(Protocol):
+    """A project's webhooks and their deliveries as they are (what the console's webhooks
+    page reads)."""
+
+    async def list_webhooks(self, project_id: int) -> list[Webhook]: ...
+
+    async def list_deliveries(
+        self, project_id: int, webhook_id: int, limit: int, offset: int
+    ) -> Page: ...
+
+
+class WebhookStore(WebhookReads, Protocol):
+    """A project's webhooks and their deliveries."""
+
+    async def get_webhook(self, project_id: int, webhook_id: int) -> Webhook | None: ...
+
+    async def create_webhook(self, webhook: Webhook, source: ChangeSource) -> Webhook: ...
+
+    async def update_webhook(
+        self,
+        project_id: int,
+        webhook_id: int,
+        changes: dict[str, Any],
+        source: ChangeSource,
+        now_ms: int,
+    ) -> Webhook | None: ...
+
+    async def delete_webhook(
+        self, project_id: int, webhook_id: int, source: ChangeSource, now_ms: int
+    ) -> bool: ...
+
+    async def redeliver(
+        self, project_id: int, webhook_id: int, delivery_id: int, now_ms: int
+    ) -> Delivery | None: ...
+
+
+def _changes(body: WebhookInput) -> dict[str, Any]:
+    """The webhook fields ``body`` sets, checked (400 naming the field)."""
+    out = given(body)
+    out.pop("rotate_secret", None)
+    if "url" in out:
+        problem = webhook_url_problem(out["url"])
+        if problem is not None:
+            raise ApiError(400, "invalid_input", problem, "url")
+    if "scopes" in out:
+        known = {s.value for s in Scope}
+        if not all(s in known for s in out["scopes"]):
+            raise ApiError(
+                400,
+                "invalid_input",
+                f"scopes must be a list of {_SCOPES} (empty: every change)",
+                "scopes",
+            )
+        out["scopes"] = list(dict.fromkeys(out["scopes"]))
+    return out
+
+
+async def list_webhooks(caller: Caller[WebhookStore]) -> list[Webhook]:
+    return await caller.store.list_webhooks(caller.project_id)
+
+
+async def get_webhook(caller: Caller[WebhookStore], webhook_id: int) -> Webhook:
+    found = await caller.store.get_webhook(caller.project_id, webhook_id)
+    if found is None:
+        raise ApiError(404, "not_found", "no such webhook")
+    return found
+
+
+async def create_webhook(caller: Caller[WebhookStore], body: WebhookInput) -> dict[str, Any]:
+    """The new webhook with its ``secret`` (in this answer only)."""
+    if isinstance(body.url, UnsetType):
+        raise ApiError(400, "required", "url is required", "url")
+    fields = _changes(body)
+    if len(await caller.store.list_webhooks(caller.project_id)) >= MAX_WEBHOOKS:
+        raise ApiError(400, "invalid_input", f"a project has at most {MAX_WEBHOOKS} webhooks")
+    secret = new_webhook_secret()
+    made = await caller.store.create_webhook(
+        Webhook(
+            id=0,
+            project_id=caller.project_id,
+            url=fields["url"],
+            secret=secret,
+            enabled=fields.get("enabled", True),
+            scopes=fields.get("scopes", []),
+            description=fields.get("description", ""),
+            created_at_ms=clock.now_ms(),
+            created_by=caller.principal.user_id,
+        ),
+        caller.source,
+    )
+    return {**webhook_json(made, ms_to_iso), "secret": secret}
+
+
+async def update_webhook(
+    caller: Caller[WebhookStore], webhook_id: int, body: WebhookInput
+) -> dict[str, Any]:
+    """Change url, scopes, enabled, description; ``rotate_secret`` makes a new secret (in this
+    answer only; deliveries not yet sent are signed with it)."""
+    found = await get_webhook(caller, webhook_id)
+    changes = _changes(body)
+    if body.rotate_secret:
+        changes["secret"] = new_webhook_secret()
+    updated = await caller.store.update_webhook(
+        caller.project_id, found.id, changes, caller.source, clock.now_ms()
+    )
+    if updated is None:
+        raise ApiError(404, "not_found", "no such webhook")
+    answer = webhook_json(updated, ms_to_iso)
+    if body.rotate_secret:
+        answer["secret"] = changes["secret"]
+    return answer
+
+
+async def delete_webhook(caller: Caller[WebhookStore], webhook_id: int) -> None:
+    """The webhook and its deliveries."""
+    found = await get_webhook(caller, webhook_id)
+    await caller.store.delete_webhook(caller.project_id, found.id, caller.source, clock.now_ms())
+
+
+async def list_deliveries(
+    caller: Caller[WebhookStore], webhook_id: int, limit: int, offset: int
+) -> Page:
+    """A webhook's deliveries, newest first: how many, and one page."""
+    found = await get_webhook(caller, webhook_id)
+    return await caller.store.list_deliveries(caller.project_id, found.id, limit, offset)
+
+
+async def redeliver(caller: Caller[WebhookStore], webhook_id: int, delivery_id: int) -> Delivery:
+    """Send a delivery again now, with a fresh retry schedule (the same body, signed anew);
+    409 while it is being sent."""
+    found = await get_webhook(caller, webhook_id)
+    try:
+        again = await caller.store.redeliver(
+            caller.project_id, found.id, delivery_id, clock.now_ms()
+        )
+    except Conflict as exc:
+        raise ApiError(409, "in_flight", exc.message) from None
+    if again is None:
+        raise ApiError(404, "not_found", "no such delivery")
+    return again

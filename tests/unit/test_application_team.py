@@ -1,0 +1,136 @@
+"""The team's use cases without a server: a body is checked whole before anything is written,
+and the refusals keep the API's codes and fields (``application/accounts.py``, ``approvals.py``,
+``webhooks.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from flagstaff.accounts.records import Role
+from flagstaff.accounts.roles import AuthMethod, Principal
+from flagstaff.application import accounts, approvals, webhooks
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError
+from flagstaff.application.inputs import decode
+from flagstaff.store.records import Project
+
+
+class Projects:
+    """A ProjectStore of one project that records the writes."""
+
+    def __init__(self) -> None:
+        self.project = Project(1, "uuid", "Shop", "phc_x", "2026-01-01T00:00:00Z")
+        self.writes: list[tuple[str, Any]] = []
+
+    async def create_project(self, name: str) -> Project:
+        self.writes.append(("create", name))
+        return Project(2, "uuid2", name, "phc_y", "2026-01-01T00:00:00Z")
+
+    async def get_project(self, project_id: int) -> Project | None:
+        return self.project if project_id == 1 else None
+
+    async def rename_project(self, project_id: int, name: str) -> Project | None:
+        self.writes.append(("name", name))
+        return Project(1, "uuid", name, "phc_x", "2026-01-01T00:00:00Z")
+
+    async def get_event_retention(self, project_id: int) -> int | None:
+        return None
+
+    async def set_event_retention(self, project_id: int, days: int | None) -> bool:
+        self.writes.append(("retention", days))
+        return True
+
+    async def get_experiment_stats_defaults(self, project_id: int) -> dict[str, Any]:
+        return {}
+
+    async def set_experiment_stats_defaults(
+        self, project_id: int, defaults: dict[str, Any]
+    ) -> bool:
+        self.writes.append(("stats", defaults))
+        return True
+
+
+def _caller(store: Any) -> Caller[Any]:
+    principal = Principal(1, Role.ADMIN, AuthMethod.PERSONAL_KEY)
+    return Caller(store=store, accounts=store, project_id=1, principal=principal)
+
+
+def _refused(coro: Any) -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        asyncio.run(coro)
+    return refused.value
+
+
+def test_a_project_update_is_checked_whole_before_anything_is_written() -> None:
+    store = Projects()
+    body = decode(
+        accounts.ProjectUpdate,
+        {"experiment_stats_defaults": {}, "name": "Store", "event_retention_days": 0},
+    )
+    error = _refused(accounts.update_project(_caller(store), body))
+    assert (error.status, error.attr) == (400, "event_retention_days")
+    assert store.writes == []
+    error = _refused(accounts.update_project(_caller(store), decode(accounts.ProjectUpdate, {})))
+    assert (error.code, error.attr) == ("required", "name")
+    too_long = decode(accounts.ProjectUpdate, {"name": "x" * 201})
+    assert _refused(accounts.update_project(_caller(store), too_long)).attr == "name"
+    done = asyncio.run(
+        accounts.update_project(
+            _caller(store), decode(accounts.ProjectUpdate, {"name": "  Store ", "x": 1})
+        )
+    )
+    assert done["name"] == "Store" and store.writes == [("name", "Store")]
+
+
+def test_a_new_project_needs_a_name() -> None:
+    store = Projects()
+    blank = accounts.ProjectInput("  ")
+    assert _refused(accounts.new_project(store, blank)).code == "required"
+    assert asyncio.run(accounts.new_project(store, accounts.ProjectInput(" Two "))).name == "Two"
+
+
+def test_the_policy_body_needs_a_boolean_enabled() -> None:
+    for body in ({}, {"enabled": "yes"}, {"enabled": None}):
+        with pytest.raises(ApiError) as refused:
+            approvals.policy_input(body)
+        assert (refused.value.code, refused.value.attr) == ("required", "enabled")
+    assert approvals.policy_input({"enabled": False, "other": 1}).enabled is False
+    with pytest.raises(ApiError) as long:
+        decode(approvals.DecisionInput, {"comment": "x" * 1001})
+    assert long.value.attr == "comment"
+
+
+class Hooks:
+    """A WebhookStore without webhooks that refuses to be written to."""
+
+    async def list_webhooks(self, project_id: int) -> list[Any]:
+        return []
+
+    async def create_webhook(self, webhook: Any, source: Any) -> Any:
+        raise AssertionError("a refused webhook was written")
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "attr"),
+    [
+        ({}, "required", "url"),
+        ({"url": "ftp://example.com/"}, "invalid_input", "url"),
+        ({"url": "https://example.com/", "scopes": ["Nope"]}, "invalid_input", "scopes"),
+        ({"url": "https://example.com/", "enabled": "yes"}, "invalid_input", "enabled"),
+        ({"url": "https://example.com/", "description": "x" * 501}, "invalid_input", "description"),
+        ({"url": "https://example.com/", "rotate_secret": 1}, "invalid_input", "rotate_secret"),
+    ],
+)
+def test_a_webhook_body_is_refused_naming_its_field(
+    body: dict[str, Any], code: str, attr: str
+) -> None:
+    try:
+        hook = decode(webhooks.WebhookInput, body)
+    except ApiError as refused:
+        assert (refused.code, refused.attr) == (code, attr)
+        return
+    error = _refused(webhooks.create_webhook(_caller(Hooks()), hook))
+    assert (error.code, error.attr) == (code, attr)
