@@ -9,7 +9,6 @@ written. The explanation itself is pure: ``flags/explain.py``."""
 
 from __future__ import annotations
 
-import re
 from typing import Any, Protocol
 
 from flagstaff.activity.records import Activity, ChangeSource
@@ -23,7 +22,6 @@ from flagstaff.common.invalid import DefinitionInvalid
 from flagstaff.flags import EvalRequest, validate_flag
 from flagstaff.flags.explain import Explanation, explain
 from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
-from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Store
 from flagstaff.store.records import Definitions, FlagContext
 
@@ -151,30 +149,6 @@ def distinct_ids_from(body: Any) -> list[str]:
             400, "invalid_input", "distinct_ids must be a non-empty list", "distinct_ids"
         )
     return [str(d) for d in ids]
-
-
-_GROUP_TYPE = re.compile(r"^[^\x00-\x1f]{1,400}$")
-
-
-def group_type_from_input(body: Any) -> tuple[str, int | None]:
-    """(name, index or None) of a group type create body: ``group_type``, ``group_type_index``."""
-    body = _require_object(body)
-    name = body.get("group_type")
-    if not isinstance(name, str) or not _GROUP_TYPE.match(name):
-        raise ApiError(
-            400, "invalid_input", "group_type must be 1-400 printable characters", "group_type"
-        )
-    index = body.get("group_type_index")
-    if index is not None and (
-        not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_GROUP_TYPES
-    ):
-        raise ApiError(
-            400,
-            "invalid_input",
-            f"group_type_index must be an integer 0-{MAX_GROUP_TYPES - 1}",
-            "group_type_index",
-        )
-    return name, index
 
 
 # writing flags ------------------------------------------------------------------------------

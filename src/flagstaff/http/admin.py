@@ -30,9 +30,9 @@ from flagstaff.activity.records import (
 )
 from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.application import flags as flag_rules
+from flagstaff.application import people
 from flagstaff.application.approvals import Held, Unchanged
 from flagstaff.application.errors import ApiError
-from flagstaff.application.people import event_json, group_json, group_type_json, person_json
 from flagstaff.common import clock
 from flagstaff.common.clock import iso_to_ms
 from flagstaff.common.clock import ms_to_iso as _ms_to_iso
@@ -53,13 +53,12 @@ from flagstaff.http.admin_context import (
 )
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.principal import require
-from flagstaff.http.rest import MAX_ID, group_type_index_param
+from flagstaff.http.rest import group_type_index_param
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
 from flagstaff.http.rest import path_int as _path_int
 from flagstaff.http.unavailable import RETRY_AFTER, store_unavailable
-from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ops import logs
 from flagstaff.store.base import Conflict, NotFound, Store
 from flagstaff.store.records import EventQuery
@@ -424,8 +423,7 @@ async def find_person(ctx: Caller[Store], request: Request) -> Any:
     distinct_id = request.query_params.get("distinct_id")
     if not distinct_id:
         raise ApiError(400, "required", "distinct_id is required", "distinct_id")
-    person = await ctx.store.get_person(ctx.project_id, distinct_id)
-    results = [person_json(person)] if person is not None else []
+    results = await people.find_person(ctx, distinct_id)
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
@@ -434,83 +432,44 @@ async def find_group(ctx: Caller[Store], request: Request) -> Any:
     key = request.query_params.get("group_key")
     if not key:
         raise ApiError(400, "required", "group_key is required", "group_key")
-    group = await ctx.store.get_group(ctx.project_id, index, key)
-    if group is None:
-        raise ApiError(404, "not_found", "no such group")
-    return group_json(group)
+    return await people.find_group(ctx, index, key)
 
 
 async def list_group_types(ctx: Caller[Store], request: Request) -> Any:
-    types = await ctx.store.list_group_types(ctx.project_id)
-    return [group_type_json(i, name) for i, name in sorted(types.items())]
+    return await people.list_group_types(ctx)
 
 
 async def create_group_type(ctx: Caller[Store], request: Request) -> Any:
     """Map a group type name to an index (the next free one unless given); 200 when so already."""
-    name, index = flag_rules.group_type_from_input(await _body(request))
-    types = await ctx.store.list_group_types(ctx.project_id)
-    if index is None:
-        index = next((i for i, n in types.items() if n == name), None)
-    if index is None:
-        index = next((i for i in range(MAX_GROUP_TYPES) if i not in types), MAX_GROUP_TYPES)
-        if index == MAX_GROUP_TYPES:
-            raise ApiError(
-                400, "invalid_input", f"a project has at most {MAX_GROUP_TYPES} group types"
-            )
-    created = await ctx.store.create_group_type(ctx.project_id, index, name)
-    return (201 if created else 200), group_type_json(index, name)
+    data = people.group_type_input(await _body(request))
+    created, group_type = await people.create_group_type(ctx, data)
+    return (201 if created else 200), group_type
 
 
 async def list_events(ctx: Caller[Store], request: Request) -> Any:
-    limit = _int_param(request, "limit", 100, 1000) or 100
-    cursor: tuple[int, int] | None = None
     raw_cursor = request.query_params.get("cursor")
-    if raw_cursor:
-        try:
-            ts, seq = raw_cursor.split("_", 1)
-            cursor = (int(ts), int(seq))
-            if not all(abs(part) <= MAX_ID for part in cursor):
-                raise ValueError(raw_cursor)
-        except ValueError:
-            raise ApiError(
-                400, "invalid_input", "cursor is not one this API gave", "cursor"
-            ) from None
-    rows = await ctx.store.list_events(
-        ctx.project_id,
-        EventQuery(
-            distinct_id=request.query_params.get("distinct_id") or None,
-            event=request.query_params.get("event") or None,
-            after_ms=_parse_time(request, "after"),
-            before_ms=_parse_time(request, "before"),
-            cursor=cursor,
-            limit=limit + 1,
-        ),
+    query = EventQuery(
+        distinct_id=request.query_params.get("distinct_id") or None,
+        event=request.query_params.get("event") or None,
+        after_ms=_parse_time(request, "after"),
+        before_ms=_parse_time(request, "before"),
+        cursor=people.parse_event_cursor(raw_cursor) if raw_cursor else None,
+        limit=_int_param(request, "limit", 100, 1000) or 100,
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
+    results, cursor = await people.events_page(ctx, query)
     next_url = None
-    if more:
-        last = rows[-1]
-        query = dict(request.query_params)
-        query["cursor"] = f"{last.timestamp_ms}_{last.seq}"
-        next_url = str(request.url.replace(query=urlencode(query)))
-    return {"next": next_url, "results": [event_json(e) for e in rows]}
+    if cursor is not None:
+        params = dict(request.query_params)
+        params["cursor"] = cursor
+        next_url = str(request.url.replace(query=urlencode(params)))
+    return {"next": next_url, "results": results}
 
 
 async def list_warnings(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
-    page = await ctx.store.list_warnings(ctx.project_id, limit, offset)
-    results = [
-        {
-            "id": w.id,
-            "type": w.type,
-            "details": w.details,
-            "timestamp": _ms_to_iso(w.created_at_ms),
-        }
-        for w in page.results
-    ]
-    return _paginated(request, page.count, results, limit, offset)
+    count, results = await people.list_warnings(ctx, limit, offset)
+    return _paginated(request, count, results, limit, offset)
 
 
 # the route table ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.application import people as pe
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
 from flagstaff.http import ofrep_schemas as of
@@ -115,7 +116,7 @@ _ADMIN: dict[str, Doc] = {
     ),
     "list_group_types": Doc("", list[s.GroupType]),
     "create_group_type": Doc(
-        "", s.GroupType, s.GroupTypeInput, 201, extra=((200, "the group type existed already"),)
+        "", s.GroupType, pe.GroupTypeInput, 201, extra=((200, "the group type existed already"),)
     ),
     "list_events": Doc(
         "",

@@ -263,11 +263,6 @@ class Group(msgspec.Struct):
     created_at: str
 
 
-class GroupTypeInput(msgspec.Struct):
-    group_type: str
-    group_type_index: int | None = None
-
-
 class GroupType(msgspec.Struct):
     group_type: str
     group_type_index: int
