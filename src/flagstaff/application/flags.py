@@ -1,4 +1,4 @@
-"""Flags and cohorts: their bodies as PostHog writes them, shaped and checked once (the API,
+"""Flags: their bodies as PostHog writes them, shaped and checked once (the API,
 the console, ``flags import`` and scheduled changes all go through :func:`flag_from_input`),
 and ``explain``: how one flag evaluates for one person, read as /flags reads it.
 
@@ -74,81 +74,6 @@ def flag_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[st
     if current is not None:
         flag["version"] = current.get("version")
     return flag
-
-
-def cohort_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = _require_object(body)
-    base: dict[str, Any] = (
-        {"name": "", "description": "", "is_static": False, "deleted": False, "filters": None}
-        if current is None
-        else dict(current)
-    )
-    for name in ("name", "description", "filters", "deleted"):
-        if name in body:
-            base[name] = body[name]
-    if current is None:
-        base["is_static"] = bool(body.get("is_static", False))
-        ids = body.get("distinct_ids", [])
-        if not isinstance(ids, list) or not all(isinstance(d, str | int) for d in ids):
-            raise ApiError(400, "invalid_input", "must be a list of distinct ids", "distinct_ids")
-        base["distinct_ids"] = [str(d) for d in ids]
-    if not isinstance(base.get("name"), str):
-        raise ApiError(400, "invalid_input", "must be a string", "name")
-    if base["is_static"]:
-        base["filters"] = None
-    else:
-        filters = base.get("filters")
-        if not isinstance(filters, dict) or "properties" not in filters:
-            raise ApiError(
-                400,
-                "invalid_input",
-                "a dynamic cohort needs filters.properties, a property group",
-                "filters",
-            )
-        problem = _property_group_problem(filters["properties"], "filters.properties")
-        if problem is not None:
-            raise ApiError(400, "invalid_input", problem[1], problem[0])
-    if current is not None:
-        base["version"] = current.get("version")
-    return base
-
-
-def _property_group_problem(group: Any, path: str) -> tuple[str, str] | None:
-    if not isinstance(group, dict):
-        return path, "must be a property group object"
-    if group.get("type") not in ("AND", "OR"):
-        return f"{path}.type", "must be AND or OR"
-    values = group.get("values")
-    if not isinstance(values, list):
-        return f"{path}.values", "must be a list"
-    for i, value in enumerate(values):
-        where = f"{path}.values[{i}]"
-        if not isinstance(value, dict):
-            return where, "must be an object"
-        if "values" in value:
-            problem = _property_group_problem(value, where)
-            if problem is not None:
-                return problem
-            continue
-        # A leaf property filter: let the flag validator judge it inside a one-condition flag.
-        probe = {
-            "key": "cohort-check",
-            "filters": {"groups": [{"properties": [value], "rollout_percentage": 100}]},
-        }
-        errors = validate_flag(probe)
-        if errors:
-            return where, errors[0][1]
-    return None
-
-
-def distinct_ids_from(body: Any) -> list[str]:
-    body = _require_object(body)
-    ids = body.get("distinct_ids")
-    if not isinstance(ids, list) or not ids or not all(isinstance(d, str | int) for d in ids):
-        raise ApiError(
-            400, "invalid_input", "distinct_ids must be a non-empty list", "distinct_ids"
-        )
-    return [str(d) for d in ids]
 
 
 # writing flags ------------------------------------------------------------------------------

@@ -29,8 +29,8 @@ from flagstaff.activity.records import (
     Scope,
 )
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.application import cohorts, people
 from flagstaff.application import flags as flag_rules
-from flagstaff.application import people
 from flagstaff.application.approvals import Held, Unchanged
 from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
@@ -342,7 +342,7 @@ async def revoke_key(ctx: Caller[Store], request: Request) -> Any:
 async def list_cohorts(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
-    page = await ctx.store.list_cohorts(ctx.project_id, limit, offset)
+    page = await cohorts.list_cohorts(ctx, limit, offset)
     return _paginated(request, page.count, page.results, limit, offset)
 
 
@@ -355,15 +355,11 @@ async def create_cohort(ctx: Caller[Store], request: Request) -> Any:
             body.update(is_static=True, distinct_ids=form.distinct_ids)
     else:
         body = await _body(request)
-    cohort = flag_rules.cohort_from_input(body)
-    return 201, await ctx.store.create_cohort(ctx.project_id, cohort, ctx.source)
+    return 201, await cohorts.create_cohort(ctx, cohorts.cohort_input(body))
 
 
 async def _existing_cohort(ctx: Caller[Store], request: Request) -> dict[str, Any]:
-    cohort = await ctx.store.get_cohort(ctx.project_id, _path_int(request, "cohort_id"))
-    if cohort is None:
-        raise ApiError(404, "not_found", "no such cohort")
-    return cohort
+    return await cohorts.existing_cohort(ctx, _path_int(request, "cohort_id"))
 
 
 async def get_cohort(ctx: Caller[Store], request: Request) -> Any:
@@ -374,46 +370,33 @@ async def update_cohort(ctx: Caller[Store], request: Request) -> Any:
     """JSON, or a multipart form whose ``csv`` adds its distinct ids to a static cohort."""
     current = await _existing_cohort(ctx, request)
     if not cohort_csv.is_multipart(request):
-        cohort = flag_rules.cohort_from_input(await _body(request), current)
-        return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
+        data = cohorts.cohort_input(await _body(request))
+        return await cohorts.update_cohort(ctx, current, data)
     form = await cohort_csv.read_form(request)
-    if not current["is_static"] and form.distinct_ids is not None:
-        raise ApiError(400, "invalid_input", "only a static cohort takes a CSV", "csv")
-    changes = {k: v for k, v in form.fields.items() if k != "is_static"}
-    if changes:
-        cohort = flag_rules.cohort_from_input(changes, current)
-        current = await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
-    if form.distinct_ids:
-        current = await ctx.store.change_static_members(
-            ctx.project_id, current["id"], form.distinct_ids, [], ctx.source
-        )
-    return current
+    data = cohorts.cohort_input(dict(form.fields))
+    return await cohorts.upload_members(ctx, current, data, form.distinct_ids)
 
 
 async def delete_cohort(ctx: Caller[Store], request: Request) -> Any:
-    current = await _existing_cohort(ctx, request)
-    await ctx.store.update_cohort(
-        ctx.project_id, current["id"], {**current, "deleted": True}, ctx.source
-    )
+    await cohorts.delete_cohort(ctx, await _existing_cohort(ctx, request))
     return 204, None
 
 
 async def list_cohort_members(ctx: Caller[Store], request: Request) -> Any:
-    cohort = await _existing_cohort(ctx, request)
-    ids = await ctx.store.list_static_members(ctx.project_id, cohort["id"])
+    ids = await cohorts.list_members(ctx, await _existing_cohort(ctx, request))
     return {"count": len(ids), "next": None, "previous": None, "results": ids}
 
 
 async def add_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
-    ids = flag_rules.distinct_ids_from(await _body(request))
-    return await ctx.store.change_static_members(ctx.project_id, cohort["id"], ids, [], ctx.source)
+    ids = cohorts.distinct_ids_input(await _body(request))
+    return await cohorts.add_members(ctx, cohort, ids)
 
 
 async def remove_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
-    ids = flag_rules.distinct_ids_from(await _body(request))
-    return await ctx.store.change_static_members(ctx.project_id, cohort["id"], [], ids, ctx.source)
+    ids = cohorts.distinct_ids_input(await _body(request))
+    return await cohorts.remove_members(ctx, cohort, ids)
 
 
 # read views -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flagstaff import __version__
+from flagstaff.application import cohorts as co
 from flagstaff.application import people as pe
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
@@ -96,13 +97,13 @@ _ADMIN: dict[str, Doc] = {
     "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
     "delete_flag": Doc("", None, status=204, alternates=_HELD),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
-    "create_cohort": Doc("", s.Cohort, s.CohortInput, 201, form=t.CohortCsvInput),
+    "create_cohort": Doc("", s.Cohort, co.CohortInput, 201, form=t.CohortCsvInput),
     "get_cohort": Doc("", s.Cohort),
-    "update_cohort": Doc("", s.Cohort, s.CohortInput, form=t.CohortCsvInput),
+    "update_cohort": Doc("", s.Cohort, co.CohortInput, form=t.CohortCsvInput),
     "delete_cohort": Doc("", None, status=204),
     "list_cohort_members": Doc("", s.DistinctIdPage),
-    "add_cohort_members": Doc("", s.Cohort, s.DistinctIds),
-    "remove_cohort_members": Doc("", s.Cohort, s.DistinctIds),
+    "add_cohort_members": Doc("", s.Cohort, co.DistinctIds),
+    "remove_cohort_members": Doc("", s.Cohort, co.DistinctIds),
     "find_person": Doc(
         "", s.PersonPage, query=(Param("distinct_id", "string", "a distinct id of the person"),)
     ),

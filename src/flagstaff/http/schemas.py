@@ -185,15 +185,6 @@ class FeatureFlag(msgspec.Struct):
     tags: list[str]
 
 
-class CohortInput(msgspec.Struct, omit_defaults=True):
-    name: str | None = None
-    description: str | None = None
-    is_static: bool | None = None
-    filters: dict[str, Any] | None = None
-    distinct_ids: list[str] | None = None
-    deleted: bool | None = None
-
-
 class Cohort(msgspec.Struct):
     id: int
     name: str
@@ -205,10 +196,6 @@ class Cohort(msgspec.Struct):
     count: int
     created_at: str
     updated_at: str
-
-
-class DistinctIds(msgspec.Struct):
-    distinct_ids: list[str]
 
 
 class ProjectInput(msgspec.Struct):
