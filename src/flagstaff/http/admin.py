@@ -23,16 +23,13 @@ from flagstaff.accounts.api_keys import key_json
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.roles import Action, action_for_method, can_revoke_key
 from flagstaff.accounts.store import AccountStore
-from flagstaff.activity import scheduled
 from flagstaff.activity.api import activity_page
-from flagstaff.activity.records import (
-    Scope,
-)
-from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.activity.records import Scope
 from flagstaff.application import cohorts, people
 from flagstaff.application import flags as flag_rules
 from flagstaff.application.approvals import Held, Unchanged
 from flagstaff.application.errors import ApiError
+from flagstaff.application.inputs import decode
 from flagstaff.common import clock
 from flagstaff.common.clock import iso_to_ms
 from flagstaff.common.clock import ms_to_iso as _ms_to_iso
@@ -132,8 +129,12 @@ def _written(outcome: flag_rules.FlagWrite) -> Any:
     return outcome
 
 
+async def _flag_input(request: Request) -> flag_rules.FeatureFlagInput:
+    return decode(flag_rules.FeatureFlagInput, await _body(request))
+
+
 async def create_flag(ctx: Caller[Store], request: Request) -> Any:
-    return 201, await flag_rules.create_flag(ctx, await _body(request))
+    return 201, await flag_rules.create_flag(ctx, await _flag_input(request))
 
 
 _existing_flag = existing_flag
@@ -145,13 +146,13 @@ async def get_flag(ctx: Caller[Store], request: Request) -> Any:
 
 async def update_flag(ctx: Caller[Store], request: Request) -> Any:
     current = await _existing_flag(ctx, request)
-    return _written(await flag_rules.update_flag(ctx, current, await _body(request)))
+    return _written(await flag_rules.update_flag(ctx, current, await _flag_input(request)))
 
 
 async def replace_flag(ctx: Caller[Store], request: Request) -> Any:
     """PUT, a full update as in PostHog's API: fields left out take their defaults."""
     current = await _existing_flag(ctx, request)
-    return _written(await flag_rules.replace_flag(ctx, current, await _body(request)))
+    return _written(await flag_rules.replace_flag(ctx, current, await _flag_input(request)))
 
 
 async def delete_flag(ctx: Caller[Store], request: Request) -> Any:
@@ -166,11 +167,8 @@ async def rollback_flag(ctx: Caller[Store], request: Request) -> Any:
     """Restore an earlier version of the flag: an ordinary update (same validation, same
     optimistic version check) recorded as ``rolled_back``."""
     current = await _existing_flag(ctx, request)
-    body = await _body(request)
-    target = body.get("version") if isinstance(body, dict) else None
-    if not isinstance(target, int) or isinstance(target, bool):
-        raise ApiError(400, "required", "version (an integer) is required", "version")
-    return _written(await flag_rules.rollback_flag(ctx, current, target))
+    data = flag_rules.rollback_input(await _body(request))
+    return _written(await flag_rules.rollback_flag(ctx, current, data))
 
 
 async def flag_activity(ctx: Caller[Store], request: Request) -> Any:
@@ -179,15 +177,7 @@ async def flag_activity(ctx: Caller[Store], request: Request) -> Any:
     flag = await _existing_flag(ctx, request)
     limit = _int_param(request, "limit", 10, 100) or 10
     page = max(_int_param(request, "page", 1), 1)
-    item = str(flag["id"])
-    total = await ctx.store.count_activity(ctx.project_id, Scope.FEATURE_FLAG, item)
-    rows = await ctx.store.list_activity(
-        ctx.project_id,
-        scope=Scope.FEATURE_FLAG,
-        item_id=item,
-        limit=limit,
-        offset=(page - 1) * limit,
-    )
+    rows, total = await flag_rules.flag_activity(ctx, flag, limit, page)
 
     def page_url(number: int) -> str:
         query = dict(request.query_params)
@@ -214,23 +204,21 @@ async def activity_log(ctx: Caller[Store], request: Request) -> Any:
     """The project's activity log, newest first, cursor paginated (100 a page), filtered by
     ``scope``, ``item_id`` and ``user`` (a user id)."""
     limit = _int_param(request, "limit", 100, 100) or 100
-    before = _int_param(request, "cursor", 0) or None
     user = request.query_params.get("user")
     if user is not None and not user.isdigit():
         raise ApiError(400, "invalid_input", "user must be a user id", "user")
-    rows = await ctx.store.list_activity(
-        ctx.project_id,
+    rows, cursor = await flag_rules.activity_log(
+        ctx,
         scope=_scope_param(request),
         item_id=request.query_params.get("item_id") or None,
         user_id=int(user) if user else None,
-        before_id=before,
-        limit=limit + 1,
+        before_id=_int_param(request, "cursor", 0) or None,
+        limit=limit,
     )
     next_url = None
-    if len(rows) > limit:
-        rows = rows[:limit]
+    if cursor is not None:
         query = dict(request.query_params)
-        query["cursor"] = str(rows[-1].id)
+        query["cursor"] = str(cursor)
         next_url = str(request.url.replace(query=urlencode(query)))
     return activity_page(rows, _ms_to_iso, next_url, None)
 
@@ -238,62 +226,24 @@ async def activity_log(ctx: Caller[Store], request: Request) -> Any:
 # scheduled changes ------------------------------------------------------------------------
 
 
-def scheduled_json(change: ScheduledChange) -> dict[str, Any]:
-    """A scheduled change in PostHog's shape."""
-    return {
-        "id": change.id,
-        "record_id": str(change.flag_id),
-        "model_name": scheduled.MODEL_NAME,
-        "payload": change.payload,
-        "scheduled_at": _ms_to_iso(change.run_at_ms),
-        "executed_at": _ms_to_iso(change.executed_at_ms) if change.executed_at_ms else None,
-        "failure_reason": change.failure,
-        "created_at": _ms_to_iso(change.created_at_ms),
-        "created_by": {"id": change.created_by} if change.created_by is not None else None,
-    }
-
-
 async def list_scheduled_changes(ctx: Caller[Store], request: Request) -> Any:
     raw = request.query_params.get("record_id")
     if raw is not None and not raw.isdigit():
         raise ApiError(400, "invalid_input", "record_id must be a feature flag id", "record_id")
-    changes = await ctx.store.list_scheduled_changes(ctx.project_id, int(raw) if raw else None)
-    results = [scheduled_json(c) for c in changes]
+    results = await flag_rules.list_scheduled_changes(ctx, int(raw) if raw else None)
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
 async def create_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
-    body = await _body(request)
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_input", "the body must be a JSON object")
-    if body.get("model_name", scheduled.MODEL_NAME) != scheduled.MODEL_NAME:
-        raise ApiError(400, "invalid_input", "model_name must be FeatureFlag", "model_name")
-    record = body.get("record_id")
-    if isinstance(record, str) and record.isdigit():
-        record = int(record)
-    if not isinstance(record, int) or isinstance(record, bool):
-        raise ApiError(400, "required", "record_id (a feature flag id) is required", "record_id")
-    flag = await ctx.store.get_flag(ctx.project_id, record)
-    if flag is None or flag.get("deleted"):
-        raise ApiError(400, "invalid_input", "no such feature flag", "record_id")
-    raw_time = body.get("scheduled_at")
-    run_at = iso_to_ms(raw_time) if isinstance(raw_time, str) else None
-    now = clock.now_ms()
-    try:
-        operation = scheduled.check_schedule(body.get("payload"), run_at, now)
-    except scheduled.ScheduleError as exc:
-        raise ApiError(400, "invalid_input", str(exc), exc.field) from None
-    assert run_at is not None  # check_schedule refuses a missing time
-    change = await flag_rules.schedule_change(ctx, flag, operation, body["payload"], run_at)
+    data = flag_rules.scheduled_change_input(await _body(request))
+    change = await flag_rules.create_scheduled_change(ctx, data)
     if isinstance(change, Held):
         return 202, change.request
-    return 201, scheduled_json(change)
+    return 201, change
 
 
 async def delete_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
-    change_id = _path_int(request, "change_id")
-    if not await ctx.store.delete_scheduled_change(ctx.project_id, change_id):
-        raise ApiError(404, "not_found", "no such pending scheduled change")
+    await flag_rules.delete_scheduled_change(ctx, _path_int(request, "change_id"))
     return 204, None
 
 

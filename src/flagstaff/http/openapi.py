@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from flagstaff import __version__
 from flagstaff.application import cohorts as co
+from flagstaff.application import flags as fl
 from flagstaff.application import people as pe
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
@@ -91,10 +92,10 @@ _ADMIN: dict[str, Doc] = {
     "create_project": Doc("", s.CreatedProject, s.ProjectInput, 201),
     "get_project": Doc("", s.ProjectSettings),
     "list_flags": Doc("", s.FeatureFlagPage, query=_PAGING),
-    "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
+    "create_flag": Doc("", s.FeatureFlag, fl.FeatureFlagInput, 201),
     "get_flag": Doc("", s.FeatureFlag),
-    "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
-    "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
+    "update_flag": Doc("", s.FeatureFlag, fl.FeatureFlagInput, alternates=_HELD),
+    "replace_flag": Doc("", s.FeatureFlag, fl.FeatureFlagInput, alternates=_HELD),
     "delete_flag": Doc("", None, status=204, alternates=_HELD),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
     "create_cohort": Doc("", s.Cohort, co.CohortInput, 201, form=t.CohortCsvInput),
@@ -170,7 +171,7 @@ _ADMIN: dict[str, Doc] = {
     "get_feature": Doc("", ss.EarlyAccessFeature),
     "patch_feature": Doc("", ss.EarlyAccessFeature, ss.EarlyAccessFeatureInput),
     "delete_feature": Doc("", None, status=204),
-    "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput, alternates=_HELD),
+    "rollback_flag": Doc("", s.FeatureFlag, fl.RollbackInput, alternates=_HELD),
     "flag_activity": Doc(
         "",
         a.FlagActivityPage,
@@ -195,7 +196,7 @@ _ADMIN: dict[str, Doc] = {
         query=(Param("record_id", "integer", "only this feature flag's changes"),),
     ),
     "create_scheduled_change": Doc(
-        "", a.ScheduledChange, a.ScheduledChangeInput, 201, alternates=_HELD
+        "", a.ScheduledChange, fl.ScheduledChangeInput, 201, alternates=_HELD
     ),
     "delete_scheduled_change": Doc("", None, status=204),
     "list_keys": Doc("", list[a.PersonalApiKey]),

@@ -7,7 +7,7 @@ whose names are not identifiers (``$anon_distinct_id``) are renamed with ``msgsp
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from msgspec import field
@@ -151,21 +151,6 @@ class CaptureResponse(msgspec.Struct):
 
 
 # management API ---------------------------------------------------------------------------------
-
-
-class FeatureFlagInput(msgspec.Struct, omit_defaults=True):
-    """A flag to create, or the fields to change (PATCH, PUT)."""
-
-    key: str | None = None
-    name: str | None = None
-    active: bool | None = None
-    filters: dict[str, Any] | None = None
-    ensure_experience_continuity: bool | None = None
-    evaluation_runtime: Literal["all", "client", "server"] | None = None
-    evaluation_contexts: list[str] | None = None
-    bucketing_identifier: Literal["distinct_id", "device_id"] | None = None
-    tags: list[str] | None = None
-    deleted: bool | None = None
 
 
 class FeatureFlag(msgspec.Struct):
