@@ -232,18 +232,25 @@ class ActivityStore(Protocol):
     async def count_activity(self, project_id: int, scope: Scope, item_id: str | None) -> int: ...
 
 
+async def flag_history(
+    store: ActivityStore, project_id: int, flag_id: int, limit: int, offset: int = 0
+) -> list[StoredActivity]:
+    """The flag's activity records (scope FeatureFlag, item the flag's id), newest first: the
+    API's activity page and the console's history page."""
+    return await store.list_activity(
+        project_id, scope=Scope.FEATURE_FLAG, item_id=str(flag_id), limit=limit, offset=offset
+    )
+
+
 async def flag_activity(
     caller: Caller[ActivityStore], flag: dict[str, Any], limit: int, page: int
 ) -> tuple[list[StoredActivity], int]:
     """One page (from 1) of the flag's history, newest first, and how many records it has."""
-    item = str(flag["id"])
-    total = await caller.store.count_activity(caller.project_id, Scope.FEATURE_FLAG, item)
-    rows = await caller.store.list_activity(
-        caller.project_id,
-        scope=Scope.FEATURE_FLAG,
-        item_id=item,
-        limit=limit,
-        offset=(page - 1) * limit,
+    total = await caller.store.count_activity(
+        caller.project_id, Scope.FEATURE_FLAG, str(flag["id"])
+    )
+    rows = await flag_history(
+        caller.store, caller.project_id, flag["id"], limit, (page - 1) * limit
     )
     return rows, total
 
