@@ -45,6 +45,16 @@ class DecisionInput(msgspec.Struct):
     """Why (at most 1000 characters)."""
 
 
+class HoldStore(Protocol):
+    """What holding a flag write reads (the policy) and writes (a change request)."""
+
+    async def approval_policy(self, project_id: int) -> ApprovalPolicy: ...
+
+    async def create_change_request(
+        self, request: ChangeRequest, flag_key: str, source: ChangeSource
+    ) -> ChangeRequest: ...
+
+
 class ApprovalReads(Protocol):
     """The policy, the change requests and the flags they change, as they are (what the
     console's approvals page reads)."""
@@ -67,16 +77,12 @@ class ApprovalReads(Protocol):
     async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
 
 
-class ApprovalStore(ApprovalReads, Protocol):
+class ApprovalStore(ApprovalReads, HoldStore, Protocol):
     """Changing the policy, holding writes and deciding them."""
 
     async def set_approval_policy(
         self, project_id: int, enabled: bool, source: ChangeSource, now_ms: int
     ) -> ApprovalPolicy: ...
-
-    async def create_change_request(
-        self, request: ChangeRequest, flag_key: str, source: ChangeSource
-    ) -> ChangeRequest: ...
 
     async def decide_change_request(
         self,
@@ -171,7 +177,7 @@ async def set_policy(caller: Caller[ApprovalStore], body: ApprovalPolicyInput) -
 
 
 async def _hold(
-    caller: Caller[ApprovalStore],
+    caller: Caller[HoldStore],
     flag: dict[str, Any],
     kind: RequestKind,
     body: dict[str, Any],
@@ -200,7 +206,7 @@ async def _hold(
 
 
 async def hold_flag_write(
-    caller: Caller[ApprovalStore], current: dict[str, Any], flag: dict[str, Any]
+    caller: Caller[HoldStore], current: dict[str, Any], flag: dict[str, Any]
 ) -> Held | Unchanged | None:
     """Before a flag update or delete: :class:`Held` when it must wait for approval,
     :class:`Unchanged` when under the policy it would change nothing anyone sees."""
@@ -215,7 +221,7 @@ async def hold_flag_write(
 
 
 async def hold_schedule(
-    caller: Caller[ApprovalStore],
+    caller: Caller[HoldStore],
     flag: dict[str, Any],
     operation: Operation,
     payload: dict[str, Any],

@@ -1,6 +1,8 @@
-"""Flags and cohorts: their bodies as PostHog writes them, shaped and checked once (the API,
-the console, ``flags import`` and scheduled changes all go through :func:`flag_from_input`),
-and ``explain``: how one flag evaluates for one person, read as /flags reads it.
+"""Flags: their bodies as PostHog writes them (:class:`FeatureFlagInput`, shaped and checked
+once: the API, the console, ``flags import``, surveys, experiments and scheduled changes all
+go through :func:`flag_from`), the write use cases (under the approval policy, held for
+approval), rollback, the activity log, scheduled changes, and ``explain``: how one flag
+evaluates for one person, read as /flags reads it.
 
 ``explain`` reads the stored person (by distinct id), the stored groups named and the stored
 experience-continuity overrides as /flags does, and overlays them the same way (stored < the
@@ -9,23 +11,64 @@ written. The explanation itself is pure: ``flags/explain.py``."""
 
 from __future__ import annotations
 
-import re
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from flagstaff.activity.records import Activity, ChangeSource
-from flagstaff.activity.rollback import FLAG_WRITABLE_FIELDS, RollbackError, plan_rollback
+import msgspec
+
+from flagstaff.activity import scheduled
+from flagstaff.activity.records import Activity, ChangeSource, Scope, StoredActivity
+from flagstaff.activity.rollback import (
+    FLAG_WRITABLE_FIELDS,
+    FlagVersion,
+    RollbackError,
+    plan_rollback,
+)
 from flagstaff.activity.scheduled import Operation, ScheduledChange
-from flagstaff.application.approvals import Held, Unchanged, hold_flag_write, hold_schedule
+from flagstaff.application.approvals import (
+    Held,
+    HoldStore,
+    Unchanged,
+    hold_flag_write,
+    hold_schedule,
+)
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.inputs import UNSET, UnsetType, decode, given
+from flagstaff.application.wording import decode_worded
 from flagstaff.common import clock
+from flagstaff.common.clock import iso_to_ms, ms_to_iso
+from flagstaff.common.errors import Conflict, NotFound
 from flagstaff.common.invalid import DefinitionInvalid
 from flagstaff.flags import EvalRequest, validate_flag
 from flagstaff.flags.explain import Explanation, explain
 from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
-from flagstaff.ingest.groups import MAX_GROUP_TYPES
-from flagstaff.store.base import Store
 from flagstaff.store.records import Definitions, FlagContext
+
+# the flag body ------------------------------------------------------------------------------
+
+
+class FeatureFlagInput(msgspec.Struct):
+    """A flag to create (``key`` required), the fields to change (PATCH), or the whole flag
+    (PUT: the fields left out take their defaults). Unknown and read-only fields (``id``,
+    ``created_at``, ``team_id``... as found in a PostHog export) are ignored. ``filters`` is
+    PostHog's structure (condition sets, variants, payloads), checked by
+    ``flags/validation.py``."""
+
+    key: str | UnsetType = UNSET
+    name: str | UnsetType | None = UNSET
+    filters: dict[str, Any] | UnsetType | None = UNSET
+    active: bool | UnsetType = UNSET
+    deleted: bool | UnsetType = UNSET
+    ensure_experience_continuity: bool | UnsetType = UNSET
+    evaluation_runtime: Literal["all", "client", "server"] | UnsetType | None = UNSET
+    evaluation_contexts: list[str] | UnsetType | None = UNSET
+    bucketing_identifier: Literal["distinct_id", "device_id"] | UnsetType | None = UNSET
+    tags: list[str] | UnsetType = UNSET
+    evaluation_tags: list[str] | UnsetType | None = UNSET
+    """PostHog's older name of ``evaluation_contexts`` (read when that is left out)."""
+    rollout_percentage: int | float | UnsetType | None = UNSET
+    """Legacy: on create, without ``filters``, one condition set of everyone at this rollout."""
+
 
 _FLAG_DEFAULTS: dict[str, Any] = {
     "name": "",
@@ -39,20 +82,9 @@ _FLAG_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _require_object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_input", "the request body must be a JSON object")
-    return body
-
-
-def flag_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The full flag a create (``current`` None) or PATCH body asks for, validated.
-
-    Unknown and read-only fields (id, created_at, team_id... as found in a PostHog export) are
-    ignored. ``evaluation_tags`` is accepted for ``evaluation_contexts``; a legacy top-level
-    ``rollout_percentage`` without ``filters`` becomes one condition set.
-    """
-    body = _require_object(body)
+def flag_from(data: FeatureFlagInput, current: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The full flag a create (``current`` None) or PATCH body asks for, validated."""
+    body = given(data)
     base = dict(_FLAG_DEFAULTS) if current is None else dict(current)
     changes = {k: body[k] for k in FLAG_WRITABLE_FIELDS if k in body}
     if "evaluation_contexts" not in changes and "evaluation_tags" in body:
@@ -78,106 +110,40 @@ def flag_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[st
     return flag
 
 
-def cohort_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = _require_object(body)
-    base: dict[str, Any] = (
-        {"name": "", "description": "", "is_static": False, "deleted": False, "filters": None}
-        if current is None
-        else dict(current)
+def flag_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`flag_from` of a decoded JSON body (an import, a survey's or an experiment's flag,
+    a scheduled change): refused as the API refuses it."""
+    return flag_from(decode(FeatureFlagInput, body), current)
+
+
+class RollbackInput(msgspec.Struct):
+    version: int
+    """The earlier version of the flag to restore."""
+
+
+def rollback_input(body: Any) -> RollbackInput:
+    return decode_worded(
+        RollbackInput, body, {"version": ("required", "version (an integer) is required")}
     )
-    for name in ("name", "description", "filters", "deleted"):
-        if name in body:
-            base[name] = body[name]
-    if current is None:
-        base["is_static"] = bool(body.get("is_static", False))
-        ids = body.get("distinct_ids", [])
-        if not isinstance(ids, list) or not all(isinstance(d, str | int) for d in ids):
-            raise ApiError(400, "invalid_input", "must be a list of distinct ids", "distinct_ids")
-        base["distinct_ids"] = [str(d) for d in ids]
-    if not isinstance(base.get("name"), str):
-        raise ApiError(400, "invalid_input", "must be a string", "name")
-    if base["is_static"]:
-        base["filters"] = None
-    else:
-        filters = base.get("filters")
-        if not isinstance(filters, dict) or "properties" not in filters:
-            raise ApiError(
-                400,
-                "invalid_input",
-                "a dynamic cohort needs filters.properties, a property group",
-                "filters",
-            )
-        problem = _property_group_problem(filters["properties"], "filters.properties")
-        if problem is not None:
-            raise ApiError(400, "invalid_input", problem[1], problem[0])
-    if current is not None:
-        base["version"] = current.get("version")
-    return base
-
-
-def _property_group_problem(group: Any, path: str) -> tuple[str, str] | None:
-    if not isinstance(group, dict):
-        return path, "must be a property group object"
-    if group.get("type") not in ("AND", "OR"):
-        return f"{path}.type", "must be AND or OR"
-    values = group.get("values")
-    if not isinstance(values, list):
-        return f"{path}.values", "must be a list"
-    for i, value in enumerate(values):
-        where = f"{path}.values[{i}]"
-        if not isinstance(value, dict):
-            return where, "must be an object"
-        if "values" in value:
-            problem = _property_group_problem(value, where)
-            if problem is not None:
-                return problem
-            continue
-        # A leaf property filter: let the flag validator judge it inside a one-condition flag.
-        probe = {
-            "key": "cohort-check",
-            "filters": {"groups": [{"properties": [value], "rollout_percentage": 100}]},
-        }
-        errors = validate_flag(probe)
-        if errors:
-            return where, errors[0][1]
-    return None
-
-
-def distinct_ids_from(body: Any) -> list[str]:
-    body = _require_object(body)
-    ids = body.get("distinct_ids")
-    if not isinstance(ids, list) or not ids or not all(isinstance(d, str | int) for d in ids):
-        raise ApiError(
-            400, "invalid_input", "distinct_ids must be a non-empty list", "distinct_ids"
-        )
-    return [str(d) for d in ids]
-
-
-_GROUP_TYPE = re.compile(r"^[^\x00-\x1f]{1,400}$")
-
-
-def group_type_from_input(body: Any) -> tuple[str, int | None]:
-    """(name, index or None) of a group type create body: ``group_type``, ``group_type_index``."""
-    body = _require_object(body)
-    name = body.get("group_type")
-    if not isinstance(name, str) or not _GROUP_TYPE.match(name):
-        raise ApiError(
-            400, "invalid_input", "group_type must be 1-400 printable characters", "group_type"
-        )
-    index = body.get("group_type_index")
-    if index is not None and (
-        not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_GROUP_TYPES
-    ):
-        raise ApiError(
-            400,
-            "invalid_input",
-            f"group_type_index must be an integer 0-{MAX_GROUP_TYPES - 1}",
-            "group_type_index",
-        )
-    return name, index
 
 
 # writing flags ------------------------------------------------------------------------------
+
+
+class FlagStore(HoldStore, Protocol):
+    """What the flag writes use: the flags, their versions, and what the approval hold reads
+    (the policy) and writes (a change request)."""
+
+    async def create_flag(
+        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
+    ) -> dict[str, Any]: ...
+
+    async def update_flag(
+        self, project_id: int, flag_id: int, data: dict[str, Any],
+        source: ChangeSource | None = None,
+    ) -> dict[str, Any]: ...  # fmt: skip
+
+    async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
 
 
 FlagWrite = dict[str, Any] | Held | Unchanged
@@ -185,13 +151,12 @@ FlagWrite = dict[str, Any] | Held | Unchanged
 became (:class:`Held`) or the flag as it was (:class:`Unchanged`)."""
 
 
-async def create_flag(caller: Caller[Store], body: Any) -> dict[str, Any]:
-    flag = flag_from_input(body)
-    return await caller.store.create_flag(caller.project_id, flag, caller.source)
+async def create_flag(caller: Caller[FlagStore], data: FeatureFlagInput) -> dict[str, Any]:
+    return await caller.store.create_flag(caller.project_id, flag_from(data), caller.source)
 
 
 async def _write(
-    caller: Caller[Store],
+    caller: Caller[FlagStore],
     current: dict[str, Any],
     flag: dict[str, Any],
     source: ChangeSource | None = None,
@@ -204,30 +169,36 @@ async def _write(
     )
 
 
-async def update_flag(caller: Caller[Store], current: dict[str, Any], body: Any) -> FlagWrite:
+async def update_flag(
+    caller: Caller[FlagStore], current: dict[str, Any], data: FeatureFlagInput
+) -> FlagWrite:
     """A PATCH: the fields given change, the others stay."""
-    return await _write(caller, current, flag_from_input(body, current))
+    return await _write(caller, current, flag_from(data, current))
 
 
-async def replace_flag(caller: Caller[Store], current: dict[str, Any], body: Any) -> FlagWrite:
+async def replace_flag(
+    caller: Caller[FlagStore], current: dict[str, Any], data: FeatureFlagInput
+) -> FlagWrite:
     """A PUT, a full update as in PostHog's API: fields left out take their defaults."""
-    flag = {**current, **flag_from_input(body), "version": current.get("version")}
+    flag = {**current, **flag_from(data), "version": current.get("version")}
     return await _write(caller, current, flag)
 
 
-async def delete_flag(caller: Caller[Store], current: dict[str, Any]) -> FlagWrite | None:
+async def delete_flag(caller: Caller[FlagStore], current: dict[str, Any]) -> FlagWrite | None:
     """Mark the flag deleted (None: it was already)."""
     if current["deleted"]:
         return None
     return await _write(caller, current, {**current, "deleted": True})
 
 
-async def rollback_flag(caller: Caller[Store], current: dict[str, Any], version: int) -> FlagWrite:
+async def rollback_flag(
+    caller: Caller[FlagStore], current: dict[str, Any], data: RollbackInput
+) -> FlagWrite:
     """Restore an earlier version of the flag: an ordinary update (same validation, same
     optimistic version check) recorded as ``rolled_back``."""
     history = await caller.store.flag_versions(caller.project_id, current["id"])
     try:
-        plan = plan_rollback(current["id"], history, current, version)
+        plan = plan_rollback(current["id"], history, current, data.version)
     except RollbackError as exc:
         raise ApiError(400, "invalid_input", str(exc), exc.field) from None
     flag = flag_from_input(plan.body, current)
@@ -237,26 +208,207 @@ async def rollback_flag(caller: Caller[Store], current: dict[str, Any], version:
     return await _write(caller, current, flag, source)
 
 
-async def schedule_change(
-    caller: Caller[Store],
-    flag: dict[str, Any],
-    operation: Operation,
-    payload: dict[str, Any],
-    run_at_ms: int,
-) -> ScheduledChange | Held:
-    """A change to ``flag`` that runs at ``run_at_ms`` (held for approval under the policy)."""
-    held = await hold_schedule(caller, flag, operation, payload, run_at_ms)
+# the activity log ---------------------------------------------------------------------------
+
+
+class ActivityStore(Protocol):
+    """What the activity listings read."""
+
+    async def list_activity(
+        self, project_id: int, *, scope: Scope | None = None, item_id: str | None = None,
+        user_id: int | None = None, before_id: int | None = None, limit: int = 100,
+        offset: int = 0,
+    ) -> list[StoredActivity]: ...  # fmt: skip
+
+    async def count_activity(self, project_id: int, scope: Scope, item_id: str | None) -> int: ...
+
+
+async def flag_history(
+    store: ActivityStore, project_id: int, flag_id: int, limit: int, offset: int = 0
+) -> list[StoredActivity]:
+    """The flag's activity records (scope FeatureFlag, item the flag's id), newest first: the
+    API's activity page and the console's history page."""
+    return await store.list_activity(
+        project_id, scope=Scope.FEATURE_FLAG, item_id=str(flag_id), limit=limit, offset=offset
+    )
+
+
+async def flag_activity(
+    caller: Caller[ActivityStore], flag: dict[str, Any], limit: int, page: int
+) -> tuple[list[StoredActivity], int]:
+    """One page (from 1) of the flag's history, newest first, and how many records it has."""
+    total = await caller.store.count_activity(
+        caller.project_id, Scope.FEATURE_FLAG, str(flag["id"])
+    )
+    rows = await flag_history(
+        caller.store, caller.project_id, flag["id"], limit, (page - 1) * limit
+    )
+    return rows, total
+
+
+async def activity_log(
+    caller: Caller[ActivityStore],
+    *,
+    scope: Scope | None,
+    item_id: str | None,
+    user_id: int | None,
+    before_id: int | None,
+    limit: int,
+) -> tuple[list[StoredActivity], int | None]:
+    """The project's activity records older than ``before_id``, newest first, at most
+    ``limit``, and the cursor of the next page (None: this is the last)."""
+    rows = await caller.store.list_activity(
+        caller.project_id,
+        scope=scope,
+        item_id=item_id,
+        user_id=user_id,
+        before_id=before_id,
+        limit=limit + 1,
+    )
+    if len(rows) > limit:
+        rows = rows[:limit]
+        return rows, rows[-1].id
+    return rows, None
+
+
+# scheduled changes --------------------------------------------------------------------------
+
+
+class ScheduledChangeInput(msgspec.Struct):
+    record_id: int | str
+    """The feature flag's id (a number, or its digits as a string)."""
+    payload: dict[str, Any]
+    """``{"operation": "update_status" | "add_release_condition" | "update_variants" |
+    "update_rollout", "value": ...}``"""
+    scheduled_at: str
+    """ISO 8601, in the future."""
+    model_name: Literal["FeatureFlag"] = "FeatureFlag"
+
+
+_SCHEDULE_WORDING = {
+    "record_id": ("required", "record_id (a feature flag id) is required"),
+    "model_name": ("invalid_input", "model_name must be FeatureFlag"),
+    "payload": ("invalid_input", "payload must be an object"),
+    "scheduled_at": ("invalid_input", "scheduled_at must be a time"),
+}
+
+
+def scheduled_change_input(body: Any) -> ScheduledChangeInput:
+    return decode_worded(ScheduledChangeInput, body, _SCHEDULE_WORDING)
+
+
+class ScheduleStore(FlagStore, Protocol):
+    """What scheduling reads and writes: the flag, and the scheduled changes."""
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+    async def create_scheduled_change(
+        self, project_id: int, flag_id: int, operation: Operation, payload: dict[str, Any],
+        run_at_ms: int, created_by: int | None, now_ms: int,
+    ) -> ScheduledChange: ...  # fmt: skip
+
+    async def list_scheduled_changes(
+        self, project_id: int, flag_id: int | None
+    ) -> list[ScheduledChange]: ...
+
+    async def delete_scheduled_change(self, project_id: int, change_id: int) -> bool: ...
+
+
+def scheduled_json(change: ScheduledChange) -> dict[str, Any]:
+    """A scheduled change in PostHog's shape."""
+    return {
+        "id": change.id,
+        "record_id": str(change.flag_id),
+        "model_name": scheduled.MODEL_NAME,
+        "payload": change.payload,
+        "scheduled_at": ms_to_iso(change.run_at_ms),
+        "executed_at": ms_to_iso(change.executed_at_ms) if change.executed_at_ms else None,
+        "failure_reason": change.failure,
+        "created_at": ms_to_iso(change.created_at_ms),
+        "created_by": {"id": change.created_by} if change.created_by is not None else None,
+    }
+
+
+async def list_scheduled_changes(
+    caller: Caller[ScheduleStore], flag_id: int | None
+) -> list[dict[str, Any]]:
+    """The project's scheduled changes (of one flag unless None), soonest first."""
+    changes = await caller.store.list_scheduled_changes(caller.project_id, flag_id)
+    return [scheduled_json(c) for c in changes]
+
+
+async def create_scheduled_change(
+    caller: Caller[ScheduleStore], data: ScheduledChangeInput
+) -> dict[str, Any] | Held:
+    """A change to a flag that runs when due (held for approval under the policy)."""
+    record = data.record_id
+    if isinstance(record, str):
+        if not record.isdigit():
+            raise ApiError(400, *_SCHEDULE_WORDING["record_id"], "record_id")
+        record = int(record)
+    flag = await caller.store.get_flag(caller.project_id, record)
+    if flag is None or flag.get("deleted"):
+        raise ApiError(400, "invalid_input", "no such feature flag", "record_id")
+    run_at = iso_to_ms(data.scheduled_at)
+    try:
+        operation = scheduled.check_schedule(data.payload, run_at, clock.now_ms())
+    except scheduled.ScheduleError as exc:
+        raise ApiError(400, "invalid_input", str(exc), exc.field) from None
+    assert run_at is not None  # check_schedule refuses a missing time
+    held = await hold_schedule(caller, flag, operation, data.payload, run_at)
     if held is not None:
         return held
-    return await caller.store.create_scheduled_change(
+    change = await caller.store.create_scheduled_change(
         caller.project_id,
         flag["id"],
         operation,
-        payload,
-        run_at_ms,
+        data.payload,
+        run_at,
         caller.principal.user_id,
         clock.now_ms(),
     )
+    return scheduled_json(change)
+
+
+async def delete_scheduled_change(caller: Caller[ScheduleStore], change_id: int) -> None:
+    """Cancel a change that has not run."""
+    if not await caller.store.delete_scheduled_change(caller.project_id, change_id):
+        raise ApiError(404, "not_found", "no such pending scheduled change")
+
+
+class DueChangeStore(Protocol):
+    """What running a due change reads and writes: the flag."""
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+    async def update_flag(
+        self, project_id: int, flag_id: int, data: dict[str, Any],
+        source: ChangeSource | None = None,
+    ) -> dict[str, Any]: ...  # fmt: skip
+
+
+async def run_scheduled_change(store: DueChangeStore, change: ScheduledChange) -> str | None:
+    """Carry out one claimed change as an ordinary update (the flag rules, the version check,
+    the activity record with a ``scheduled_change`` trigger, not held: it was approved when
+    scheduled); the reason it failed, or None."""
+    current = await store.get_flag(change.project_id, change.flag_id)
+    if current is None or current.get("deleted"):
+        return "the flag was deleted"
+    try:
+        flag = flag_from_input(scheduled.update_body(change, current), current)
+        await store.update_flag(
+            change.project_id,
+            change.flag_id,
+            flag,
+            ChangeSource(trigger=scheduled.trigger_for(change)),
+        )
+    except scheduled.ScheduleError as exc:
+        return str(exc)
+    except ApiError as exc:
+        return exc.detail
+    except (Conflict, NotFound) as exc:
+        return str(exc)
+    return None
 
 
 # explain ------------------------------------------------------------------------------------

@@ -1,14 +1,38 @@
-"""Persons, groups and events: how the API, the console and ``flagstaff events export`` show
-them (PostHog's shapes), written once."""
+"""Persons, groups, group types, events and ingestion warnings: how the API, the console and
+``flagstaff events export`` show them (PostHog's shapes), written once, and the use cases that
+read them or map a group type."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Protocol
 
+import msgspec
+
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError
+from flagstaff.application.wording import decode_worded
 from flagstaff.common.clock import ms_to_iso
-from flagstaff.store.records import Group, Person, StoredEvent
+from flagstaff.common.limits import MAX_GROUP_TYPES
+from flagstaff.store.records import EventQuery, Group, Page, Person, StoredEvent, Warning
 
-__all__ = ["event_json", "group_json", "group_type_json", "person_json"]
+__all__ = [
+    "GroupTypeInput",
+    "PeopleStore",
+    "create_group_type",
+    "event_cursor",
+    "event_json",
+    "events_page",
+    "find_group",
+    "find_person",
+    "group_json",
+    "group_type_input",
+    "group_type_json",
+    "list_group_types",
+    "list_warnings",
+    "parse_event_cursor",
+    "person_json",
+    "warning_json",
+]
 
 
 def event_json(e: StoredEvent) -> dict[str, Any]:
@@ -57,3 +81,137 @@ def group_type_json(index: int, name: str) -> dict[str, Any]:
         "default_columns": None,
         "created_at": None,
     }
+
+
+def warning_json(w: Warning) -> dict[str, Any]:
+    return {
+        "id": w.id,
+        "type": w.type,
+        "details": w.details,
+        "timestamp": ms_to_iso(w.created_at_ms),
+    }
+
+
+# group types --------------------------------------------------------------------------------
+
+
+class GroupTypeInput(msgspec.Struct):
+    group_type: Annotated[str, msgspec.Meta(pattern=r"^[^\x00-\x1f]{1,400}$")]
+    """The group type's name: 1-400 printable characters."""
+    group_type_index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_GROUP_TYPES)] | None = None
+    """Its index, 0-4 (left out: the next free one)."""
+
+
+_GROUP_TYPE_WORDING = {
+    "group_type": ("invalid_input", "group_type must be 1-400 printable characters"),
+    "group_type_index": (
+        "invalid_input",
+        f"group_type_index must be an integer 0-{MAX_GROUP_TYPES - 1}",
+    ),
+}
+
+
+def group_type_input(body: Any) -> GroupTypeInput:
+    return decode_worded(GroupTypeInput, body, _GROUP_TYPE_WORDING)
+
+
+# use cases ----------------------------------------------------------------------------------
+
+
+class PeopleStore(Protocol):
+    """What the persons, groups, group types, events and warnings views read (and the group
+    type mapping writes)."""
+
+    async def get_person(self, project_id: int, distinct_id: str) -> Person | None: ...
+
+    async def get_group(
+        self, project_id: int, group_type_index: int, group_key: str
+    ) -> Group | None: ...
+
+    async def list_group_types(self, project_id: int) -> dict[int, str]: ...
+
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool: ...
+
+    async def list_events(self, project_id: int, query: EventQuery) -> list[StoredEvent]: ...
+
+    async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page: ...
+
+
+async def find_person(caller: Caller[PeopleStore], distinct_id: str) -> list[dict[str, Any]]:
+    """The person behind ``distinct_id``, as a list of none or one."""
+    person = await caller.store.get_person(caller.project_id, distinct_id)
+    return [person_json(person)] if person is not None else []
+
+
+async def find_group(caller: Caller[PeopleStore], index: int, key: str) -> dict[str, Any]:
+    group = await caller.store.get_group(caller.project_id, index, key)
+    if group is None:
+        raise ApiError(404, "not_found", "no such group")
+    return group_json(group)
+
+
+async def list_group_types(caller: Caller[PeopleStore]) -> list[dict[str, Any]]:
+    types = await caller.store.list_group_types(caller.project_id)
+    return [group_type_json(i, name) for i, name in sorted(types.items())]
+
+
+async def create_group_type(
+    caller: Caller[PeopleStore], data: GroupTypeInput
+) -> tuple[bool, dict[str, Any]]:
+    """Map a group type name to an index (the one given, else the one it has, else the next
+    free one); (whether it is new, the group type)."""
+    name, index = data.group_type, data.group_type_index
+    types = await caller.store.list_group_types(caller.project_id)
+    if index is None:
+        index = next((i for i, n in types.items() if n == name), None)
+    if index is None:
+        index = next((i for i in range(MAX_GROUP_TYPES) if i not in types), MAX_GROUP_TYPES)
+        if index == MAX_GROUP_TYPES:
+            raise ApiError(
+                400, "invalid_input", f"a project has at most {MAX_GROUP_TYPES} group types"
+            )
+    created = await caller.store.create_group_type(caller.project_id, index, name)
+    return created, group_type_json(index, name)
+
+
+# events and warnings ------------------------------------------------------------------------
+
+_MAX_CURSOR_PART = 2**63 - 1
+
+
+def event_cursor(event: StoredEvent) -> str:
+    """The opaque cursor of the page after ``event``."""
+    return f"{event.timestamp_ms}_{event.seq}"
+
+
+def parse_event_cursor(raw: str) -> tuple[int, int]:
+    """(timestamp, seq) of a cursor :func:`event_cursor` gave; a 400 otherwise."""
+    try:
+        ts, seq = raw.split("_", 1)
+        cursor = (int(ts), int(seq))
+        if not all(abs(part) <= _MAX_CURSOR_PART for part in cursor):
+            raise ValueError(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_input", "cursor is not one this API gave", "cursor") from None
+    return cursor
+
+
+async def events_page(
+    caller: Caller[PeopleStore], query: EventQuery
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of events, newest first (at most ``query.limit``), and the cursor of the next
+    page (None: this is the last)."""
+    rows = await caller.store.list_events(
+        caller.project_id, msgspec.structs.replace(query, limit=query.limit + 1)
+    )
+    more = len(rows) > query.limit
+    rows = rows[: query.limit]
+    return [event_json(e) for e in rows], event_cursor(rows[-1]) if more else None
+
+
+async def list_warnings(
+    caller: Caller[PeopleStore], limit: int, offset: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """(how many, one page of them as the API shows them), newest first."""
+    page = await caller.store.list_warnings(caller.project_id, limit, offset)
+    return page.count, [warning_json(w) for w in page.results]

@@ -7,12 +7,17 @@ from typing import Any
 
 import msgspec
 
-from flagstaff.activity.records import Scope, StoredActivity
+from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.application import flag_usage
 from flagstaff.application.flag_usage import FlagChecks
-from flagstaff.application.flags import ExplainError, explain_from_store, request_from_store
+from flagstaff.application.flags import (
+    ExplainError,
+    explain_from_store,
+    flag_history,
+    request_from_store,
+)
 from flagstaff.application.people import event_json
 from flagstaff.console import usage
 from flagstaff.console.charts import EVENT_CHART_CAP
@@ -93,9 +98,7 @@ class StoreConsoleData:
         return sorted(found)
 
     async def flag_activity(self, project_id: int, flag_id: int) -> list[StoredActivity]:
-        return await self.store.list_activity(
-            project_id, scope=Scope.FEATURE_FLAG, item_id=str(flag_id), limit=1000
-        )
+        return await flag_history(self.store, project_id, flag_id, 1000)
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
         return await self.store.flag_versions(project_id, flag_id)

@@ -24,11 +24,6 @@ class CreatedPersonalApiKey(PersonalApiKey):
     """The key itself: shown in this answer only."""
 
 
-class RollbackInput(msgspec.Struct):
-    version: int
-    """The earlier version of the flag to restore."""
-
-
 class ActivityUser(msgspec.Struct):
     id: int
     first_name: str
@@ -74,17 +69,6 @@ class ActivityPage(msgspec.Struct):
 
 class FlagActivityPage(ActivityPage):
     total_count: int
-
-
-class ScheduledChangeInput(msgspec.Struct):
-    record_id: int
-    """The feature flag's id."""
-    payload: dict[str, Any]
-    """``{"operation": "update_status" | "add_release_condition" | "update_variants" |
-    "update_rollout", "value": ...}``"""
-    scheduled_at: str
-    """ISO 8601, in the future."""
-    model_name: str = "FeatureFlag"
 
 
 class ScheduledChange(msgspec.Struct):

@@ -21,19 +21,16 @@ from starlette.routing import BaseRoute, Route
 
 from flagstaff.accounts.roles import Action, action_for_method
 from flagstaff.accounts.store import AccountStore
-from flagstaff.activity import scheduled
 from flagstaff.activity.api import activity_page
 from flagstaff.activity.records import (
     Scope,
 )
-from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.application import accounts as account_cases
+from flagstaff.application import cohorts, people
 from flagstaff.application import flags as flag_rules
 from flagstaff.application.approvals import Held, Unchanged
 from flagstaff.application.errors import ApiError
 from flagstaff.application.inputs import decode
-from flagstaff.application.people import event_json, group_json, group_type_json, person_json
-from flagstaff.common import clock
 from flagstaff.common.clock import iso_to_ms
 from flagstaff.common.clock import ms_to_iso as _ms_to_iso
 from flagstaff.http import (
@@ -53,13 +50,12 @@ from flagstaff.http.admin_context import (
 )
 from flagstaff.http.auth import Authenticate
 from flagstaff.http.principal import require
-from flagstaff.http.rest import MAX_ID, group_type_index_param
+from flagstaff.http.rest import group_type_index_param
 from flagstaff.http.rest import int_param as _int_param
 from flagstaff.http.rest import json_body as _body
 from flagstaff.http.rest import paginated as _paginated
 from flagstaff.http.rest import path_int as _path_int
 from flagstaff.http.unavailable import RETRY_AFTER, store_unavailable
-from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ops import logs
 from flagstaff.store.base import Conflict, NotFound, Store
 from flagstaff.store.records import EventQuery
@@ -119,8 +115,12 @@ def _written(outcome: flag_rules.FlagWrite) -> Any:
     return outcome
 
 
+async def _flag_input(request: Request) -> flag_rules.FeatureFlagInput:
+    return decode(flag_rules.FeatureFlagInput, await _body(request))
+
+
 async def create_flag(ctx: Caller[Store], request: Request) -> Any:
-    return 201, await flag_rules.create_flag(ctx, await _body(request))
+    return 201, await flag_rules.create_flag(ctx, await _flag_input(request))
 
 
 _existing_flag = existing_flag
@@ -132,13 +132,13 @@ async def get_flag(ctx: Caller[Store], request: Request) -> Any:
 
 async def update_flag(ctx: Caller[Store], request: Request) -> Any:
     current = await _existing_flag(ctx, request)
-    return _written(await flag_rules.update_flag(ctx, current, await _body(request)))
+    return _written(await flag_rules.update_flag(ctx, current, await _flag_input(request)))
 
 
 async def replace_flag(ctx: Caller[Store], request: Request) -> Any:
     """PUT, a full update as in PostHog's API: fields left out take their defaults."""
     current = await _existing_flag(ctx, request)
-    return _written(await flag_rules.replace_flag(ctx, current, await _body(request)))
+    return _written(await flag_rules.replace_flag(ctx, current, await _flag_input(request)))
 
 
 async def delete_flag(ctx: Caller[Store], request: Request) -> Any:
@@ -153,11 +153,8 @@ async def rollback_flag(ctx: Caller[Store], request: Request) -> Any:
     """Restore an earlier version of the flag: an ordinary update (same validation, same
     optimistic version check) recorded as ``rolled_back``."""
     current = await _existing_flag(ctx, request)
-    body = await _body(request)
-    target = body.get("version") if isinstance(body, dict) else None
-    if not isinstance(target, int) or isinstance(target, bool):
-        raise ApiError(400, "required", "version (an integer) is required", "version")
-    return _written(await flag_rules.rollback_flag(ctx, current, target))
+    data = flag_rules.rollback_input(await _body(request))
+    return _written(await flag_rules.rollback_flag(ctx, current, data))
 
 
 async def flag_activity(ctx: Caller[Store], request: Request) -> Any:
@@ -166,15 +163,7 @@ async def flag_activity(ctx: Caller[Store], request: Request) -> Any:
     flag = await _existing_flag(ctx, request)
     limit = _int_param(request, "limit", 10, 100) or 10
     page = max(_int_param(request, "page", 1), 1)
-    item = str(flag["id"])
-    total = await ctx.store.count_activity(ctx.project_id, Scope.FEATURE_FLAG, item)
-    rows = await ctx.store.list_activity(
-        ctx.project_id,
-        scope=Scope.FEATURE_FLAG,
-        item_id=item,
-        limit=limit,
-        offset=(page - 1) * limit,
-    )
+    rows, total = await flag_rules.flag_activity(ctx, flag, limit, page)
 
     def page_url(number: int) -> str:
         query = dict(request.query_params)
@@ -201,23 +190,21 @@ async def activity_log(ctx: Caller[Store], request: Request) -> Any:
     """The project's activity log, newest first, cursor paginated (100 a page), filtered by
     ``scope``, ``item_id`` and ``user`` (a user id)."""
     limit = _int_param(request, "limit", 100, 100) or 100
-    before = _int_param(request, "cursor", 0) or None
     user = request.query_params.get("user")
     if user is not None and not user.isdigit():
         raise ApiError(400, "invalid_input", "user must be a user id", "user")
-    rows = await ctx.store.list_activity(
-        ctx.project_id,
+    rows, cursor = await flag_rules.activity_log(
+        ctx,
         scope=_scope_param(request),
         item_id=request.query_params.get("item_id") or None,
         user_id=int(user) if user else None,
-        before_id=before,
-        limit=limit + 1,
+        before_id=_int_param(request, "cursor", 0) or None,
+        limit=limit,
     )
     next_url = None
-    if len(rows) > limit:
-        rows = rows[:limit]
+    if cursor is not None:
         query = dict(request.query_params)
-        query["cursor"] = str(rows[-1].id)
+        query["cursor"] = str(cursor)
         next_url = str(request.url.replace(query=urlencode(query)))
     return activity_page(rows, _ms_to_iso, next_url, None)
 
@@ -225,62 +212,24 @@ async def activity_log(ctx: Caller[Store], request: Request) -> Any:
 # scheduled changes ------------------------------------------------------------------------
 
 
-def scheduled_json(change: ScheduledChange) -> dict[str, Any]:
-    """A scheduled change in PostHog's shape."""
-    return {
-        "id": change.id,
-        "record_id": str(change.flag_id),
-        "model_name": scheduled.MODEL_NAME,
-        "payload": change.payload,
-        "scheduled_at": _ms_to_iso(change.run_at_ms),
-        "executed_at": _ms_to_iso(change.executed_at_ms) if change.executed_at_ms else None,
-        "failure_reason": change.failure,
-        "created_at": _ms_to_iso(change.created_at_ms),
-        "created_by": {"id": change.created_by} if change.created_by is not None else None,
-    }
-
-
 async def list_scheduled_changes(ctx: Caller[Store], request: Request) -> Any:
     raw = request.query_params.get("record_id")
     if raw is not None and not raw.isdigit():
         raise ApiError(400, "invalid_input", "record_id must be a feature flag id", "record_id")
-    changes = await ctx.store.list_scheduled_changes(ctx.project_id, int(raw) if raw else None)
-    results = [scheduled_json(c) for c in changes]
+    results = await flag_rules.list_scheduled_changes(ctx, int(raw) if raw else None)
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
 async def create_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
-    body = await _body(request)
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_input", "the body must be a JSON object")
-    if body.get("model_name", scheduled.MODEL_NAME) != scheduled.MODEL_NAME:
-        raise ApiError(400, "invalid_input", "model_name must be FeatureFlag", "model_name")
-    record = body.get("record_id")
-    if isinstance(record, str) and record.isdigit():
-        record = int(record)
-    if not isinstance(record, int) or isinstance(record, bool):
-        raise ApiError(400, "required", "record_id (a feature flag id) is required", "record_id")
-    flag = await ctx.store.get_flag(ctx.project_id, record)
-    if flag is None or flag.get("deleted"):
-        raise ApiError(400, "invalid_input", "no such feature flag", "record_id")
-    raw_time = body.get("scheduled_at")
-    run_at = iso_to_ms(raw_time) if isinstance(raw_time, str) else None
-    now = clock.now_ms()
-    try:
-        operation = scheduled.check_schedule(body.get("payload"), run_at, now)
-    except scheduled.ScheduleError as exc:
-        raise ApiError(400, "invalid_input", str(exc), exc.field) from None
-    assert run_at is not None  # check_schedule refuses a missing time
-    change = await flag_rules.schedule_change(ctx, flag, operation, body["payload"], run_at)
+    data = flag_rules.scheduled_change_input(await _body(request))
+    change = await flag_rules.create_scheduled_change(ctx, data)
     if isinstance(change, Held):
         return 202, change.request
-    return 201, scheduled_json(change)
+    return 201, change
 
 
 async def delete_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
-    change_id = _path_int(request, "change_id")
-    if not await ctx.store.delete_scheduled_change(ctx.project_id, change_id):
-        raise ApiError(404, "not_found", "no such pending scheduled change")
+    await flag_rules.delete_scheduled_change(ctx, _path_int(request, "change_id"))
     return 204, None
 
 
@@ -309,7 +258,7 @@ async def revoke_key(ctx: Caller[Store], request: Request) -> Any:
 async def list_cohorts(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
-    page = await ctx.store.list_cohorts(ctx.project_id, limit, offset)
+    page = await cohorts.list_cohorts(ctx, limit, offset)
     return _paginated(request, page.count, page.results, limit, offset)
 
 
@@ -322,15 +271,11 @@ async def create_cohort(ctx: Caller[Store], request: Request) -> Any:
             body.update(is_static=True, distinct_ids=form.distinct_ids)
     else:
         body = await _body(request)
-    cohort = flag_rules.cohort_from_input(body)
-    return 201, await ctx.store.create_cohort(ctx.project_id, cohort, ctx.source)
+    return 201, await cohorts.create_cohort(ctx, cohorts.cohort_input(body))
 
 
 async def _existing_cohort(ctx: Caller[Store], request: Request) -> dict[str, Any]:
-    cohort = await ctx.store.get_cohort(ctx.project_id, _path_int(request, "cohort_id"))
-    if cohort is None:
-        raise ApiError(404, "not_found", "no such cohort")
-    return cohort
+    return await cohorts.existing_cohort(ctx, _path_int(request, "cohort_id"))
 
 
 async def get_cohort(ctx: Caller[Store], request: Request) -> Any:
@@ -341,46 +286,33 @@ async def update_cohort(ctx: Caller[Store], request: Request) -> Any:
     """JSON, or a multipart form whose ``csv`` adds its distinct ids to a static cohort."""
     current = await _existing_cohort(ctx, request)
     if not cohort_csv.is_multipart(request):
-        cohort = flag_rules.cohort_from_input(await _body(request), current)
-        return await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
+        data = cohorts.cohort_input(await _body(request))
+        return await cohorts.update_cohort(ctx, current, data)
     form = await cohort_csv.read_form(request)
-    if not current["is_static"] and form.distinct_ids is not None:
-        raise ApiError(400, "invalid_input", "only a static cohort takes a CSV", "csv")
-    changes = {k: v for k, v in form.fields.items() if k != "is_static"}
-    if changes:
-        cohort = flag_rules.cohort_from_input(changes, current)
-        current = await ctx.store.update_cohort(ctx.project_id, current["id"], cohort, ctx.source)
-    if form.distinct_ids:
-        current = await ctx.store.change_static_members(
-            ctx.project_id, current["id"], form.distinct_ids, [], ctx.source
-        )
-    return current
+    data = cohorts.cohort_input(dict(form.fields))
+    return await cohorts.upload_members(ctx, current, data, form.distinct_ids)
 
 
 async def delete_cohort(ctx: Caller[Store], request: Request) -> Any:
-    current = await _existing_cohort(ctx, request)
-    await ctx.store.update_cohort(
-        ctx.project_id, current["id"], {**current, "deleted": True}, ctx.source
-    )
+    await cohorts.delete_cohort(ctx, await _existing_cohort(ctx, request))
     return 204, None
 
 
 async def list_cohort_members(ctx: Caller[Store], request: Request) -> Any:
-    cohort = await _existing_cohort(ctx, request)
-    ids = await ctx.store.list_static_members(ctx.project_id, cohort["id"])
+    ids = await cohorts.list_members(ctx, await _existing_cohort(ctx, request))
     return {"count": len(ids), "next": None, "previous": None, "results": ids}
 
 
 async def add_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
-    ids = flag_rules.distinct_ids_from(await _body(request))
-    return await ctx.store.change_static_members(ctx.project_id, cohort["id"], ids, [], ctx.source)
+    ids = cohorts.distinct_ids_input(await _body(request))
+    return await cohorts.add_members(ctx, cohort, ids)
 
 
 async def remove_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
-    ids = flag_rules.distinct_ids_from(await _body(request))
-    return await ctx.store.change_static_members(ctx.project_id, cohort["id"], [], ids, ctx.source)
+    ids = cohorts.distinct_ids_input(await _body(request))
+    return await cohorts.remove_members(ctx, cohort, ids)
 
 
 # read views -------------------------------------------------------------------------------
@@ -390,8 +322,7 @@ async def find_person(ctx: Caller[Store], request: Request) -> Any:
     distinct_id = request.query_params.get("distinct_id")
     if not distinct_id:
         raise ApiError(400, "required", "distinct_id is required", "distinct_id")
-    person = await ctx.store.get_person(ctx.project_id, distinct_id)
-    results = [person_json(person)] if person is not None else []
+    results = await people.find_person(ctx, distinct_id)
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
@@ -400,83 +331,44 @@ async def find_group(ctx: Caller[Store], request: Request) -> Any:
     key = request.query_params.get("group_key")
     if not key:
         raise ApiError(400, "required", "group_key is required", "group_key")
-    group = await ctx.store.get_group(ctx.project_id, index, key)
-    if group is None:
-        raise ApiError(404, "not_found", "no such group")
-    return group_json(group)
+    return await people.find_group(ctx, index, key)
 
 
 async def list_group_types(ctx: Caller[Store], request: Request) -> Any:
-    types = await ctx.store.list_group_types(ctx.project_id)
-    return [group_type_json(i, name) for i, name in sorted(types.items())]
+    return await people.list_group_types(ctx)
 
 
 async def create_group_type(ctx: Caller[Store], request: Request) -> Any:
     """Map a group type name to an index (the next free one unless given); 200 when so already."""
-    name, index = flag_rules.group_type_from_input(await _body(request))
-    types = await ctx.store.list_group_types(ctx.project_id)
-    if index is None:
-        index = next((i for i, n in types.items() if n == name), None)
-    if index is None:
-        index = next((i for i in range(MAX_GROUP_TYPES) if i not in types), MAX_GROUP_TYPES)
-        if index == MAX_GROUP_TYPES:
-            raise ApiError(
-                400, "invalid_input", f"a project has at most {MAX_GROUP_TYPES} group types"
-            )
-    created = await ctx.store.create_group_type(ctx.project_id, index, name)
-    return (201 if created else 200), group_type_json(index, name)
+    data = people.group_type_input(await _body(request))
+    created, group_type = await people.create_group_type(ctx, data)
+    return (201 if created else 200), group_type
 
 
 async def list_events(ctx: Caller[Store], request: Request) -> Any:
-    limit = _int_param(request, "limit", 100, 1000) or 100
-    cursor: tuple[int, int] | None = None
     raw_cursor = request.query_params.get("cursor")
-    if raw_cursor:
-        try:
-            ts, seq = raw_cursor.split("_", 1)
-            cursor = (int(ts), int(seq))
-            if not all(abs(part) <= MAX_ID for part in cursor):
-                raise ValueError(raw_cursor)
-        except ValueError:
-            raise ApiError(
-                400, "invalid_input", "cursor is not one this API gave", "cursor"
-            ) from None
-    rows = await ctx.store.list_events(
-        ctx.project_id,
-        EventQuery(
-            distinct_id=request.query_params.get("distinct_id") or None,
-            event=request.query_params.get("event") or None,
-            after_ms=_parse_time(request, "after"),
-            before_ms=_parse_time(request, "before"),
-            cursor=cursor,
-            limit=limit + 1,
-        ),
+    query = EventQuery(
+        distinct_id=request.query_params.get("distinct_id") or None,
+        event=request.query_params.get("event") or None,
+        after_ms=_parse_time(request, "after"),
+        before_ms=_parse_time(request, "before"),
+        cursor=people.parse_event_cursor(raw_cursor) if raw_cursor else None,
+        limit=_int_param(request, "limit", 100, 1000) or 100,
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
+    results, cursor = await people.events_page(ctx, query)
     next_url = None
-    if more:
-        last = rows[-1]
-        query = dict(request.query_params)
-        query["cursor"] = f"{last.timestamp_ms}_{last.seq}"
-        next_url = str(request.url.replace(query=urlencode(query)))
-    return {"next": next_url, "results": [event_json(e) for e in rows]}
+    if cursor is not None:
+        params = dict(request.query_params)
+        params["cursor"] = cursor
+        next_url = str(request.url.replace(query=urlencode(params)))
+    return {"next": next_url, "results": results}
 
 
 async def list_warnings(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
-    page = await ctx.store.list_warnings(ctx.project_id, limit, offset)
-    results = [
-        {
-            "id": w.id,
-            "type": w.type,
-            "details": w.details,
-            "timestamp": _ms_to_iso(w.created_at_ms),
-        }
-        for w in page.results
-    ]
-    return _paginated(request, page.count, results, limit, offset)
+    count, results = await people.list_warnings(ctx, limit, offset)
+    return _paginated(request, count, results, limit, offset)
 
 
 # the route table ---------------------------------------------------------------------------

@@ -20,6 +20,9 @@ from starlette.routing import Route
 
 from flagstaff import __version__
 from flagstaff.application import accounts, approvals, webhooks
+from flagstaff.application import cohorts as co
+from flagstaff.application import flags as fl
+from flagstaff.application import people as pe
 from flagstaff.application.early_access import EarlyAccessFeatureInput
 from flagstaff.application.experiments import ExperimentInput
 from flagstaff.application.holdouts import HoldoutInput
@@ -94,19 +97,19 @@ _ADMIN: dict[str, Doc] = {
     "create_project": Doc("", s.CreatedProject, accounts.ProjectInput, 201),
     "get_project": Doc("", s.ProjectSettings),
     "list_flags": Doc("", s.FeatureFlagPage, query=_PAGING),
-    "create_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, 201),
+    "create_flag": Doc("", s.FeatureFlag, fl.FeatureFlagInput, 201),
     "get_flag": Doc("", s.FeatureFlag),
-    "update_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
-    "replace_flag": Doc("", s.FeatureFlag, s.FeatureFlagInput, alternates=_HELD),
+    "update_flag": Doc("", s.FeatureFlag, fl.FeatureFlagInput, alternates=_HELD),
+    "replace_flag": Doc("", s.FeatureFlag, fl.FeatureFlagInput, alternates=_HELD),
     "delete_flag": Doc("", None, status=204, alternates=_HELD),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
-    "create_cohort": Doc("", s.Cohort, s.CohortInput, 201, form=t.CohortCsvInput),
+    "create_cohort": Doc("", s.Cohort, co.CohortInput, 201, form=t.CohortCsvInput),
     "get_cohort": Doc("", s.Cohort),
-    "update_cohort": Doc("", s.Cohort, s.CohortInput, form=t.CohortCsvInput),
+    "update_cohort": Doc("", s.Cohort, co.CohortInput, form=t.CohortCsvInput),
     "delete_cohort": Doc("", None, status=204),
     "list_cohort_members": Doc("", s.DistinctIdPage),
-    "add_cohort_members": Doc("", s.Cohort, s.DistinctIds),
-    "remove_cohort_members": Doc("", s.Cohort, s.DistinctIds),
+    "add_cohort_members": Doc("", s.Cohort, co.DistinctIds),
+    "remove_cohort_members": Doc("", s.Cohort, co.DistinctIds),
     "find_person": Doc(
         "", s.PersonPage, query=(Param("distinct_id", "string", "a distinct id of the person"),)
     ),
@@ -120,7 +123,7 @@ _ADMIN: dict[str, Doc] = {
     ),
     "list_group_types": Doc("", list[s.GroupType]),
     "create_group_type": Doc(
-        "", s.GroupType, s.GroupTypeInput, 201, extra=((200, "the group type existed already"),)
+        "", s.GroupType, pe.GroupTypeInput, 201, extra=((200, "the group type existed already"),)
     ),
     "list_events": Doc(
         "",
@@ -173,7 +176,7 @@ _ADMIN: dict[str, Doc] = {
     "get_feature": Doc("", ss.EarlyAccessFeature),
     "patch_feature": Doc("", ss.EarlyAccessFeature, EarlyAccessFeatureInput),
     "delete_feature": Doc("", None, status=204),
-    "rollback_flag": Doc("", s.FeatureFlag, a.RollbackInput, alternates=_HELD),
+    "rollback_flag": Doc("", s.FeatureFlag, fl.RollbackInput, alternates=_HELD),
     "flag_activity": Doc(
         "",
         a.FlagActivityPage,
@@ -198,7 +201,7 @@ _ADMIN: dict[str, Doc] = {
         query=(Param("record_id", "integer", "only this feature flag's changes"),),
     ),
     "create_scheduled_change": Doc(
-        "", a.ScheduledChange, a.ScheduledChangeInput, 201, alternates=_HELD
+        "", a.ScheduledChange, fl.ScheduledChangeInput, 201, alternates=_HELD
     ),
     "delete_scheduled_change": Doc("", None, status=204),
     "list_keys": Doc("", list[a.PersonalApiKey]),

@@ -7,7 +7,7 @@ whose names are not identifiers (``$anon_distinct_id``) are renamed with ``msgsp
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from msgspec import field
@@ -153,21 +153,6 @@ class CaptureResponse(msgspec.Struct):
 # management API ---------------------------------------------------------------------------------
 
 
-class FeatureFlagInput(msgspec.Struct, omit_defaults=True):
-    """A flag to create, or the fields to change (PATCH, PUT)."""
-
-    key: str | None = None
-    name: str | None = None
-    active: bool | None = None
-    filters: dict[str, Any] | None = None
-    ensure_experience_continuity: bool | None = None
-    evaluation_runtime: Literal["all", "client", "server"] | None = None
-    evaluation_contexts: list[str] | None = None
-    bucketing_identifier: Literal["distinct_id", "device_id"] | None = None
-    tags: list[str] | None = None
-    deleted: bool | None = None
-
-
 class FeatureFlag(msgspec.Struct):
     id: int
     key: str
@@ -185,15 +170,6 @@ class FeatureFlag(msgspec.Struct):
     tags: list[str]
 
 
-class CohortInput(msgspec.Struct, omit_defaults=True):
-    name: str | None = None
-    description: str | None = None
-    is_static: bool | None = None
-    filters: dict[str, Any] | None = None
-    distinct_ids: list[str] | None = None
-    deleted: bool | None = None
-
-
 class Cohort(msgspec.Struct):
     id: int
     name: str
@@ -205,10 +181,6 @@ class Cohort(msgspec.Struct):
     count: int
     created_at: str
     updated_at: str
-
-
-class DistinctIds(msgspec.Struct):
-    distinct_ids: list[str]
 
 
 class Project(msgspec.Struct):
@@ -248,11 +220,6 @@ class Group(msgspec.Struct):
     group_key: str
     group_properties: dict[str, Any]
     created_at: str
-
-
-class GroupTypeInput(msgspec.Struct):
-    group_type: str
-    group_type_index: int | None = None
 
 
 class GroupType(msgspec.Struct):

@@ -2,9 +2,10 @@
 then deleting ended console sessions and login attempts older than the throttle's window.
 
 Every worker (and every PostgreSQL node) polls; a due change is claimed by exactly one of them
-(the claim marks it executed in the same statement), then applied as an ordinary update: the
-flag rules, the version check and the activity record (``scheduled_change`` trigger) as any
-PATCH. A change that cannot apply keeps its failure for the API to show.
+(the claim marks it executed in the same statement), then applied as an ordinary update
+(``application/flags.run_scheduled_change``): the flag rules, the version check and the
+activity record (``scheduled_change`` trigger) as any PATCH. A change that cannot apply keeps
+its failure for the API to show.
 """
 
 from __future__ import annotations
@@ -14,37 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from flagstaff.accounts import sessions, throttle
-from flagstaff.activity.records import ChangeSource
-from flagstaff.activity.scheduled import ScheduledChange, ScheduleError, trigger_for, update_body
-from flagstaff.application.errors import ApiError
-from flagstaff.application.flags import flag_from_input
+from flagstaff.application.flags import run_scheduled_change
 from flagstaff.common import clock
 from flagstaff.ops import logs
 from flagstaff.server.job_loop import run_forever
-from flagstaff.store.base import Conflict, NotFound, Store
+from flagstaff.store.base import Store
 
 SCHEDULE_POLL_SECONDS = 1.0
 CLAIM_BATCH = 50
 HOUSEKEEPING_EVERY_POLLS = 600  # about every ten minutes
-
-
-async def apply_scheduled_change(store: Any, change: ScheduledChange) -> str | None:
-    """Carry out one claimed change; the reason it failed, or None."""
-    current = await store.get_flag(change.project_id, change.flag_id)
-    if current is None or current.get("deleted"):
-        return "the flag was deleted"
-    try:
-        flag = flag_from_input(update_body(change, current), current)
-        await store.update_flag(
-            change.project_id, change.flag_id, flag, ChangeSource(trigger=trigger_for(change))
-        )
-    except ScheduleError as exc:
-        return str(exc)
-    except ApiError as exc:
-        return exc.detail
-    except (Conflict, NotFound) as exc:
-        return str(exc)
-    return None
 
 
 async def run_due_changes(
@@ -54,7 +33,7 @@ async def run_due_changes(
     applied change (the node's change counter, so every worker serves it at once)."""
     claimed = await store.claim_due_changes(now_ms, CLAIM_BATCH)
     for change in claimed:
-        failure = await apply_scheduled_change(store, change)
+        failure = await run_scheduled_change(store, change)
         if failure is None:
             on_change()
         else:
