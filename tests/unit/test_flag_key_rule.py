@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from flagstaff.application.errors import ApiError
+from flagstaff.application.flag_transfer import plan_flag
 from flagstaff.application.flags import flag_from_input
-from flagstaff.cli.transfer import plan_flag
 from flagstaff.experiments.model import ExperimentInvalid, parse_experiment
 from flagstaff.flags.validation import flag_key_problem
 

@@ -6,15 +6,14 @@ import io
 
 import pytest
 
-from flagstaff.application.flags import flag_from_input
-from flagstaff.cli.transfer import (
-    Progress,
+from flagstaff.application.flag_transfer import (
     TransferError,
     load_import_file,
     merge_group_types,
-    parse_group_type_option,
     plan_flag,
 )
+from flagstaff.application.flags import flag_from_input
+from flagstaff.cli.transfer import Progress, parse_group_type_option
 
 GROUP_FLAG = {
     "key": "orgs",

@@ -1,2 +1,3 @@
 """The ``flagstaff`` command: :mod:`~flagstaff.cli.main` parses and dispatches;
-:mod:`~flagstaff.cli.transfer` plans flags import and export."""
+:mod:`~flagstaff.cli.transfer` draws flags import and export (planned by
+:mod:`~flagstaff.application.flag_transfer`)."""

@@ -233,32 +233,34 @@ def _show_progress(args: argparse.Namespace) -> bool:
 
 
 def cmd_flags_import(args: argparse.Namespace) -> int:
+    from flagstaff.application import flag_transfer
     from flagstaff.cli import transfer
 
     raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     try:
-        source = transfer.load_import_file(raw, args.file)
-        group_types = transfer.merge_group_types(
+        source = flag_transfer.load_import_file(raw, args.file)
+        group_types = flag_transfer.merge_group_types(
             source.group_types, transfer.parse_group_type_option(args.group_type)
         )
-    except transfer.TransferError as exc:
+    except flag_transfer.TransferError as exc:
         raise SystemExit(f"flagstaff: {exc}") from None
     settings = _settings(args)
     progress = transfer.Progress("importing", len(source.flags), _show_progress(args))
 
-    async def run(store: Store) -> transfer.ImportReport:
+    async def run(store: Store) -> flag_transfer.ImportReport:
         project_id = await _project_id(store, args.project)
-        return await transfer.run_import(
+        return await flag_transfer.run_import(
             store, project_id, source, group_types, dry_run=args.dry_run, progress=progress
         )
 
     report = _with_store(settings, run)
-    for line in report.lines(dry_run=args.dry_run, every_flag=args.dry_run):
+    for line in transfer.report_lines(report, dry_run=args.dry_run, every_flag=args.dry_run):
         print(line)
     return 1 if report.rejected else 0
 
 
 def cmd_flags_export(args: argparse.Namespace) -> int:
+    from flagstaff.application import flag_transfer
     from flagstaff.cli import transfer
 
     settings = _settings(args)
@@ -266,7 +268,7 @@ def cmd_flags_export(args: argparse.Namespace) -> int:
 
     async def run(store: Store) -> dict[str, Any]:
         project_id = await _project_id(store, args.project)
-        return await transfer.run_export(store, project_id, progress)
+        return await flag_transfer.run_export(store, project_id, progress)
 
     exported = _with_store(settings, run)
     data = msgspec.json.format(msgspec.json.encode(exported), indent=2)
