@@ -34,6 +34,7 @@ __all__ = [
     "WebhookInput",
     "WebhookReads",
     "WebhookStore",
+    "WebhookUpdate",
     "create_webhook",
     "delete_webhook",
     "get_webhook",
@@ -49,19 +50,28 @@ MAX_DESCRIPTION = 500
 _SCOPES = ", ".join(s.value for s in Scope)
 
 
-class WebhookInput(msgspec.Struct):
-    """A new webhook (``url`` required), or the fields a PATCH changes."""
-
-    url: str | UnsetType = UNSET
-    """http:// or https://, no credentials; called from the server. Required to create."""
+class _WebhookFields(msgspec.Struct, kw_only=True):
     scopes: list[str] | UnsetType = UNSET
     """Activity scopes sent (FeatureFlag, Cohort, ChangeRequest...); empty (the default):
     every change."""
     enabled: bool | UnsetType = UNSET
     """Whether changes are sent (default true)."""
     description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION)] | UnsetType = UNSET
+
+
+class WebhookInput(_WebhookFields, kw_only=True):
+    """A new webhook."""
+
+    url: str
+    """http:// or https://, no credentials; called from the server."""
+
+
+class WebhookUpdate(_WebhookFields, kw_only=True):
+    """The fields a PATCH changes (any of them), and whether to make a new signing secret."""
+
+    url: str | UnsetType = UNSET
     rotate_secret: bool = False
-    """PATCH only: make a new signing secret (in that answer only)."""
+    """Make a new signing secret (in that answer only)."""
 
 
 class WebhookReads(Protocol):
@@ -100,7 +110,7 @@ class WebhookStore(WebhookReads, Protocol):
     ) -> Delivery | None: ...
 
 
-def _changes(body: WebhookInput) -> dict[str, Any]:
+def _changes(body: WebhookInput | WebhookUpdate) -> dict[str, Any]:
     """The webhook fields ``body`` sets, checked (400 naming the field)."""
     out = given(body)
     out.pop("rotate_secret", None)
@@ -134,8 +144,6 @@ async def get_webhook(caller: Caller[WebhookStore], webhook_id: int) -> Webhook:
 
 async def create_webhook(caller: Caller[WebhookStore], body: WebhookInput) -> dict[str, Any]:
     """The new webhook with its ``secret`` (in this answer only)."""
-    if isinstance(body.url, UnsetType):
-        raise ApiError(400, "required", "url is required", "url")
     fields = _changes(body)
     if len(await caller.store.list_webhooks(caller.project_id)) >= MAX_WEBHOOKS:
         raise ApiError(400, "invalid_input", f"a project has at most {MAX_WEBHOOKS} webhooks")
@@ -158,7 +166,7 @@ async def create_webhook(caller: Caller[WebhookStore], body: WebhookInput) -> di
 
 
 async def update_webhook(
-    caller: Caller[WebhookStore], webhook_id: int, body: WebhookInput
+    caller: Caller[WebhookStore], webhook_id: int, body: WebhookUpdate
 ) -> dict[str, Any]:
     """Change url, scopes, enabled, description; ``rotate_secret`` makes a new secret (in this
     answer only; deliveries not yet sent are signed with it)."""

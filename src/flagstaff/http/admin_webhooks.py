@@ -15,7 +15,7 @@ from flagstaff.activity.webhooks import delivery_json, webhook_json
 from flagstaff.application import webhooks
 from flagstaff.application.context import Caller
 from flagstaff.application.inputs import decode
-from flagstaff.application.webhooks import WebhookInput
+from flagstaff.application.webhooks import WebhookInput, WebhookUpdate
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import Handler
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
@@ -45,7 +45,7 @@ async def get_webhook(ctx: Caller[Store], request: Request) -> Any:
 async def update_webhook(ctx: Caller[Store], request: Request) -> Any:
     """Change url, scopes, enabled, description; ``rotate_secret: true`` makes a new secret
     (in this answer only; deliveries not yet sent are signed with it)."""
-    body = decode(WebhookInput, await json_body(request))
+    body = decode(WebhookUpdate, await json_body(request))
     return await webhooks.update_webhook(ctx, _webhook_id(request), body)
 
 

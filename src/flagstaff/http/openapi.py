@@ -255,7 +255,7 @@ _ADMIN: dict[str, Doc] = {
     "update_webhook": Doc(
         "",
         ap.Webhook,
-        webhooks.WebhookInput,
+        webhooks.WebhookUpdate,
         errors=(403,),
         alternates=((200, ap.CreatedWebhook, "with rotate_secret: the new secret, once"),),
     ),
