@@ -12,12 +12,13 @@ from typing import Any, Protocol
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
 from flagstaff.application import early_access as features
 from flagstaff.application.errors import ApiError
 from flagstaff.application.surveys import stored_flag
+from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.store.base import Enrolled, Store
@@ -25,6 +26,7 @@ from flagstaff.surveys.early_access import EarlyAccessFeature, flag_facts, link_
 
 MAX_LISTED = 1000
 ENROLLED_SHOWN = 100
+VIEWERS_CANNOT = "Viewers cannot add features."
 STAGE_LABELS = {
     "draft": "Draft",
     "concept": "Concept",
@@ -97,10 +99,7 @@ class StoreEarlyAccessData:
 
 
 def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[BaseRoute]:
-    async def list_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def list_page(request: Request, page: Page) -> Response:
         project = page.project
         found = []
         for feature in await data.features(project.id):
@@ -124,10 +123,7 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
             rows=rows,
         )
 
-    async def new_page(request: Request) -> Response:
-        page = await pages.open_page(request, Action.EDIT, "Viewers cannot add features.")
-        if isinstance(page, Response):
-            return page
+    async def new_page(request: Request, page: Page) -> Response:
         project = page.project
         return page.render(
             "early_access_new.html",
@@ -136,10 +132,7 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
             stages=[(s, STAGE_LABELS[s]) for s in FORM_STAGES],
         )
 
-    async def feature_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def feature_page(request: Request, page: Page) -> Response:
         project = page.project
         feature = await data.feature(project.id, str(request.path_params["feature_id"]))
         if feature is None:
@@ -158,7 +151,7 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
         )
 
     return [
-        Route("/early_access", list_page, methods=["GET"]),
-        Route("/early_access/new", new_page, methods=["GET"]),
-        Route("/early_access/{feature_id}", feature_page, methods=["GET"]),
+        page_route(pages, "/early_access", list_page),
+        page_route(pages, "/early_access/new", new_page, Action.EDIT, VIEWERS_CANNOT),
+        page_route(pages, "/early_access/{feature_id}", feature_page),
     ]

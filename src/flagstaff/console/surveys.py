@@ -19,13 +19,14 @@ from flagstaff.application import surveys
 from flagstaff.application.errors import ApiError
 from flagstaff.application.surveys import SurveyStore
 from flagstaff.console import paging, survey_views
-from flagstaff.console.page import SECURITY_HEADERS, STATIC_URL
+from flagstaff.console.page import SECURITY_HEADERS, STATIC_URL, Page, page_route
 from flagstaff.console.routes import ConsolePages
 from flagstaff.surveys import stats
 from flagstaff.surveys.model import Survey
 
 MAX_LISTED = 1000
 ANSWERS_PAGE = 20
+VIEWERS_CANNOT = "Viewers cannot change surveys."
 PREVIEW_HEADERS = {
     **SECURITY_HEADERS,
     # posthog-js's preview adds a <style> element of its own: allowed in this frame only.
@@ -94,10 +95,7 @@ PREVIEW_PAGE = f"""<!doctype html>
 
 
 def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
-    async def list_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def list_page(request: Request, page: Page) -> Response:
         project = page.project
         now = _now()
         found = await data.surveys(project.id)
@@ -112,10 +110,7 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
             rows=rows,
         )
 
-    async def builder(request: Request, survey: Survey | None) -> Response:
-        page = await pages.open_page(request, Action.EDIT, "Viewers cannot change surveys.")
-        if isinstance(page, Response):
-            return page
+    async def builder(page: Page, survey: Survey | None) -> Response:
         project = page.project
         stored = await data.survey_json(project.id, survey) if survey is not None else None
         return page.render(
@@ -126,29 +121,28 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
             property_keys=await data.property_keys(project.id),
         )
 
-    async def new_page(request: Request) -> Response:
-        return await builder(request, None)
+    async def new_page(request: Request, page: Page) -> Response:
+        return await builder(page, None)
 
-    async def _found(request: Request, project_id: int) -> Survey | None:
-        return await data.survey(project_id, str(request.path_params["survey_id"]))
+    async def found(request: Request, page: Page) -> Survey | Response:
+        """The path's survey, or the 404 page."""
+        survey = await data.survey(page.project.id, str(request.path_params["survey_id"]))
+        return page.not_found("No such survey.") if survey is None else survey
 
-    async def edit_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
-        survey = await _found(request, page.project.id)
-        if survey is None:
-            return page.not_found("No such survey.")
-        return await builder(request, survey)
+    async def edit_page(request: Request, page: Page) -> Response:
+        survey = await found(request, page)
+        if isinstance(survey, Response):
+            return survey
+        # The role is looked at once the survey is found: an unknown one is a 404 for everyone.
+        if not page.can(Action.EDIT):
+            return page.refuse(VIEWERS_CANNOT)
+        return await builder(page, survey)
 
-    async def survey_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def survey_page(request: Request, page: Page) -> Response:
         project = page.project
-        survey = await _found(request, project.id)
-        if survey is None:
-            return page.not_found("No such survey.")
+        survey = await found(request, page)
+        if isinstance(survey, Response):
+            return survey
         state = (await data.aggregates(project.id, [survey.id])).get(survey.id)
         state = state or stats.SurveyStats()
         number = paging.page_number(request.query_params)
@@ -177,9 +171,9 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
         return Response(PREVIEW_PAGE, media_type="text/html", headers=PREVIEW_HEADERS)
 
     return [
-        Route("/surveys", list_page, methods=["GET"]),
-        Route("/surveys/new", new_page, methods=["GET"]),
-        Route("/surveys/{survey_id}/edit", edit_page, methods=["GET"]),
-        Route("/surveys/{survey_id}", survey_page, methods=["GET"]),
+        page_route(pages, "/surveys", list_page),
+        page_route(pages, "/surveys/new", new_page, Action.EDIT, VIEWERS_CANNOT),
+        page_route(pages, "/surveys/{survey_id}/edit", edit_page),
+        page_route(pages, "/surveys/{survey_id}", survey_page),
         Route("/console/survey-preview", preview, methods=["GET"]),
     ]
