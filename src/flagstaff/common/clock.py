@@ -45,3 +45,8 @@ def ms_to_iso(ms: int) -> str:
 def utc_iso(moment: datetime) -> str:
     """A moment as the store's ``created_at`` text: UTC with ``Z``, to the microsecond."""
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def minute_text(moment: datetime | None) -> str:
+    """A UTC moment to the minute, for people: ``2026-11-29 14:05 UTC`` ("" for None)."""
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment is not None else ""

@@ -12,6 +12,7 @@ import msgspec
 from markupsafe import Markup
 
 from flagstaff.application.flag_usage import day_label
+from flagstaff.common.clock import minute_text
 from flagstaff.common.units import DAY_MS
 from flagstaff.console import experiment_charts
 from flagstaff.console.experiment_charts import Delta, percent
@@ -31,10 +32,6 @@ def status_of(record: ExperimentRecord, now: datetime) -> Status:
     if definition.end_date is not None and definition.end_date <= now:
         return "complete"
     return "running"
-
-
-def day(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment is not None else ""
 
 
 class ExperimentRow(msgspec.Struct, frozen=True):
@@ -59,8 +56,8 @@ def experiment_row(
         status=status_of(record, now),
         flag_key=definition.feature_flag_key,
         flag_id=record.feature_flag_id,
-        start=day(definition.start_date),
-        end=day(definition.end_date),
+        start=minute_text(definition.start_date),
+        end=minute_text(definition.end_date),
         exposed=sum(exposures.values()),
     )
 

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute
 from flagstaff.accounts.roles import Action
 from flagstaff.application import experiments
 from flagstaff.application.errors import ApiError
+from flagstaff.common.clock import minute_text
 from flagstaff.console import experiment_views
 from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
@@ -226,8 +227,8 @@ def experiment_routes(pages: ConsolePages, data: ExperimentData) -> list[BaseRou
             can_edit=can_edit,
             seen=await data.events_seen(project.id) if can_edit else None,
             metrics_json=json.dumps(experiment_views.form_metrics(definition)),
-            start=experiment_views.day(definition.start_date),
-            end=experiment_views.day(definition.end_date),
+            start=minute_text(definition.start_date),
+            end=minute_text(definition.end_date),
         )
 
     return [

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import msgspec
 from markupsafe import Markup
 
+from flagstaff.common.clock import minute_text
 from flagstaff.console import usage_charts
 from flagstaff.surveys.model import Survey, has_ended, has_started
 from flagstaff.surveys.stats import DISMISSED, SENT, SHOWN
@@ -40,10 +41,6 @@ def status_of(survey: Survey, now: datetime) -> Status:
     return "running" if has_started(survey, now) else "scheduled"
 
 
-def when(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment is not None else ""
-
-
 class SurveyRow(msgspec.Struct, frozen=True):
     id: str
     name: str
@@ -61,8 +58,8 @@ def survey_row(survey: Survey, responses: int, now: datetime) -> SurveyRow:
         type=TYPE_LABELS.get(survey.type, survey.type),
         status=status_of(survey, now),
         responses=responses,
-        start=when(survey.start_date),
-        end=when(survey.end_date),
+        start=minute_text(survey.start_date),
+        end=minute_text(survey.end_date),
     )
 
 

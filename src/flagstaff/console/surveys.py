@@ -18,6 +18,7 @@ from flagstaff.accounts.roles import Action
 from flagstaff.application import surveys
 from flagstaff.application.errors import ApiError
 from flagstaff.application.surveys import SurveyStore
+from flagstaff.common.clock import minute_text
 from flagstaff.console import paging, survey_views
 from flagstaff.console.page import SECURITY_HEADERS, STATIC_URL, Page, page_route
 from flagstaff.console.routes import ConsolePages
@@ -156,8 +157,8 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
             survey=survey,
             status=survey_views.status_of(survey, _now()),
             type_label=survey_views.TYPE_LABELS.get(survey.type, survey.type),
-            start=survey_views.when(survey.start_date),
-            end=survey_views.when(survey.end_date),
+            start=minute_text(survey.start_date),
+            end=minute_text(survey.end_date),
             counters=survey_views.counters(stats.stats_json(state)),
             responses=summary["responses"],
             questions=questions,

@@ -9,6 +9,7 @@ from typing import Any
 
 import jinja2
 
+from flagstaff.common.clock import minute_text
 from flagstaff.console import usage, views
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
@@ -17,7 +18,7 @@ TEMPLATE_DIR = Path(__file__).parent / "templates"
 def _when(ms: int | None) -> str:
     if ms is None:
         return "never"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return minute_text(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 def _environment() -> jinja2.Environment:
