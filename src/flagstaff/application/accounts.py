@@ -27,7 +27,7 @@ from flagstaff.accounts.roles import can_revoke_key
 from flagstaff.accounts.store import AccountStore
 from flagstaff.accounts.users import email_problem, normalize_email
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.errors import ApiError, existing, invalid_input
 from flagstaff.application.inputs import UNSET, UnsetType, given
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
@@ -181,9 +181,7 @@ async def list_projects(caller: Caller[ProjectStore]) -> list[Project]:
 
 async def project_settings(caller: Caller[ProjectStore]) -> dict[str, Any]:
     """The project with its settings (event retention, experiments' stats defaults)."""
-    project = await caller.store.get_project(caller.project_id)
-    if project is None:
-        raise ApiError(404, "not_found", "no such project")
+    project = existing(await caller.store.get_project(caller.project_id), "project")
     return await _settings_json(caller, project)
 
 
@@ -223,9 +221,7 @@ async def update_project(caller: Caller[ProjectStore], body: ProjectUpdate) -> d
         project = await store.rename_project(project_id, name)
     else:
         project = await store.get_project(project_id)
-    if project is None:
-        raise ApiError(404, "not_found", "no such project")
-    return await _settings_json(caller, project)
+    return await _settings_json(caller, existing(project, "project"))
 
 
 # members -----------------------------------------------------------------------------------------

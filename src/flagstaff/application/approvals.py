@@ -28,7 +28,7 @@ from flagstaff.activity.diff import changes_between
 from flagstaff.activity.records import Actor, ChangeSource, Scope
 from flagstaff.activity.scheduled import MODEL_NAME, Operation
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError
+from flagstaff.application.errors import ApiError, existing
 from flagstaff.application.inputs import decode
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
@@ -272,9 +272,7 @@ async def get_request(caller: Caller[ApprovalStore], request_id: int) -> dict[st
 
 async def existing_request(caller: Caller[ApprovalStore], request_id: int) -> ChangeRequest:
     found = await caller.store.get_change_request(caller.project_id, request_id)
-    if found is None:
-        raise ApiError(404, "not_found", "no such change request")
-    return found
+    return existing(found, "change request")
 
 
 def _refused(found: ChangeRequest, problem: str) -> ApiError:

@@ -13,7 +13,7 @@ import msgspec
 
 from flagstaff.activity.records import ChangeSource
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError
+from flagstaff.application.errors import ApiError, existing
 from flagstaff.application.inputs import UNSET, UnsetType, given
 from flagstaff.application.wording import decode_worded
 from flagstaff.flags import validate_flag
@@ -170,10 +170,7 @@ async def list_cohorts(caller: Caller[CohortStore], limit: int, offset: int) -> 
 
 async def existing_cohort(caller: Caller[CohortStore], cohort_id: int) -> dict[str, Any]:
     """The project's cohort ``cohort_id``; 404 when it has none."""
-    cohort = await caller.store.get_cohort(caller.project_id, cohort_id)
-    if cohort is None:
-        raise ApiError(404, "not_found", "no such cohort")
-    return cohort
+    return existing(await caller.store.get_cohort(caller.project_id, cohort_id), "cohort")
 
 
 async def create_cohort(caller: Caller[CohortStore], data: CohortInput) -> dict[str, Any]:

@@ -5,9 +5,13 @@ form message, the CLI as a line on stderr."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import msgspec
 
 from flagstaff.common.invalid import DefinitionInvalid
+
+T = TypeVar("T")
 
 _TYPES = {
     400: "validation_error",
@@ -51,3 +55,10 @@ def error_body(status: int, code: str, detail: str, attr: str | None = None) -> 
 def invalid_input(error: DefinitionInvalid) -> ApiError:
     """A rejected definition as a 400 naming every problem, ``attr`` the first field."""
     return ApiError(400, "invalid_input", error.detail, error.attr)
+
+
+def existing(found: T | None, what: str) -> T:
+    """``found``, or the 404 ``no such {what}`` when it is None (a record the project has not)."""
+    if found is None:
+        raise ApiError(404, "not_found", f"no such {what}")
+    return found

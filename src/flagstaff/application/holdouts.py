@@ -12,7 +12,7 @@ import msgspec
 
 from flagstaff.activity.records import ChangeSource
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.errors import existing, invalid_input
 from flagstaff.application.inputs import UNSET, UnsetType, given
 from flagstaff.experiments.model import ExperimentInvalid, Holdout, check_holdout, convert_input
 from flagstaff.store.experiment_batch import HoldoutRecord
@@ -90,10 +90,7 @@ async def holdouts(store: HoldoutReads, project_id: int) -> list[dict[str, Any]]
 
 async def find_holdout(store: HoldoutReads, project_id: int, holdout_id: int) -> HoldoutRecord:
     """The holdout, or a 404."""
-    record = await store.get_holdout(project_id, holdout_id)
-    if record is None:
-        raise ApiError(404, "not_found", "no such holdout")
-    return record
+    return existing(await store.get_holdout(project_id, holdout_id), "holdout")
 
 
 async def create_holdout(caller: Caller[HoldoutStore], data: HoldoutInput) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Protocol
 import msgspec
 
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError
+from flagstaff.application.errors import ApiError, existing
 from flagstaff.application.wording import decode_worded
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.common.limits import MAX_GROUP_TYPES
@@ -144,9 +144,7 @@ async def find_person(caller: Caller[PeopleStore], distinct_id: str) -> list[dic
 
 
 async def find_group(caller: Caller[PeopleStore], index: int, key: str) -> dict[str, Any]:
-    group = await caller.store.get_group(caller.project_id, index, key)
-    if group is None:
-        raise ApiError(404, "not_found", "no such group")
+    group = existing(await caller.store.get_group(caller.project_id, index, key), "group")
     return group_json(group)
 
 

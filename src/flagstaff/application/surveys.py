@@ -22,7 +22,7 @@ import msgspec
 from flagstaff.activity.records import ChangeSource
 from flagstaff.application import flags as flag_rules
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.errors import ApiError, existing, invalid_input
 from flagstaff.application.inputs import UNSET, UnsetType, given
 from flagstaff.store.records import Conflict, FlagWrite, Page
 from flagstaff.surveys import flags as survey_flags
@@ -188,10 +188,7 @@ async def survey_json(store: FlagStore, project_id: int, survey: Survey) -> dict
 
 async def find_survey(store: SurveyStore, project_id: int, survey_id: str) -> Survey:
     """Survey ``survey_id`` of the project, or a 404."""
-    survey = await store.get_survey(project_id, record_id(survey_id, "survey"))
-    if survey is None:
-        raise ApiError(404, "not_found", "no such survey")
-    return survey
+    return existing(await store.get_survey(project_id, record_id(survey_id, "survey")), "survey")
 
 
 async def survey_of(caller: Caller[SurveyStore], survey_id: str) -> dict[str, Any]:

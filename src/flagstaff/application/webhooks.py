@@ -22,7 +22,7 @@ from flagstaff.activity.webhooks import (
     webhook_url_problem,
 )
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError
+from flagstaff.application.errors import ApiError, existing
 from flagstaff.application.inputs import UNSET, UnsetType, given
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
@@ -136,10 +136,7 @@ async def list_webhooks(caller: Caller[WebhookStore]) -> list[Webhook]:
 
 
 async def get_webhook(caller: Caller[WebhookStore], webhook_id: int) -> Webhook:
-    found = await caller.store.get_webhook(caller.project_id, webhook_id)
-    if found is None:
-        raise ApiError(404, "not_found", "no such webhook")
-    return found
+    return existing(await caller.store.get_webhook(caller.project_id, webhook_id), "webhook")
 
 
 async def create_webhook(caller: Caller[WebhookStore], body: WebhookInput) -> dict[str, Any]:

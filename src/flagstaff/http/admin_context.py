@@ -10,7 +10,7 @@ from starlette.requests import Request
 
 from flagstaff.application.accounts import project_json
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError
+from flagstaff.application.errors import existing
 from flagstaff.http.rest import path_int
 from flagstaff.store.base import Store
 
@@ -22,6 +22,4 @@ Handler = Callable[[Caller[Store], Request], Awaitable[Any]]
 async def existing_flag(ctx: Caller[Store], request: Request) -> dict[str, Any]:
     """The flag named by the path's ``flag_id``; 404 when the project has none."""
     flag = await ctx.store.get_flag(ctx.project_id, path_int(request, "flag_id"))
-    if flag is None:
-        raise ApiError(404, "not_found", "no such feature flag")
-    return flag
+    return existing(flag, "feature flag")
