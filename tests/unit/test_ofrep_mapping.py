@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from flagstaff.flags import EvalRequest, compile_flags, evaluate, ofrep
-from flagstaff.flags.hashing import flag_bucket
+from tests.unit.buckets import flag_bucket
 
 MAPPING = {"0": "company"}
 
