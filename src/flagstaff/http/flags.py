@@ -457,12 +457,6 @@ def v2_parts(results: list[FlagResult], fragments: Fragments) -> tuple[bytes | m
     return (b'{"flags":{', memoryview(parts[0])[1:], *parts[1:], b"}")
 
 
-def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes) -> bytes:
-    """The v2 answer: ``{"flags":{...}`` then ``rest`` (its other fields and the closing
-    brace), joined into one new buffer."""
-    return b"".join((*v2_parts(results, fragments), rest))
-
-
 def config_fields(has_flags: bool, surveys: bool = False) -> dict[str, Any]:
     """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config);
     ``surveys``: a survey is active, so posthog-js loads its survey code and the list."""
