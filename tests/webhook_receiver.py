@@ -3,12 +3,36 @@ sent and answers each path with the statuses planned for it."""
 
 from __future__ import annotations
 
+import hmac
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import msgspec
+
+from flagstaff.activity.webhooks import SIGNATURE_VERSION, sign
+
+DEFAULT_TOLERANCE_S = 300
+
+
+def verify_signature(
+    secret: str, header: str, body: bytes, now_s: int, tolerance_s: int = DEFAULT_TOLERANCE_S
+) -> bool:
+    """What a receiver checks: ``header`` (``t=<unix seconds>,v1=<hex>``) signs ``body`` with
+    ``secret``, at most ``tolerance_s`` from ``now_s``."""
+    fields: dict[str, list[str]] = {}
+    for part in header.split(","):
+        name, _, value = part.strip().partition("=")
+        fields.setdefault(name, []).append(value)
+    try:
+        timestamp = int(fields.get("t", [""])[0])
+    except ValueError:
+        return False
+    if abs(now_s - timestamp) > tolerance_s:
+        return False
+    expected = sign(secret, timestamp, body)
+    return any(hmac.compare_digest(expected, v) for v in fields.get(SIGNATURE_VERSION, []))
 
 
 class Received(msgspec.Struct):

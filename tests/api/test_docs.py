@@ -15,6 +15,7 @@ from starlette.requests import Request
 
 from flagstaff.http import schemas
 from flagstaff.http.docs import ASSETS, BUNDLE, docs_routes
+from flagstaff.http.flags import FlagsRequest
 from tests.server import PROJECT_TOKEN, Api
 
 P = "/api/projects/@current"
@@ -42,7 +43,7 @@ def test_answers_match_their_documented_schemas(api: Api, http: httpx.Client) ->
     _conforms(cohort, schemas.Cohort)
 
     body = {"api_key": PROJECT_TOKEN, "distinct_id": "doc-user"}
-    _conforms(body, schemas.FlagsRequest)
+    _conforms(body, FlagsRequest)
     v2 = http.post("/flags?v=2", json=body).json()
     _conforms(v2, schemas.FlagsResponse)
     _conforms(http.post("/flags", json=body).json(), schemas.LegacyFlagsResponse)

@@ -941,3 +941,63 @@ def test_flag_change_reaches_every_worker_within_a_second(two_workers: Server) -
     time.sleep(1.3)  # each worker writes its metrics snapshot every second
     busy = [n for n in _worker_flag_requests(two_workers.data_dir) if n > 0]
     assert len(busy) == 2, f"not every worker answered: {busy}"
+
+
+def test_the_body_is_refused_as_posthog_does_only_when_flags_are_evaluated(
+    project: Project,
+) -> None:
+    project.flag("body-on", filters=on())
+    project.wait_visible("body-on")
+
+    def answer(content: bytes) -> tuple[int, str | None, str | None]:
+        r = project.http.post(
+            "/flags?v=2",
+            content=content.replace(b"%T", project.token.encode()),
+            headers={"Content-Type": "application/json"},
+        )
+        if r.status_code == 200:
+            return 200, None, ",".join(sorted(r.json()["flags"]))
+        error = r.json()
+        return r.status_code, error["code"], error.get("attr")
+
+    refused = [
+        (b'{"api_key": "%T", "distinct_id": true}', "missing_distinct_id", "distinct_id"),
+        (b'{"api_key": "%T", "distinct_id": [1]}', "invalid_distinct_id", "distinct_id"),
+        (b'{"api_key": "%T", "distinct_id": "a", "groups": 5}', "invalid_input", "groups"),
+        (
+            b'{"api_key": "%T", "distinct_id": "a", "person_properties": []}',
+            "invalid_input",
+            "person_properties",
+        ),
+        (b'{"api_key": "%T", "distinct_id": "a", "flag_keys": "x"}', "invalid_input", "flag_keys"),
+        (
+            b'{"api_key": "%T", "distinct_id": "a", "evaluation_contexts": {}}',
+            "invalid_input",
+            "evaluation_contexts",
+        ),
+        # the first wrong field in the order they are read, wherever it is in the body
+        (
+            b'{"api_key": "%T", "groups": 5, "distinct_id": [1]}',
+            "invalid_distinct_id",
+            "distinct_id",
+        ),
+        (b'{"api_key": "%T", "groups": 5}', "missing_distinct_id", "distinct_id"),
+    ]
+    for content, code, attr in refused:
+        assert answer(content) == (400, code, attr), content
+    # a bad token is answered first; nothing is refused when no flag is evaluated
+    assert answer(b'{"api_key": 5, "groups": 5}')[0] == 401
+    assert answer(b'{"api_key": "%T", "groups": 5, "disable_flags": true}') == (200, None, "")
+    assert answer(b"[1]") == (400, "invalid_payload", None)
+    tolerated = [
+        b'{"api_key": "%T", "distinct_id": 42}',
+        b'{"api_key": 0, "token": "%T", "distinct_id": 123456789012345678901234567890}',
+        b'{"$token": "%T", "distinct_id": "a", "groups": {"g": 1, "h": true, "i": null}}',
+        b'{"api_key": "%T", "distinct_id": "a", "$anon_distinct_id": 5, "device_id": []}',
+        b'{"api_key": "%T", "distinct_id": "a", "person_properties": {"n": NaN, "m": 1e400}}',
+        b'{"api_key": "%T", "distinct_id": "a\\u0000\\ud800", "timezone": 3, "geoip_disable": 1}',
+        b'{"api_key": "%T", "distinct_id": "a", "flag_keys_to_evaluate": ["body-on"], '
+        b'"flag_keys": "ignored", "evaluation_runtime": 7, "disable_flags": "yes"}',
+    ]
+    for content in tolerated:
+        assert answer(content) == (200, None, "body-on"), content

@@ -150,6 +150,7 @@ def test_error_codes(project: Project) -> None:
         (b"", 400, "PARSE_ERROR"),
         (b"[1, 2]", 400, "PARSE_ERROR"),
         (b"{}", 400, "TARGETING_KEY_MISSING"),
+        (b'{"context": null}', 400, "TARGETING_KEY_MISSING"),
         (b'{"context": {}}', 400, "TARGETING_KEY_MISSING"),
         (b'{"context": {"targetingKey": "", "plan": "pro"}}', 400, "TARGETING_KEY_MISSING"),
         (b'{"context": "u1"}', 400, "INVALID_CONTEXT"),

@@ -14,16 +14,11 @@ import httpx
 import msgspec
 import pytest
 
-from flagstaff.activity.webhooks import (
-    DELIVERY_HEADER,
-    EVENT_HEADER,
-    SIGNATURE_HEADER,
-    verify_signature,
-)
+from flagstaff.activity.webhooks import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER
 from flagstaff.http import approval_schemas
 from tests.api.people import PASSWORD, make_user, user_api
 from tests.server import Api, Server
-from tests.webhook_receiver import Receiver
+from tests.webhook_receiver import Receiver, verify_signature
 
 P = "/api/projects/@current"
 ADMIN = "admin@example.com"

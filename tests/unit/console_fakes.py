@@ -74,9 +74,6 @@ class MemoryAccounts:
     async def list_members(self, project_id: int) -> list[tuple[User, Membership]]:
         return [(self.users[u], m) for (u, p), m in self.memberships.items() if p == project_id]
 
-    async def remove_membership(self, user_id: int, project_id: int) -> bool:
-        return self.memberships.pop((user_id, project_id), None) is not None
-
     async def change_membership(
         self,
         user_id: int,

@@ -88,8 +88,6 @@ def test_session_expiry_and_idle_timeout() -> None:
     assert sessions.session_state(recent, 11_000, policy) is sessions.SessionState.EXPIRED
     assert not sessions.needs_touch(recent, 10_400, policy)
     assert sessions.needs_touch(recent, 10_500, policy)
-    assert sessions.remaining_ms(recent, 10_500, policy) == 500
-    assert sessions.remaining_ms(live, 2_000, policy) == 2_000
 
 
 # CSRF --------------------------------------------------------------------------------------
@@ -170,7 +168,6 @@ def test_success_clears_the_account_and_state_rebuilds_from_attempts() -> None:
     rebuilt = throttle.LoginThrottle.from_attempts(reversed(attempts), policy)
     assert rebuilt.check("a@x.io", "5.5.5.5", 500).allowed  # one failure since the success
     assert not rebuilt.check("z@x.io", "1.1.1.1", 500).allowed  # but 3 from that address
-    rebuilt.forget_before(100_000)
     assert rebuilt.check("z@x.io", "1.1.1.1", 100_000).allowed
 
 

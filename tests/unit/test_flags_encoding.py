@@ -7,8 +7,14 @@ from typing import Any
 import msgspec
 
 from flagstaff.flags import EvalRequest, FlagResult, compile_flags, evaluate
-from flagstaff.http.flags import _v2_flag, encode_v2_body
+from flagstaff.http.flags import _v2_flag, v2_parts
 from flagstaff.server.caches import Fragments
+
+
+def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes) -> bytes:
+    """The v2 answer as /flags joins it: ``{"flags":{...}`` then ``rest`` (its other fields
+    and the closing brace)."""
+    return b"".join((*v2_parts(results, fragments), rest))
 
 
 def _flags() -> list[dict[str, Any]]:

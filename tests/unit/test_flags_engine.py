@@ -11,8 +11,8 @@ from flagstaff.flags import (
     detect_runtime,
     evaluate,
 )
-from flagstaff.flags.hashing import flag_bucket, holdout_bucket
 from flagstaff.flags.local_evaluation import local_evaluation_cohorts, local_evaluation_flags
+from tests.unit.buckets import flag_bucket, holdout_bucket
 
 MAPPING = {"0": "company", "1": "project"}
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from flagstaff.flags import EvalRequest, compile_flags, evaluate
 from flagstaff.flags.explain import explain, render
-from flagstaff.flags.hashing import flag_bucket
 from tests.flaggen import generate_case
+from tests.unit.buckets import flag_bucket
 
 CASES = 1500
 SEED = 20261125

@@ -6,8 +6,8 @@ from typing import Any
 
 from flagstaff.flags import EvalRequest, FlagResult, compile_flags, evaluate, evaluate_checked
 from flagstaff.flags.flag_codegen import FlagSource
-from flagstaff.flags.hashing import flag_bucket
 from flagstaff.flags.model import GROUPS_NOT_EVALUATED_DESCRIPTION
+from tests.unit.buckets import flag_bucket
 
 MAPPING = {"0": "company"}
 

@@ -9,14 +9,8 @@ import random
 import pytest
 
 from flagstaff.flags import EvalRequest, compile_flags, evaluate
-from flagstaff.flags.hashing import (
-    SCALE,
-    bucket,
-    flag_bucket,
-    holdout_bucket,
-    rollout_limit,
-    variant_limit,
-)
+from flagstaff.flags.hashing import SCALE, bucket, rollout_limit, variant_limit
+from tests.unit.buckets import flag_bucket, holdout_bucket
 
 
 def _reference(text: str) -> float:

@@ -18,6 +18,16 @@ from flagstaff.server.geoip import (
     open_geoip,
 )
 
+
+def lookup_event(geo: GeoIP, ip: str) -> geoip.EventProperties:
+    """Everything PostHog's event GeoIP step sets for ``ip`` (the seven plus subdivisions,
+    latitude, longitude, accuracy radius, city confidence) that is known: what the reader
+    resolves besides the seven person properties (the service reads only those)."""
+    if type(ip) is not str or len(ip) > geoip._MAX_IP_LENGTH:
+        return {}
+    return geo._cached(ip)[1]
+
+
 # --- a minimal MaxMind DB writer (format spec 2.0), enough for the reader's C extension ---------
 
 
@@ -235,7 +245,7 @@ def test_seven_person_properties_from_a_city_record(maxmind_db: Path) -> None:
 
 def test_event_properties_add_subdivisions_and_location(maxmind_db: Path) -> None:
     with GeoIP(maxmind_db) as geo:
-        event = geo.lookup_event("81.2.69.1")
+        event = lookup_event(geo, "81.2.69.1")
     assert event == {
         **LONDON_SEVEN,
         "$geoip_latitude": 51.5142,
@@ -250,7 +260,7 @@ def test_event_properties_add_subdivisions_and_location(maxmind_db: Path) -> Non
 
 def test_ipv6_and_ipv4_mapped_addresses(maxmind_db: Path) -> None:
     with GeoIP(maxmind_db) as geo:
-        berlin = geo.lookup_event("2a02:8100:1234::1")
+        berlin = lookup_event(geo, "2a02:8100:1234::1")
         assert berlin["$geoip_city_name"] == "Berlin"
         assert berlin["$geoip_city_confidence"] == 60
         assert berlin["$geoip_country_code"] == "DE"
@@ -294,7 +304,7 @@ def test_a_narrower_network_wins_and_absent_fields_are_left_out(maxmind_db: Path
 def test_private_and_special_addresses_give_nothing(maxmind_db: Path, ip: str) -> None:
     with GeoIP(maxmind_db) as geo:
         assert geo.lookup(ip) == {}
-        assert geo.lookup_event(ip) == {}
+        assert lookup_event(geo, ip) == {}
 
 
 @pytest.mark.parametrize(
@@ -323,7 +333,7 @@ def test_private_and_special_addresses_give_nothing(maxmind_db: Path, ip: str) -
 def test_invalid_input_gives_nothing_and_never_raises(maxmind_db: Path, ip: object) -> None:
     with GeoIP(maxmind_db) as geo:
         assert geo.lookup(ip) == {}  # type: ignore[arg-type]
-        assert geo.lookup_event(ip) == {}  # type: ignore[arg-type]
+        assert lookup_event(geo, ip) == {}  # type: ignore[arg-type]
 
 
 def test_surrounding_whitespace_is_ignored(maxmind_db: Path) -> None:
@@ -350,7 +360,7 @@ def test_flat_layout_folder(flat_dir: Path) -> None:
             "$geoip_postal_code": "10001",
             "$geoip_time_zone": "America/New_York",
         }
-        event = geo.lookup_event("::ffff:8.8.8.8")
+        event = lookup_event(geo, "::ffff:8.8.8.8")
         # 32-bit floats come back at the four decimals they hold
         assert event["$geoip_latitude"] == 40.7128
         assert event["$geoip_longitude"] == -74.006
@@ -395,7 +405,7 @@ def test_repeated_lookups_are_cache_hits(maxmind_db: Path) -> None:
         first = geo.lookup("81.2.69.160")
         before = geo.cache_info()
         assert geo.lookup("81.2.69.160") is first
-        assert geo.lookup_event("81.2.69.160")["$geoip_city_name"] == "London"
+        assert lookup_event(geo, "81.2.69.160")["$geoip_city_name"] == "London"
         after = geo.cache_info()
         assert (after.hits - before.hits, after.misses - before.misses) == (2, 0)
         geo.lookup("garbage")

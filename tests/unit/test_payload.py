@@ -12,10 +12,17 @@ from typing import Any
 from urllib.parse import parse_qsl, quote
 
 import lzstring
+import msgspec
 import orjson
 import pytest
 
-from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
+from flagstaff.http.payload import (
+    PayloadError,
+    decode_as,
+    decode_body,
+    decode_query_data,
+    parse_json,
+)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sdk"
 EVENT = {"event": "$pageview", "properties": {"distinct_id": "u1", "token": "phc_x"}}
@@ -362,6 +369,48 @@ def test_unicode_and_number_edge_cases_are_made_safe(body: bytes, expected: Any)
     assert result == expected
     orjson.dumps(result)  # every string encodes as UTF-8, every number fits
     assert all("\x00" not in s for s in _strings(result))
+
+
+class _Typed(msgspec.Struct):
+    a: Any = None
+    b: int | float | None = None
+    c: Any = None
+    d: Any = None
+
+
+DIRECT = [
+    ("plain", b'{"a":{"x":[1,2.5,"s",true,null]},"b":3,"z":1}'),
+    (
+        "64-bit bounds",
+        b'{"a":[18446744073709551615,-9223372036854775808],"b":-9223372036854775808}',
+    ),
+    ("beyond 64 bits", b'{"a":[18446744073709551616],"b":123456789012345678901234567890}'),
+    ("digits in a string", b'{"a":"1234567890123456789012345","b":1}'),
+    ("duplicate keys", b'{"a":1,"a":{"k":1,"k":2}}'),
+    ("deep", b'{"a":' + b"[" * 900 + b"]" * 900 + b"}"),
+]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [c[1] for c in UNICODE + DIRECT],
+    ids=[c[0] for c in UNICODE + DIRECT],
+)
+def test_decode_as_gives_the_values_of_the_lenient_parse(body: bytes) -> None:
+    expected = msgspec.convert(parse_json(body), _Typed)
+    assert decode_as(body, _Typed) == expected
+    assert decode_as(body, dict[str, Any]) == parse_json(body)
+
+
+def test_decode_as_refuses_what_is_not_json_or_not_the_type() -> None:
+    with pytest.raises(PayloadError) as not_json:
+        decode_as(b'{"a":', _Typed)
+    assert not_json.value.code == "invalid_json"
+    with pytest.raises(msgspec.ValidationError):
+        decode_as(b'{"b":"x"}', _Typed)
+    with pytest.raises(msgspec.ValidationError):
+        decode_as(b"[1]", _Typed)
+    assert decode_as(b'{"b":1e400}', _Typed).b is None  # null once the lenient parse read it
 
 
 def test_lone_surrogate_inside_gzip_and_base64_form() -> None:

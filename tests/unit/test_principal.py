@@ -78,7 +78,7 @@ def test_keys_without_a_user_act_as_admins_of_their_project_only() -> None:
 def test_a_key_whose_user_lost_access_is_refused() -> None:
     accounts, user_id = _setup(Role.EDITOR)
     _, secret = _run(accounts.create_user_key(1, user_id, "ci", 0))
-    _run(accounts.remove_membership(user_id, 1))
+    _run(accounts.change_membership(user_id, 1, None, 0))
     assert (
         _error(lambda: _auth(accounts, headers={"authorization": f"Bearer {secret}"})).status == 401
     )

@@ -76,9 +76,3 @@ def session_state(
 def needs_touch(session: Session, now_ms: int, policy: SessionPolicy = DEFAULT_POLICY) -> bool:
     """Whether a request at ``now_ms`` should record itself as the session's last use."""
     return now_ms - session.last_seen_ms >= policy.touch_interval_ms
-
-
-def remaining_ms(session: Session, now_ms: int, policy: SessionPolicy = DEFAULT_POLICY) -> int:
-    """How long the cookie should live from now: the nearer of the two ends."""
-    idle_end = session.last_seen_ms + policy.idle_timeout_ms
-    return max(0, min(session.expires_at_ms, idle_end) - now_ms)

@@ -46,8 +46,6 @@ class AccountStore(Protocol):
 
     async def list_members(self, project_id: int) -> list[tuple[User, Membership]]: ...
 
-    async def remove_membership(self, user_id: int, project_id: int) -> bool: ...
-
     async def change_membership(
         self,
         user_id: int,

@@ -87,11 +87,3 @@ class LoginThrottle:
     def record_success(self, email: str, now_ms: int) -> None:
         """A correct password clears the account's failures (not the address's)."""
         self._by_email.pop(email, None)
-
-    def forget_before(self, now_ms: int) -> None:
-        """Drop keys with no failure in the window (bounds memory in a long-lived process)."""
-        for table in (self._by_email, self._by_ip):
-            for key in list(table):
-                self._prune(table[key], now_ms)
-                if not table[key]:
-                    del table[key]

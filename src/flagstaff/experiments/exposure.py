@@ -929,9 +929,6 @@ class ExperimentAccumulator:
             | frozenset(self._metrics)
         )
 
-    def concerns(self, event_name: str) -> bool:
-        return event_name in self._routed
-
     def add(self, event: ExperimentEvent) -> None:
         name = event.event
         if name not in self._routed:

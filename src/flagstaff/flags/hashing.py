@@ -56,12 +56,3 @@ def rollout_limit(threshold: float) -> int:
 def variant_limit(upper: float) -> int:
     """``bucket < upper`` exactly when the digest prefix is below this."""
     return _least_passing(lambda bucket: not bucket < upper)
-
-
-def flag_bucket(flag_key: str, identifier: str, salt: str = "") -> float:
-    """Convenience form taking text, for tests and tools."""
-    return bucket(f"{flag_key}.".encode(), identifier.encode(), salt.encode())
-
-
-def holdout_bucket(identifier: str) -> float:
-    return bucket(HOLDOUT_PREFIX, identifier.encode())

@@ -70,17 +70,13 @@ class OfrepContext(msgspec.Struct, frozen=True):
     groups: dict[str, Any]
 
 
-def parse_context(body: Any) -> OfrepContext:
-    """The evaluation context of a decoded request body; :class:`ContextError` when the body
-    is not an object (``PARSE_ERROR``), the context is malformed (``INVALID_CONTEXT``) or has
-    no targeting key (``TARGETING_KEY_MISSING``)."""
-    if not isinstance(body, dict):
-        raise ContextError(PARSE_ERROR, "the request body must be a JSON object")
-    context = body.get("context")
+def parse_context(context: dict[str, Any] | None) -> OfrepContext:
+    """The evaluation context of a request's ``context`` (the body decoded as
+    :class:`flagstaff.http.ofrep_schemas.OfrepEvaluationRequest`); :class:`ContextError` when
+    it has no targeting key (``TARGETING_KEY_MISSING``) or a malformed one or ``groups``
+    (``INVALID_CONTEXT``)."""
     if context is None:
         raise ContextError(TARGETING_KEY_MISSING, "the request has no context.targetingKey")
-    if not isinstance(context, dict):
-        raise ContextError(INVALID_CONTEXT, "context must be an object")
     targeting_key = context.get(TARGETING_KEY)
     if targeting_key is None or targeting_key == "":
         raise ContextError(TARGETING_KEY_MISSING, "context.targetingKey is required")
@@ -95,18 +91,6 @@ def parse_context(body: Any) -> OfrepContext:
         )
     properties = {k: v for k, v in context.items() if k != TARGETING_KEY and k != GROUPS_ATTRIBUTE}
     return OfrepContext(targeting_key[:MAX_TARGETING_KEY_LENGTH], properties, groups)
-
-
-def flags_payload(ctx: OfrepContext, flag_key: str | None = None) -> dict[str, Any]:
-    """The ``/flags`` request body asking what ``ctx`` asks (``flag_key``: that flag only)."""
-    payload: dict[str, Any] = {
-        "distinct_id": ctx.distinct_id,
-        "person_properties": ctx.person_properties,
-        "groups": ctx.groups,
-    }
-    if flag_key is not None:
-        payload["flag_keys_to_evaluate"] = [flag_key]
-    return payload
 
 
 def _hashed(result: FlagResult, flag: CompiledFlag | None) -> bool:

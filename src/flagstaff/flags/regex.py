@@ -111,14 +111,5 @@ def compile_search(pattern: str) -> Searcher | None:
     return search
 
 
-def engine_of(pattern: str) -> str | None:
-    """Which engine runs ``pattern``: ``"re2"``, ``"backtracking"``, or None (invalid)."""
-    if _re2_search(pattern) is not None:
-        return "re2"
-    if _backtracking_search(pattern) is not None:
-        return "backtracking"
-    return None
-
-
 def is_valid_pattern(pattern: str) -> bool:
     return compile_search(pattern) is not None

@@ -10,11 +10,11 @@ lists of ``products.py`` too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 import uuid_utils
+from msgspec import Meta, field
 
 from flagstaff.accounts.keys import check_project_token
 from flagstaff.application.errors import ApiError
@@ -24,7 +24,7 @@ from flagstaff.flags.dates import CLOCK
 from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.auth import check_personal_key
-from flagstaff.http.payload import PayloadError, decode_body
+from flagstaff.http.payload import PayloadError, body_json, decode_as, parse_json
 from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH, client_ip
 from flagstaff.ops import logs
 from flagstaff.server.caches import Fragments, ProjectFlags
@@ -38,23 +38,134 @@ _CLIENT_HEADERS = frozenset(("origin", "referer", "sec-fetch-mode", "sec-fetch-s
 SUPPORTED_COMPRESSION = ["gzip", "gzip-js", "lz64"]
 
 
-def _decode_request(svc: Services, request: Request) -> dict[str, Any]:
+_Token = Annotated[
+    Any,
+    Meta(
+        extra_json_schema={"type": "string"},
+        description="the project token (api_key, else token, else $token)",
+    ),
+]
+_Text = Annotated[Any, Meta(extra_json_schema={"type": "string"})]
+_Flag = Annotated[Any, Meta(extra_json_schema={"type": "boolean"})]
+_Keys = Annotated[list[Any], Meta(extra_json_schema={"items": {"type": "string"}})]
+
+
+class FlagsRequest(msgspec.Struct):
+    """The body of POST /flags and /decide (JSON, or compressed/base64/form-encoded as the
+    SDKs send it). Decoded straight from the request's bytes; unknown fields are ignored.
+
+    As PostHog does, ``distinct_id`` may be a number (its text is the id) and is required
+    unless the flags are not evaluated (``disable_flags``, over quota); a group key may be a
+    number; the optional fields typed loosely are read only when they have the right type
+    (``$anon_distinct_id``, the device id, ``evaluation_runtime`` as text, ``disable_flags``
+    and ``geoip_disable`` when ``true``)."""
+
+    distinct_id: Annotated[
+        str | int | float | None,
+        Meta(description="required; cut to 200 characters; a number stands for its text"),
+    ] = None
+    api_key: _Token = None
+    token: _Token = None
+    dollar_token: _Token = field(default=None, name="$token")
+    anon_distinct_id: _Text = field(default=None, name="$anon_distinct_id")
+    device_id: _Text = None
+    dollar_device_id: _Text = field(default=None, name="$device_id")
+    groups: Annotated[
+        dict[str, Any] | None,
+        Meta(description="group type to key (a string or a number; any other value is ignored)"),
+    ] = None
+    person_properties: dict[str, Any] | None = None
+    group_properties: Annotated[
+        dict[str, Any] | None, Meta(description="group type to its properties")
+    ] = None
+    flag_keys_to_evaluate: _Keys | None = None
+    flag_keys: Annotated[
+        Any, Meta(extra_json_schema={"type": "array", "items": {"type": "string"}})
+    ] = None
+    """``flag_keys_to_evaluate``'s older name: read (and checked) only without it."""
+    evaluation_contexts: _Keys | None = None
+    evaluation_environments: Annotated[
+        Any, Meta(extra_json_schema={"type": "array", "items": {"type": "string"}})
+    ] = None
+    """``evaluation_contexts``' older name: read (and checked) only without it."""
+    evaluation_runtime: _Text = None
+    disable_flags: _Flag = None
+    geoip_disable: _Flag = None
+    timezone: _Text = None
+
+
+_MISSING_DISTINCT_ID = ApiError(
+    400, "missing_distinct_id", "distinct_id is required", "distinct_id"
+)
+_CHECKED = (
+    "distinct_id",
+    "groups",
+    "person_properties",
+    "group_properties",
+    "flag_keys_to_evaluate",
+    "evaluation_contexts",
+)
+"""The fields a body can get wrong, in the order their refusals take precedence."""
+_OLDER_NAMES = {
+    "flag_keys_to_evaluate": "flag_keys",
+    "evaluation_contexts": "evaluation_environments",
+}
+
+
+def _refusal(name: str, value: Any) -> ApiError:
+    """The answer to a field of the wrong type (PostHog's codes for the distinct id)."""
+    if name == "distinct_id":
+        if isinstance(value, bool):
+            return _MISSING_DISTINCT_ID
+        return ApiError(400, "invalid_distinct_id", "distinct_id must be a string", name)
+    if name.endswith("properties") or name == "groups":
+        return ApiError(400, "invalid_input", f"{name} must be an object", name)
+    return ApiError(400, "invalid_input", f"{name} must be a list of strings", name)
+
+
+def _refused(raw: bytes) -> tuple[FlagsRequest, ApiError]:
+    """A body that does not fit :class:`FlagsRequest`: its token fields (still answered first:
+    401 for a bad token, nothing to refuse when the flags are not evaluated) and the refusal
+    of its first wrong field."""
+    value = parse_json(raw)
+    if not isinstance(value, dict):
+        raise ApiError(400, "invalid_payload", "the flag request must be a JSON object")
+    envelope = {k: value[k] for k in ("api_key", "token", "$token", "disable_flags") if k in value}
+    body = msgspec.convert(envelope, FlagsRequest)
+    if value.get("distinct_id") is None:
+        return body, _MISSING_DISTINCT_ID
+    for name in _CHECKED:
+        if name in _OLDER_NAMES and value.get(name) is None:
+            name = _OLDER_NAMES[name]
+            if value.get(name) is not None and not isinstance(value[name], list):
+                return body, _refusal(name, value[name])
+        elif name in value:
+            try:
+                msgspec.convert({name: value[name]}, FlagsRequest)
+            except msgspec.ValidationError:
+                return body, _refusal(name, value[name])
+    return body, ApiError(400, "invalid_input", "the flag request is not valid")
+
+
+def _decode_request(svc: Services, request: Request) -> tuple[FlagsRequest, ApiError | None]:
+    """The request's body, and the refusal to answer if its flags are evaluated."""
     if request.method == "GET":
         raise ApiError(405, "method_not_allowed", "send the flag request as a POST")
     headers = request.headers
     try:
-        payload = decode_body(
+        raw = body_json(
             request.body,
             content_type=headers.get("content-type"),
             content_encoding=headers.get("content-encoding"),
             query=request.query,
             limit=svc.settings.body_limit,
         )
+        try:
+            return decode_as(raw, FlagsRequest), None
+        except msgspec.ValidationError:
+            return _refused(raw)
     except PayloadError as exc:
         raise ApiError(exc.status, exc.code, exc.detail) from None
-    if not isinstance(payload, dict):
-        raise ApiError(400, "invalid_payload", "the flag request must be a JSON object")
-    return payload
 
 
 async def project_for_token(svc: Services, token: Any) -> Project:
@@ -81,42 +192,31 @@ def count_flag_request(svc: Services, project: Project) -> bool:
     return svc.quotas.flags_exceeded(project.id)
 
 
-def _distinct_id(payload: Mapping[str, Any]) -> str:
+def _distinct_id(body: FlagsRequest) -> str:
     """The request's distinct id, cut to 200 characters. An empty one is answered (as
     PostHog does: it hashes to 0.0); only a missing one is refused."""
-    raw = payload.get("distinct_id")
-    if isinstance(raw, bool) or raw is None:
-        raise ApiError(400, "missing_distinct_id", "distinct_id is required", "distinct_id")
-    if isinstance(raw, int | float):
+    raw = body.distinct_id
+    if raw is None:
+        raise _MISSING_DISTINCT_ID
+    if type(raw) is not str:
         raw = str(raw)
-    if not isinstance(raw, str):
-        raise ApiError(400, "invalid_distinct_id", "distinct_id must be a string", "distinct_id")
     return raw[:MAX_DISTINCT_ID_LENGTH]
 
 
-def _dict_of(payload: Mapping[str, Any], name: str) -> dict[str, Any]:
-    value = payload.get(name)
+def _string_list(value: list[Any] | None, older: Any, older_name: str) -> list[str] | None:
+    """A list of names as text, from its field or else from its older name's."""
     if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ApiError(400, "invalid_input", f"{name} must be an object", name)
-    return value
+        if older is None:
+            return None
+        if not isinstance(older, list):
+            raise _refusal(older_name, older)
+        value = older
+    return [str(v) for v in value]
 
 
-def _string_list(payload: Mapping[str, Any], *names: str) -> list[str] | None:
-    for name in names:
-        value = payload.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise ApiError(400, "invalid_input", f"{name} must be a list of strings", name)
-        return [str(v) for v in value]
-    return None
-
-
-def _geoip_ip(svc: Services, request: Request, payload: Mapping[str, Any]) -> str | None:
+def _geoip_ip(svc: Services, request: Request, body: FlagsRequest) -> str | None:
     """The client IP whose GeoIP properties the request gets, or None (none, or GeoIP off)."""
-    if svc.geoip is None or payload.get("geoip_disable") is True:
+    if svc.geoip is None or body.geoip_disable is True:
         return None
     return client_ip(
         request.forwarded_for, request.peer, trust_forwarded=svc.settings.trust_forwarded_for
@@ -191,12 +291,12 @@ async def _overrides_for(
     project: Project,
     pf: ProjectFlags,
     ctx: FlagContext,
-    payload: Mapping[str, Any],
+    body: FlagsRequest,
     distinct_id: str,
 ) -> tuple[dict[str, str], bool]:
     """The hash-key overrides of the experience-continuity flags (stored first when the
     request carries ``$anon_distinct_id``), and whether storing them failed."""
-    anon = payload.get("$anon_distinct_id")
+    anon = body.anon_distinct_id
     continuity = pf.compiled.continuity_flag_keys
     overrides = ctx.hash_key_overrides
     failed = False
@@ -213,9 +313,9 @@ async def _overrides_for(
     return overrides, failed
 
 
-def _runtime(request: Request, payload: Mapping[str, Any]) -> str | None:
+def _runtime(request: Request, body: FlagsRequest) -> str | None:
     headers = request.headers
-    explicit = payload.get("evaluation_runtime")
+    explicit = body.evaluation_runtime
     return detect_runtime(
         explicit if isinstance(explicit, str) else None,
         headers.get("user-agent"),
@@ -232,8 +332,8 @@ class Inputs(NamedTuple):
     """The client IP whose GeoIP properties fill gaps, when GeoIP is on."""
 
 
-def request_inputs(svc: Services, request: Request, payload: Mapping[str, Any]) -> Inputs:
-    return Inputs(_runtime(request, payload), _geoip_ip(svc, request, payload))
+def request_inputs(svc: Services, request: Request, body: FlagsRequest) -> Inputs:
+    return Inputs(_runtime(request, body), _geoip_ip(svc, request, body))
 
 
 class Computed(NamedTuple):
@@ -249,16 +349,16 @@ class Computed(NamedTuple):
 async def compute_flags(
     svc: Services,
     request: Request,
-    payload: dict[str, Any],
+    body: FlagsRequest,
     project: Project,
     pf: ProjectFlags,
     inputs: Inputs | None = None,
 ) -> Computed:
     """Evaluate every flag the request asks for (``inputs`` when the caller has them)."""
     if inputs is None:
-        inputs = request_inputs(svc, request, payload)
-    distinct_id = _distinct_id(payload)
-    requested_groups = _dict_of(payload, "groups")
+        inputs = request_inputs(svc, request, body)
+    distinct_id = _distinct_id(body)
+    requested_groups = body.groups or {}
     groups = group_keys(requested_groups)
     ctx = await _context(svc, project, pf, distinct_id, groups)
     store_failed = ctx is None
@@ -266,28 +366,30 @@ async def compute_flags(
         ctx = FlagContext({}, {}, {}, frozenset(), None)
         overrides: dict[str, str] = {}
     else:
-        overrides, store_failed = await _overrides_for(svc, project, pf, ctx, payload, distinct_id)
-    device_id = payload.get("device_id") or payload.get("$device_id")
+        overrides, store_failed = await _overrides_for(svc, project, pf, ctx, body, distinct_id)
+    device_id = body.device_id or body.dollar_device_id
     eval_request = EvalRequest(
         distinct_id=distinct_id,
         person_properties=person_properties_for(
             ctx.person_properties,
             _geoip_properties(svc, inputs.ip),
-            _dict_of(payload, "person_properties"),
+            body.person_properties or {},
         ),
         groups=groups,
         group_properties=group_properties_for(
             requested_groups,
             pf.group_type_index,
             ctx.group_properties,
-            _dict_of(payload, "group_properties"),
+            body.group_properties or {},
         ),
         device_id=device_id if isinstance(device_id, str) else None,
         hash_key_overrides=overrides,
         static_cohort_ids=ctx.static_cohort_ids,
-        flag_keys=_string_list(payload, "flag_keys_to_evaluate", "flag_keys"),
+        flag_keys=_string_list(body.flag_keys_to_evaluate, body.flag_keys, "flag_keys"),
         runtime=inputs.runtime,
-        contexts=_string_list(payload, "evaluation_contexts", "evaluation_environments"),
+        contexts=_string_list(
+            body.evaluation_contexts, body.evaluation_environments, "evaluation_environments"
+        ),
     )
     clock = CLOCK.count
     results, failed = evaluate_checked(pf.compiled, eval_request)
@@ -355,12 +457,6 @@ def v2_parts(results: list[FlagResult], fragments: Fragments) -> tuple[bytes | m
     return (b'{"flags":{', memoryview(parts[0])[1:], *parts[1:], b"}")
 
 
-def encode_v2_body(results: list[FlagResult], fragments: Fragments, rest: bytes) -> bytes:
-    """The v2 answer: ``{"flags":{...}`` then ``rest`` (its other fields and the closing
-    brace), joined into one new buffer."""
-    return b"".join((*v2_parts(results, fragments), rest))
-
-
 def config_fields(has_flags: bool, surveys: bool = False) -> dict[str, Any]:
     """What posthog-js reads at start-up (from /flags?config=true or /array/<token>/config);
     ``surveys``: a survey is active, so posthog-js loads its survey code and the list."""
@@ -398,7 +494,7 @@ def _legacy_head(results: list[FlagResult]) -> bytes:
 async def _flags_head(
     svc: Services,
     request: Request,
-    payload: dict[str, Any],
+    body: FlagsRequest,
     project: Project,
     pf: ProjectFlags,
     legacy: bool,
@@ -408,9 +504,9 @@ async def _flags_head(
     (``server/answers.py``), else evaluated (and kept when nothing failed)."""
     cache = svc.answers
     version = svc.store.answers_version() if cache is not None else None
-    inputs = request_inputs(svc, request, payload)
+    inputs = request_inputs(svc, request, body)
     if cache is None or version is None:
-        computed = await compute_flags(svc, request, payload, project, pf, inputs)
+        computed = await compute_flags(svc, request, body, project, pf, inputs)
         return _head(computed.results, pf, legacy), computed.errors
     headers = request.headers
     key = (
@@ -429,7 +525,7 @@ async def _flags_head(
         svc.metrics.flag_answers_reused += 1
         svc.metrics.flag_evaluations += hit.count
         return hit.head, False
-    computed = await compute_flags(svc, request, payload, project, pf, inputs)
+    computed = await compute_flags(svc, request, body, project, pf, inputs)
     head = _head(computed.results, pf, legacy)
     if not computed.errors:
         cache.put(key, head, len(computed.results), definitions, version, computed.reads_clock)
@@ -443,19 +539,21 @@ def _head(
 
 
 async def _answer(svc: Services, request: Request, *, legacy: bool) -> Response:
-    payload = _decode_request(svc, request)
-    token = payload.get("api_key") or payload.get("token") or payload.get("$token")
+    body, refusal = _decode_request(svc, request)
+    token = body.api_key or body.token or body.dollar_token
     project = await project_for_token(svc, token)
     limited = count_flag_request(svc, project)
     request_id = str(uuid_utils.uuid4())
     want_config = request.query.get("config") in ("true", "1", "True")
     pf = await svc.definitions.get(project.id)
 
-    if limited or payload.get("disable_flags") is True:
+    if limited or body.disable_flags is True:
         head = _head([], pf, legacy)
         errors = False
+    elif refusal is not None:
+        raise refusal
     else:
-        head, errors = await _flags_head(svc, request, payload, project, pf, legacy)
+        head, errors = await _flags_head(svc, request, body, project, pf, legacy)
     if errors:
         svc.metrics.flag_errors += 1
 

@@ -27,9 +27,16 @@ from typing import Any
 import msgspec
 
 from flagstaff.application.errors import ApiError
+from flagstaff.application.inputs import refusal
 from flagstaff.flags import FlagResult, ofrep
 from flagstaff.http.asgi import Request, Response
-from flagstaff.http.flags import compute_flags, count_flag_request, project_for_token
+from flagstaff.http.flags import (
+    FlagsRequest,
+    compute_flags,
+    count_flag_request,
+    project_for_token,
+)
+from flagstaff.http.ofrep_schemas import OfrepEvaluationRequest
 from flagstaff.ops import logs
 from flagstaff.server.caches import ProjectFlags
 from flagstaff.server.services import Services
@@ -96,15 +103,34 @@ def _admit(svc: Services, project: Project, key: str | None) -> None:
 
 
 def _context(request: Request, key: str | None) -> ofrep.OfrepContext:
+    """The request's evaluation context, or 400 with OFREP's code: ``PARSE_ERROR`` (not a
+    JSON object), ``TARGETING_KEY_MISSING``, ``INVALID_CONTEXT``."""
     try:
-        body = _decode(request.body) if request.body else None
+        body = _decode(request.body or b"null", type=OfrepEvaluationRequest)
+        return ofrep.parse_context(body.context)
+    except msgspec.ValidationError as exc:
+        refused = refusal(exc)
+        if refused.code == "required":  # no context
+            code, detail = ofrep.TARGETING_KEY_MISSING, "the request has no context.targetingKey"
+        elif refused.attr == "context":
+            code, detail = ofrep.INVALID_CONTEXT, "context must be an object"
+        else:
+            code, detail = ofrep.PARSE_ERROR, "the request body must be a JSON object"
     except msgspec.DecodeError as exc:
-        detail = f"the request body is not JSON: {exc}"
-        raise _Refused(400, ofrep.failure(key, ofrep.PARSE_ERROR, detail)) from None
-    try:
-        return ofrep.parse_context(body)
+        code, detail = ofrep.PARSE_ERROR, f"the request body is not JSON: {exc}"
     except ofrep.ContextError as exc:
-        raise _Refused(400, ofrep.failure(key, exc.code, exc.detail)) from None
+        code, detail = exc.code, exc.detail
+    raise _Refused(400, ofrep.failure(key, code, detail))
+
+
+def _flags_request(ctx: ofrep.OfrepContext, flag_key: str | None = None) -> FlagsRequest:
+    """The ``/flags`` request asking what ``ctx`` asks (``flag_key``: that flag only)."""
+    return FlagsRequest(
+        distinct_id=ctx.distinct_id,
+        groups=ctx.groups,
+        person_properties=ctx.person_properties,
+        flag_keys_to_evaluate=[flag_key] if flag_key is not None else None,
+    )
 
 
 async def _guarded(key: str | None, answer: Awaitable[Response]) -> Response:
@@ -133,9 +159,7 @@ async def _evaluate_one(svc: Services, request: Request, key: str) -> Response:
     if not flag.active:
         await _record_read(svc, project, ctx, key, False)
         return Response(_encode(ofrep.disabled(key)))
-    results, errors, _ = await compute_flags(
-        svc, request, ofrep.flags_payload(ctx, key), project, pf
-    )
+    results, errors, _ = await compute_flags(svc, request, _flags_request(ctx, key), project, pf)
     if errors:
         svc.metrics.flag_errors += 1
     for result in results:
@@ -209,7 +233,7 @@ async def _evaluate_all(svc: Services, request: Request) -> Response:
     _admit(svc, project, None)
     ctx = _context(request, None)
     pf = await svc.definitions.get(project.id)
-    results, errors, _ = await compute_flags(svc, request, ofrep.flags_payload(ctx), project, pf)
+    results, errors, _ = await compute_flags(svc, request, _flags_request(ctx), project, pf)
     if errors:
         svc.metrics.flag_errors += 1
     body = _bulk_body(results, pf)

@@ -1,4 +1,5 @@
-"""Request and response shapes of the OFREP routes, for the OpenAPI document (as
+"""Request and response shapes of the OFREP routes: the request body, which
+:mod:`flagstaff.http.ofrep` decodes, and the answers, for the OpenAPI document (as
 :mod:`flagstaff.http.schemas` for the rest); the protocol's own document is
 open-feature/protocol ``service/openapi.yaml``."""
 
@@ -11,9 +12,11 @@ import msgspec
 
 class OfrepEvaluationRequest(msgspec.Struct):
     """``context.targetingKey`` is the distinct id; ``context.groups`` (``{"company":
-    "acme"}``) the groups; every other attribute of ``context`` a person property."""
+    "acme"}``) the groups; every other attribute of ``context`` a person property. Without
+    a context (or a null one) the answer is TARGETING_KEY_MISSING; the context's attributes
+    are checked by :func:`flagstaff.flags.ofrep.parse_context`."""
 
-    context: dict[str, Any]
+    context: dict[str, Any] | None
 
 
 class OfrepEvaluation(msgspec.Struct, omit_defaults=True):

@@ -8,6 +8,10 @@ output size, so a compression bomb costs no more than `limit` bytes of memory.
 The parsed JSON is safe downstream: `\\u0000` escapes and lone surrogate escapes become U+FFFD
 before parsing, and invalid UTF-8 bytes are replaced, so every string encodes as UTF-8 and none
 holds a NUL. Non-standard `NaN`/`Infinity` literals (Python's `json.dumps` emits them) become null.
+
+:func:`decode_body` answers the JSON value (capture takes any shape); :func:`body_json` the
+JSON text, which :func:`decode_as` decodes straight into a msgspec type (a /flags body) with
+the same values as :func:`parse_json` would give.
 """
 
 from __future__ import annotations
@@ -18,12 +22,22 @@ import math
 import re
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
+import msgspec
 import orjson
 
-__all__ = ["PayloadError", "decode_body", "decode_query_data"]
+__all__ = [
+    "PayloadError",
+    "body_json",
+    "decode_as",
+    "decode_body",
+    "decode_query_data",
+    "parse_json",
+]
+
+T = TypeVar("T")
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _JSON_STARTS = frozenset(b"{[")
@@ -91,6 +105,27 @@ def decode_body(
     limit: int,
 ) -> Any:
     """Decode a capture request body into its JSON value."""
+    return parse_json(
+        body_json(
+            body,
+            content_type=content_type,
+            content_encoding=content_encoding,
+            query=query,
+            limit=limit,
+        )
+    )
+
+
+def body_json(
+    body: bytes,
+    *,
+    content_type: str | None,
+    content_encoding: str | None,
+    query: Mapping[str, str],
+    limit: int,
+) -> bytes:
+    """The JSON text of a request body, its encoding layers (form, gzip, deflate, lz64,
+    base64) peeled; not yet parsed (:func:`parse_json`, :func:`decode_as`)."""
     if len(body) > limit:
         raise _too_large(f"request body of {len(body)} bytes", limit)
     if not body:
@@ -108,7 +143,7 @@ def decode_body(
     if hint is None:
         hint = _hint(content_encoding)
     try:
-        return _parse_json(_unwrap(data, hint, limit))
+        return _unwrap(data, hint, limit)
     except PayloadError as exc:
         if exc.code == "invalid_base64" and hint is None and _is_json_type(content_type):
             # Text labelled as JSON that is neither JSON nor a known encoding: say so.
@@ -124,7 +159,7 @@ def decode_query_data(query: Mapping[str, str], limit: int) -> Any | None:
     data = raw.encode("utf-8", "replace")
     if len(data) > limit:
         raise _too_large(f"query data of {len(data)} bytes", limit)
-    return _parse_json(_unwrap(_restore_plus(data), _hint(query.get("compression")), limit))
+    return parse_json(_unwrap(_restore_plus(data), _hint(query.get("compression")), limit))
 
 
 def _hint(value: str | None) -> str | None:
@@ -384,7 +419,8 @@ def _scrub(data: bytes) -> bytes:
     return _RISKY_ESCAPE.sub(_scrub_escape, data)
 
 
-def _parse_json(data: bytes) -> Any:
+def parse_json(data: bytes) -> Any:
+    """JSON text as its value; :class:`PayloadError` (400 ``invalid_json``) when it is not."""
     # orjson rejects lone surrogate escapes and invalid UTF-8 itself, so only NUL escapes need
     # a look before parsing; a backslash-free body (the usual case) skips even that.
     if b"\\" in data and b"\\u0000" in data:
@@ -425,3 +461,29 @@ def _parse_json_leniently(data: bytes) -> Any:
         raise PayloadError(400, "invalid_json", "JSON body is nested too deeply") from None
     except ValueError:
         raise PayloadError(400, "invalid_json", "body is not valid JSON") from None
+
+
+_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_NUMBER = b"0" * 19
+"""19 digits in a row: maybe an integer beyond 64 bits, which msgspec keeps exact and
+:func:`parse_json` turns into a float (as orjson and JavaScript read it)."""
+
+
+def decode_as(data: bytes, kind: type[T]) -> T:
+    """JSON text decoded straight into ``kind`` (a msgspec type), with the values
+    ``msgspec.convert(parse_json(data), kind)`` gives: :class:`PayloadError` when it is not
+    JSON, ``msgspec.ValidationError`` when it is JSON but not a ``kind``.
+
+    msgspec decodes the usual body directly (faster than a dict, then checks); a body it
+    reads otherwise than :func:`parse_json` (a NUL escape, a lone surrogate, invalid UTF-8,
+    NaN, an overflowing number, an integer beyond 64 bits, deep nesting) takes the lenient
+    path, as does one that does not fit ``kind`` (a float out of range becomes null there).
+    """
+    if (b"\\" not in data or b"\\u0000" not in data) and _LONG_NUMBER not in data.translate(
+        _DIGITS
+    ):
+        try:
+            return msgspec.json.decode(data, type=kind)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            pass  # msgspec.ValidationError included: the lenient value decides
+    return msgspec.convert(parse_json(data), kind)

@@ -29,26 +29,6 @@ class Status(msgspec.Struct):
 # /flags, /decide ----------------------------------------------------------------------------
 
 
-class FlagsRequest(msgspec.Struct, omit_defaults=True):
-    """The body of POST /flags and /decide (JSON, or compressed/base64 as the SDKs send it);
-    GET takes the same fields as query parameters."""
-
-    distinct_id: str
-    api_key: str | None = None
-    token: str | None = None
-    anon_distinct_id: str | None = field(default=None, name="$anon_distinct_id")
-    device_id: str | None = field(default=None, name="$device_id")
-    groups: dict[str, str | int] | None = None
-    person_properties: dict[str, Any] | None = None
-    group_properties: dict[str, dict[str, Any]] | None = None
-    flag_keys_to_evaluate: list[str] | None = None
-    evaluation_contexts: list[str] | None = None
-    evaluation_environments: list[str] | None = None
-    disable_flags: bool | None = None
-    geoip_disable: bool | None = None
-    timezone: str | None = None
-
-
 class FlagReason(msgspec.Struct):
     code: str
     condition_index: int

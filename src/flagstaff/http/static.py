@@ -74,10 +74,6 @@ class Bundles:
 _bundles = Bundles(PACKAGE_DIR)
 
 
-def bundles() -> Bundles:
-    return _bundles
-
-
 def _parse(path: str) -> tuple[str | None, str]:
     """(version or None, file name) of ``/static/<name>`` or ``/static/<version>/<name>``."""
     parts = path.strip("/").split("/")

@@ -277,13 +277,6 @@ class GeoIP:
             return _NOTHING[0]
         return self._cached(ip)[0]
 
-    def lookup_event(self, ip: str) -> EventProperties:
-        """Everything PostHog's event GeoIP step sets for ``ip`` (the seven plus subdivisions,
-        latitude, longitude, accuracy radius, city confidence) that is known. Never raises."""
-        if type(ip) is not str or len(ip) > _MAX_IP_LENGTH:
-            return _NOTHING[1]
-        return self._cached(ip)[1]
-
     def cache_info(self) -> functools._CacheInfo:
         return self._cached.cache_info()
 

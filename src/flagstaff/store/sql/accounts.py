@@ -121,14 +121,6 @@ class Accounts(ActivityMethods, Protocol):
         n = len(USER_COLUMNS.split(","))
         return [(user_record(r), Membership(r[0], project_id, Role(r[n]), r[n + 1])) for r in rows]
 
-    async def remove_membership(self, user_id: int, project_id: int) -> bool:
-        removed = await self.sql.execute(
-            "DELETE FROM memberships WHERE user_id = $1 AND project_id = $2",
-            user_id,
-            project_id,
-        )
-        return removed > 0
-
     async def change_membership(
         self,
         user_id: int,
