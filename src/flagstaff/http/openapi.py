@@ -31,7 +31,7 @@ from flagstaff.application.holdouts import HoldoutInput
 from flagstaff.application.surveys import SurveyInput
 from flagstaff.http import account_schemas as a
 from flagstaff.http import approval_schemas as ap
-from flagstaff.http import flags as fl
+from flagstaff.http import flags as public_flags
 from flagstaff.http import ofrep_schemas as of
 from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
@@ -283,7 +283,7 @@ _FLAGS_OR_LEGACY = (s.FlagsResponse, s.LegacyFlagsResponse)  # by the v query pa
 _FLAGS = Doc(
     "Evaluate every flag for a distinct id (the project token is the body's api_key)",
     _FLAGS_OR_LEGACY,
-    fl.FlagsRequest,
+    public_flags.FlagsRequest,
     query=_FLAGS_QUERY,
 )
 _DEFINITIONS = Doc(
@@ -325,7 +325,7 @@ _PUBLIC: dict[str, Doc] = {
     "/decide": Doc(
         "PostHog's older flags endpoint: v=4 and above answer /flags?v=2's shape",
         _FLAGS_OR_LEGACY,
-        fl.FlagsRequest,
+        public_flags.FlagsRequest,
         query=_FLAGS_QUERY,
     ),
     "/ofrep/v1/evaluate/flags/{key}": Doc(
