@@ -1,21 +1,27 @@
 """A flag's usage from the rollup rows ingestion keeps (``store/flag_usage.py``): checks per
 day over the last :data:`WINDOW_DAYS` days, per value, in the order the API and the console
-show them. Pure."""
+show them (pure: :func:`flag_checks`), and the API's usage answer (:func:`usage_json`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
+from flagstaff.application.context import Caller
+from flagstaff.application.errors import ApiError
+from flagstaff.common import clock
+from flagstaff.common.clock import ms_to_iso
 from flagstaff.common.units import DAY_MS
 from flagstaff.ingest.flag_usage import NO_RESPONSE, day_of
 from flagstaff.store.flag_usage import ValueChecks
 
 WINDOW_DAYS = 30
 """Days the list and the charts cover, today (UTC) included."""
+MAX_USAGE_DAYS = 365
+"""The longest window the API answers."""
 NO_RESPONSE_LABEL = "no value"
 
 
@@ -118,3 +124,40 @@ def variant_keys(flag: Mapping[str, Any]) -> list[str]:
     """The flag's variant keys in order (none for a boolean flag)."""
     multivariate = (flag.get("filters") or {}).get("multivariate") or {}
     return [str(v.get("key")) for v in multivariate.get("variants") or [] if v.get("key")]
+
+
+class UsageStore(Protocol):
+    async def flag_value_checks(
+        self, project_id: int, flag_key: str, since_day: int
+    ) -> list[ValueChecks]: ...
+
+    async def flag_last_seen(self, project_id: int, keys: list[str]) -> dict[str, int]: ...
+
+
+async def usage_json(
+    caller: Caller[UsageStore], flag: Mapping[str, Any], days: int
+) -> dict[str, Any]:
+    """The flag's checks per UTC day and value over the ``days`` ending today, as the API
+    answers them."""
+    if not 1 <= days <= MAX_USAGE_DAYS:
+        raise ApiError(400, "invalid_input", f"days must be 1-{MAX_USAGE_DAYS}", "days")
+    now = clock.now_ms()
+    key = str(flag["key"])
+    rows = await caller.store.flag_value_checks(caller.project_id, key, first_day(now, days))
+    checks = flag_checks(rows, now, variant_keys(flag), days)
+    last_seen = (await caller.store.flag_last_seen(caller.project_id, [key])).get(key)
+    return {
+        "flag_key": key,
+        "days": [
+            {
+                "date": day_label(day),
+                "checks": total,
+                "values": {s.value: s.counts[i] for s in checks.series if s.counts[i]},
+            }
+            for i, (day, total) in enumerate(zip(checks.days, checks.day_totals(), strict=True))
+        ],
+        "values": {s.value: s.total for s in checks.series if s.total},
+        "total": checks.total,
+        "checks_per_day": checks.total / days,
+        "last_seen": ms_to_iso(last_seen) if last_seen is not None else None,
+    }
