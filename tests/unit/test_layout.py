@@ -160,3 +160,35 @@ def test_an_upward_import_is_found() -> None:
     graph["flagstaff.server.jobs"].add("flagstaff.http.admin")
     edges = package_imports(graph)
     assert "http" not in MAY_IMPORT["server"] and ("server", "http") in edges
+
+
+def _store_calls(source: str) -> list[str]:
+    """Calls of a store method made through a caller (``ctx.store.get_flag(...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr in ("store", "accounts")
+            and isinstance(node.func.value.value, ast.Name)
+            and node.func.value.value.id == "ctx"
+        ):
+            found.append(f"{node.lineno}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_management_handlers_reach_the_store_only_through_use_cases() -> None:
+    """A management handler decodes, calls a use case and renders: it never calls the store
+    (``ctx.store``, ``ctx.accounts``) itself."""
+    offenders = {
+        path.name: calls
+        for path in sorted((PACKAGE / "http").glob("admin*.py"))
+        if (calls := _store_calls(path.read_text()))
+    }
+    assert not offenders, offenders
+
+
+def test_a_handler_calling_the_store_is_found() -> None:
+    source = "async def h(ctx, request):\n    return await ctx.store.list_flags(1, 2, 3)\n"
+    assert _store_calls(source) == ["2: ctx.store.list_flags"]

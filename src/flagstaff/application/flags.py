@@ -32,7 +32,7 @@ from flagstaff.application.approvals import (
     hold_schedule,
 )
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import ApiError, invalid_input
+from flagstaff.application.errors import ApiError, existing, invalid_input
 from flagstaff.application.inputs import UNSET, UnsetType, decode, given
 from flagstaff.application.wording import decode_worded
 from flagstaff.common import clock
@@ -42,7 +42,7 @@ from flagstaff.common.invalid import DefinitionInvalid
 from flagstaff.flags import EvalRequest, validate_flag
 from flagstaff.flags.explain import Explanation, explain
 from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
-from flagstaff.store.records import Definitions, FlagContext
+from flagstaff.store.records import Definitions, FlagContext, Page
 
 # the flag body ------------------------------------------------------------------------------
 
@@ -149,6 +149,22 @@ class FlagStore(HoldStore, Protocol):
 FlagWrite = dict[str, Any] | Held | Unchanged
 """A write's outcome: the flag as stored, or, under an approval policy, the change request it
 became (:class:`Held`) or the flag as it was (:class:`Unchanged`)."""
+
+
+class FlagReads(Protocol):
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+
+    async def list_flags(self, project_id: int, limit: int, offset: int) -> Page: ...
+
+
+async def existing_flag(caller: Caller[FlagReads], flag_id: int) -> dict[str, Any]:
+    """The project's flag ``flag_id``; 404 when it has none."""
+    return existing(await caller.store.get_flag(caller.project_id, flag_id), "feature flag")
+
+
+async def list_flags(caller: Caller[FlagReads], limit: int, offset: int) -> Page:
+    """The project's live flags, newest first."""
+    return await caller.store.list_flags(caller.project_id, limit, offset)
 
 
 async def create_flag(caller: Caller[FlagStore], data: FeatureFlagInput) -> dict[str, Any]:

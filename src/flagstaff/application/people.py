@@ -136,6 +136,10 @@ class PeopleStore(Protocol):
 
     async def list_warnings(self, project_id: int, limit: int, offset: int) -> Page: ...
 
+    async def list_groups(
+        self, project_id: int, group_type_index: int, search: str, limit: int, offset: int
+    ) -> list[Group]: ...
+
 
 async def find_person(caller: Caller[PeopleStore], distinct_id: str) -> list[dict[str, Any]]:
     """The person behind ``distinct_id``, as a list of none or one."""
@@ -146,6 +150,21 @@ async def find_person(caller: Caller[PeopleStore], distinct_id: str) -> list[dic
 async def find_group(caller: Caller[PeopleStore], index: int, key: str) -> dict[str, Any]:
     group = existing(await caller.store.get_group(caller.project_id, index, key), "group")
     return group_json(group)
+
+
+MAX_GROUP_SEARCH = 400
+
+
+async def list_groups(
+    caller: Caller[PeopleStore], index: int, search: str, limit: int, offset: int
+) -> list[Group]:
+    """Up to ``limit`` + 1 groups of type ``index`` by key from ``offset`` (one more tells
+    that a next page exists), those whose key contains ``search`` (any case)."""
+    if len(search) > MAX_GROUP_SEARCH:
+        raise ApiError(
+            400, "invalid_input", f"search has at most {MAX_GROUP_SEARCH} characters", "search"
+        )
+    return await caller.store.list_groups(caller.project_id, index, search, limit + 1, offset)
 
 
 async def list_group_types(caller: Caller[PeopleStore]) -> list[dict[str, Any]]:

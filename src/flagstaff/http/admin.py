@@ -101,7 +101,7 @@ async def get_project(ctx: Caller[Store], request: Request) -> Any:
 async def list_flags(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
-    page = await ctx.store.list_flags(ctx.project_id, limit, offset)
+    page = await flag_rules.list_flags(ctx, limit, offset)
     return _paginated(request, page.count, page.results, limit, offset)
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from starlette.requests import Request
 
+from flagstaff.application import flags
 from flagstaff.application.accounts import project_json
 from flagstaff.application.context import Caller
-from flagstaff.application.errors import existing
 from flagstaff.http.rest import path_int
 from flagstaff.store.base import Store
 
@@ -21,5 +21,4 @@ Handler = Callable[[Caller[Store], Request], Awaitable[Any]]
 
 async def existing_flag(ctx: Caller[Store], request: Request) -> dict[str, Any]:
     """The flag named by the path's ``flag_id``; 404 when the project has none."""
-    flag = await ctx.store.get_flag(ctx.project_id, path_int(request, "flag_id"))
-    return existing(flag, "feature flag")
+    return await flags.existing_flag(ctx, path_int(request, "flag_id"))
