@@ -1,10 +1,11 @@
 """The OpenAPI 3.1 document of every route, served at /api/schema/ and rendered at /api/docs.
 
 Built from the app's route tables (the management API's ``ROUTES`` and the public routes), so
-a route cannot be served without appearing here; request and response bodies are the msgspec
-Structs of :mod:`flagstaff.http.schemas`, turned into JSON Schema components by msgspec. The
-public request bodies are the Structs their handlers decode (``http/flags.py``'s
-``FlagsRequest``, ``http/ofrep_schemas.py``'s ``OfrepEvaluationRequest``).
+a route cannot be served without appearing here. Request bodies are the Structs the handlers
+decode them with: the use cases' inputs in ``application/`` (``FeatureFlagInput``...) and the
+public ones (``http/flags.py``'s ``FlagsRequest``, ``http/ofrep_schemas.py``'s
+``OfrepEvaluationRequest``). Response bodies are the Structs of the ``http/*schemas.py``
+modules. msgspec turns both into JSON Schema components.
 """
 
 from __future__ import annotations

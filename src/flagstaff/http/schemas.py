@@ -1,6 +1,7 @@
-"""The request and response shapes of every route, as msgspec Structs, for /api/schema/.
+"""The answers of the routes, as msgspec Structs, for /api/schema/ (request bodies are the
+Structs their handlers decode with, in ``application/`` and ``http/flags.py``).
 
-These types document the wire format (PostHog's); handlers build their bodies with faster
+These types document the wire format (PostHog's); handlers build their answers with faster
 means (pre-encoded fragments, dicts), and the API tests hold both to the same shapes. Fields
 whose names are not identifiers (``$anon_distinct_id``) are renamed with ``msgspec.field``.
 """
