@@ -567,3 +567,57 @@ async def check_guardrails(
                 on_change()
                 break  # stopped: the other breaches are reported on the next pass
     return reported
+
+
+# recomputing from the stored events ---------------------------------------------------------
+
+
+class RecomputeStore(Protocol):
+    async def get_experiment(
+        self, project_id: int, experiment_id: int
+    ) -> ExperimentRecord | None: ...
+
+    async def list_experiments(self, project_id: int, limit: int, offset: int) -> Page: ...
+
+    async def recompute_experiment(self, project_id: int, experiment_id: int) -> int: ...
+
+    async def experiment_totals(self, experiment_id: int, fingerprint: str) -> ExperimentTotals: ...
+
+
+class Recomputed(msgspec.Struct, frozen=True):
+    """One experiment rebuilt: the events read and the persons exposed per variant (None: not
+    started, nothing computed)."""
+
+    experiment_id: int
+    events_read: int | None
+    exposed: dict[str, int] | None
+
+
+MAX_RECOMPUTED = 100_000
+
+
+async def recompute(
+    store: RecomputeStore, project_id: int, experiment_id: int | None
+) -> list[Recomputed]:
+    """Rebuild experiment ``experiment_id``'s aggregates (None: every started experiment's)
+    from the stored events: after an import, or to check what ingestion kept."""
+    if experiment_id is not None:
+        found = await store.get_experiment(project_id, experiment_id)
+        if found is None or found.deleted:
+            raise ApiError(404, "not_found", f"no experiment with id {experiment_id}")
+        records = [found]
+    else:
+        page = await store.list_experiments(project_id, MAX_RECOMPUTED, 0)
+        records = [r for r in page.results if r.definition.start_date is not None]
+    out = []
+    for record in records:
+        if record.definition.start_date is None:
+            out.append(Recomputed(record.id, None, None))
+            continue
+        read = await store.recompute_experiment(project_id, record.id)
+        totals = await store.experiment_totals(
+            record.id, ExperimentSpec(record.id, record.definition).fingerprint
+        )
+        exposed = {k: v.exposed for k, v in totals.variants.items()}
+        out.append(Recomputed(record.id, read, exposed))
+    return out

@@ -362,32 +362,22 @@ def cmd_events_export(args: argparse.Namespace) -> int:
 
 def cmd_experiments_recompute(args: argparse.Namespace) -> int:
     """Rebuild experiments' aggregates from the stored events (after an import, or to check)."""
+    from flagstaff.application.experiments import recompute
+
     settings = _settings(args)
 
     async def run(store: Store) -> list[str]:
         project_id = await _project_id(store, args.project)
-        if args.experiment is not None:
-            record = await store.get_experiment(project_id, args.experiment)
-            if record is None or record.deleted:
-                raise SystemExit(f"flagstaff: no experiment with id {args.experiment}")
-            records = [record]
-        else:
-            page = await store.list_experiments(project_id, 100_000, 0)
-            records = [r for r in page.results if r.definition.start_date is not None]
-        lines = []
-        for record in records:
-            if record.definition.start_date is None:
-                lines.append(f"experiment {record.id}: not started, nothing to compute")
-                continue
-            read = await store.recompute_experiment(project_id, record.id)
-            totals = await store.experiment_totals(
-                record.id, ExperimentSpec(record.id, record.definition).fingerprint
-            )
-            exposed = {k: v.exposed for k, v in totals.variants.items()}
-            lines.append(f"experiment {record.id}: {read} events read, exposed {exposed}")
-        return lines
-
-    from flagstaff.experiments.exposure import ExperimentSpec
+        try:
+            done = await recompute(store, project_id, args.experiment)
+        except ApiError as exc:
+            raise _refused(exc) from None
+        return [
+            f"experiment {r.experiment_id}: not started, nothing to compute"
+            if r.events_read is None
+            else f"experiment {r.experiment_id}: {r.events_read} events read, exposed {r.exposed}"
+            for r in done
+        ]
 
     lines = _with_store(settings, run)
     print("\n".join(lines) if lines else "no started experiment")
