@@ -8,11 +8,12 @@ from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from flagstaff.activity.approvals import ApprovalPolicy, ChangeRequest, RequestStatus
 from flagstaff.application.approvals import ApprovalReads
 from flagstaff.console import review_views
+from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
 
 MAX_PENDING = 200
@@ -51,10 +52,7 @@ class StoreApprovalData:
 
 
 def approval_routes(pages: ConsolePages, data: ApprovalData) -> list[BaseRoute]:
-    async def approvals_page(request: Request) -> Response:
-        page = await pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def approvals_page(request: Request, page: Page) -> Response:
         principal, project = page.principal, page.project
         now = pages.clock()
         emails = {u.id: u.email for u, _ in await pages.accounts.list_members(project.id)}
@@ -85,4 +83,4 @@ def approval_routes(pages: ConsolePages, data: ApprovalData) -> list[BaseRoute]:
             recent=rows(recent),
         )
 
-    return [Route("/approvals", approvals_page, methods=["GET"])]
+    return [page_route(pages, "/approvals", approvals_page)]

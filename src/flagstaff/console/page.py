@@ -5,8 +5,9 @@ person, their principal in the project asked for, and the project; or the answer
 given (the login redirect, "not a member", "viewers cannot ...") when there is none. The page
 then answers with :meth:`Page.render` (the template inside the console's shell: user, CSRF
 token, project, role, which navigation entry is current, what the role may do),
-:meth:`Page.not_found` or :meth:`Page.refuse`. Pages without a project (login, single
-sign-on's refusals) use :func:`error_page` and :func:`html_page`.
+:meth:`Page.not_found` or :meth:`Page.refuse`; :func:`found_numbered` finds the stored object
+a path names by its id, or answers the 404 page. Pages without a project (login, single
+sign-on's refusals) use :func:`projectless_page`, :func:`error_page` and :func:`html_page`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,27 @@ def html_page(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status, headers=SECURITY_HEADERS)
 
 
+def projectless_page(
+    template: str,
+    auth: console_session.Authenticated | None,
+    status: int = 200,
+    **values: Any,
+) -> HTMLResponse:
+    """``template`` in the console's shell outside any project (the login page, errors): the
+    signed-in person if any, no project, role or navigation entry."""
+    body = templates.render(
+        template,
+        user=auth.user if auth else None,
+        csrf_token=auth.csrf_token if auth else "",
+        project=None,
+        role="",
+        static_url=STATIC_URL,
+        nav="",
+        **values,
+    )
+    return html_page(body, status)
+
+
 def error_page(
     auth: console_session.Authenticated | None,
     status: int,
@@ -55,19 +77,7 @@ def error_page(
     reason: str | None = None,
 ) -> HTMLResponse:
     """A page saying what went wrong; with ``reason``, a refused login (no session)."""
-    body = templates.render(
-        "error.html",
-        user=auth.user if auth else None,
-        csrf_token=auth.csrf_token if auth else "",
-        project=None,
-        role="",
-        static_url=STATIC_URL,
-        nav="",
-        title=title,
-        message=message,
-        reason=reason,
-    )
-    return html_page(body, status)
+    return projectless_page("error.html", auth, status, title=title, message=message, reason=reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +130,23 @@ class PageOpener(Protocol):
 
 PageView = Callable[[Request, Page], Awaitable[Response]]
 """A page's own part: what it shows once its :class:`Page` is open."""
+
+
+async def found_numbered(
+    request: Request,
+    page: Page,
+    param: str,
+    read: Callable[[int, int], Awaitable[dict[str, Any] | None]],
+    missing: str,
+) -> dict[str, Any] | Response:
+    """The stored object (the management API's JSON) whose id the path gives in ``param``,
+    read by ``read(project_id, id)``; or the 404 page saying ``missing`` when that is not a
+    number, or the project has no such object, or it is deleted."""
+    raw = request.path_params.get(param, "")
+    found = await read(page.project.id, int(raw)) if raw.isdigit() else None
+    if found is None or found.get("deleted"):
+        return page.not_found(missing)
+    return found
 
 
 def page_route(

@@ -8,7 +8,7 @@ console can do nothing the API would refuse.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote
@@ -28,14 +28,17 @@ from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.application.flag_usage import FlagChecks
 from flagstaff.common.clock import now_ms
-from flagstaff.console import charts, paging, templates, usage, views
+from flagstaff.console import charts, paging, usage, views
 from flagstaff.console.page import (
     SECURITY_HEADERS,
     STATIC_URL,
     Page,
+    PageView,
     ProjectInfo,
     error_page,
-    html_page,
+    found_numbered,
+    page_route,
+    projectless_page,
 )
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
@@ -43,6 +46,10 @@ from flagstaff.store.base import Person
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_FORM_BYTES = 16_384
+VIEWERS_CANNOT_CREATE = "Viewers cannot create feature flags."
+
+FlagView = Callable[[Request, Page, dict[str, Any]], Awaitable[Response]]
+"""A flag page's own part: what it shows of the path's flag (the management API's JSON)."""
 
 
 class ConsoleData(Protocol):
@@ -218,14 +225,10 @@ class ConsolePages:
         self, request: Request, status: int, error: str, email: str, next_path: str
     ) -> Response:
         token = request.cookies.get(csrf.LOGIN_CSRF_COOKIE) or csrf.new_login_csrf()
-        body = templates.render(
+        response = projectless_page(
             "login.html",
-            user=None,
-            csrf_token="",
-            project=None,
-            role="",
-            static_url=STATIC_URL,
-            nav="",
+            None,
+            status,
             login_csrf=token,
             error=error,
             email=email,
@@ -234,7 +237,6 @@ class ConsolePages:
             sso_url=f"/login/oidc?next={quote(next_path, safe='')}",
             password_login_off=self.settings.password_login_off,
         )
-        response = html_page(body, status)
         response.headers.append(
             "set-cookie",
             cookies.set_cookie_header(
@@ -303,10 +305,7 @@ class ConsolePages:
         )
         return response
 
-    async def flags(self, request: Request) -> Response:
-        page = await self.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def flags(self, request: Request, page: Page) -> Response:
         project = page.project
         now = self.clock()
         flags = await self.data.list_flags(project.id)
@@ -355,32 +354,23 @@ class ConsolePages:
             usage=charts,
         )
 
-    async def new_flag(self, request: Request) -> Response:
-        page = await self.open_page(request, Action.EDIT, "Viewers cannot create feature flags.")
-        if isinstance(page, Response):
-            return page
+    async def new_flag(self, request: Request, page: Page) -> Response:
         return await self._editor(page, None)
 
-    async def _existing_flag(self, request: Request, page: Page) -> dict[str, Any] | Response:
-        raw = request.path_params.get("flag_id", "")
-        flag = await self.data.get_flag(page.project.id, int(raw)) if raw.isdigit() else None
-        if flag is None or flag.get("deleted"):
-            return page.not_found("There is no such feature flag.")
-        return flag
+    def flag_view(self, view: FlagView) -> PageView:
+        """The page of the path's flag (``flag_id``): ``view`` of it, or the 404 page when the
+        project has none."""
 
-    async def _flag_page(self, request: Request) -> tuple[Page, dict[str, Any]] | Response:
-        """The page of the path's flag (``flag_id``): 404 when the project has none."""
-        page = await self.open_page(request)
-        if isinstance(page, Response):
-            return page
-        flag = await self._existing_flag(request, page)
-        return flag if isinstance(flag, Response) else (page, flag)
+        async def opened(request: Request, page: Page) -> Response:
+            flag = await found_numbered(
+                request, page, "flag_id", self.data.get_flag, "There is no such feature flag."
+            )
+            return flag if isinstance(flag, Response) else await view(request, page, flag)
 
-    async def edit_flag(self, request: Request) -> Response:
-        found = await self._flag_page(request)
-        if isinstance(found, Response):
-            return found
-        return await self._editor(*found)
+        return opened
+
+    async def edit_flag(self, request: Request, page: Page, flag: dict[str, Any]) -> Response:
+        return await self._editor(page, flag)
 
     async def _account_page(
         self, page: Page, message: str = "", failed: bool = False, status: int = 200
@@ -405,10 +395,7 @@ class ConsolePages:
             min_password=passwords.MIN_PASSWORD_LENGTH,
         )
 
-    async def account(self, request: Request) -> Response:
-        page = await self.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def account(self, request: Request, page: Page) -> Response:
         return await self._account_page(page)
 
     async def change_password(self, request: Request) -> Response:
@@ -438,11 +425,8 @@ class ConsolePages:
         note = f" {ended} other session(s) were logged out." if ended else ""
         return await self._account_page(page, "Your password was changed." + note)
 
-    async def events(self, request: Request) -> Response:
+    async def events(self, request: Request, page: Page) -> Response:
         """Live events: the newest events now; the page's script then polls the events API."""
-        page = await self.open_page(request)
-        if isinstance(page, Response):
-            return page
         project = page.project
         event = request.query_params.get("event", "")[:200]
         distinct_id = request.query_params.get("distinct_id", "")[:200]
@@ -462,11 +446,7 @@ class ConsolePages:
             distinct_id_filter=distinct_id,
         )
 
-    async def flag_schedule(self, request: Request) -> Response:
-        found = await self._flag_page(request)
-        if isinstance(found, Response):
-            return found
-        page, flag = found
+    async def flag_schedule(self, request: Request, page: Page, flag: dict[str, Any]) -> Response:
         changes = await self.data.scheduled_changes(page.project.id, flag["id"])
         rows = [
             views.ScheduledRow(
@@ -476,10 +456,7 @@ class ConsolePages:
         ]
         return page.render("flag_schedule.html", "flags", flag=flag, changes=rows)
 
-    async def persons(self, request: Request) -> Response:
-        page = await self.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def persons(self, request: Request, page: Page) -> Response:
         project = page.project
         distinct_id = request.query_params.get("distinct_id", "").strip()[:200]
         person = await self.data.person(project.id, distinct_id) if distinct_id else None
@@ -501,12 +478,8 @@ class ConsolePages:
             events=events,
         )
 
-    async def test_user(self, request: Request) -> Response:
+    async def test_user(self, request: Request, page: Page, flag: dict[str, Any]) -> Response:
         """The "test a user" panel: a read-only form (GET) evaluating the flag step by step."""
-        found = await self._flag_page(request)
-        if isinstance(found, Response):
-            return found
-        page, flag = found
         query = request.query_params
         distinct_id = query.get("distinct_id", "")[:200]
         raw_properties = query.get("person_properties", "")[:MAX_FORM_BYTES]
@@ -534,11 +507,7 @@ class ConsolePages:
             problem=problem,
         )
 
-    async def flag_history(self, request: Request) -> Response:
-        found = await self._flag_page(request)
-        if isinstance(found, Response):
-            return found
-        page, flag = found
+    async def flag_history(self, request: Request, page: Page, flag: dict[str, Any]) -> Response:
         activities = await self.data.flag_activity(page.project.id, flag["id"])
         versions = await self.data.flag_versions(page.project.id, flag["id"])
         return page.render(
@@ -566,15 +535,17 @@ def console_routes(
         Route("/login", pages.login_form, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),
         Route("/logout", pages.logout, methods=["POST"]),
-        Route("/account", pages.account, methods=["GET"]),
+        page_route(pages, "/account", pages.account),
         Route("/account/password", pages.change_password, methods=["POST"]),
-        Route("/feature_flags", pages.flags, methods=["GET"]),
-        Route("/feature_flags/new", pages.new_flag, methods=["GET"]),
-        Route("/feature_flags/{flag_id}", pages.edit_flag, methods=["GET"]),
-        Route("/feature_flags/{flag_id}/history", pages.flag_history, methods=["GET"]),
-        Route("/feature_flags/{flag_id}/test", pages.test_user, methods=["GET"]),
-        Route("/feature_flags/{flag_id}/schedule", pages.flag_schedule, methods=["GET"]),
-        Route("/events", pages.events, methods=["GET"]),
-        Route("/persons", pages.persons, methods=["GET"]),
+        page_route(pages, "/feature_flags", pages.flags),
+        page_route(pages, "/feature_flags/new", pages.new_flag, Action.EDIT, VIEWERS_CANNOT_CREATE),
+        page_route(pages, "/feature_flags/{flag_id}", pages.flag_view(pages.edit_flag)),
+        page_route(pages, "/feature_flags/{flag_id}/history", pages.flag_view(pages.flag_history)),
+        page_route(pages, "/feature_flags/{flag_id}/test", pages.flag_view(pages.test_user)),
+        page_route(
+            pages, "/feature_flags/{flag_id}/schedule", pages.flag_view(pages.flag_schedule)
+        ),
+        page_route(pages, "/events", pages.events),
+        page_route(pages, "/persons", pages.persons),
         Mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="console-static"),
     ]

@@ -13,10 +13,11 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
 from flagstaff.console import team_views, views
+from flagstaff.console.page import Page, found_numbered, page_route
 from flagstaff.console.routes import ConsolePages, redirect
 from flagstaff.console.team_data import GROUPS_PER_PAGE, WARNINGS_PER_PAGE, TeamData
 from flagstaff.store.rows import WARNINGS_KEPT
@@ -36,10 +37,7 @@ class TeamPages:
 
     # members -------------------------------------------------------------------------------
 
-    async def members(self, request: Request) -> Response:
-        page = await self.pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def members(self, request: Request, page: Page) -> Response:
         auth, project = page.auth, page.project
         members = await self.pages.accounts.list_members(project.id)
         rows = team_views.member_rows(members, auth.user.id)
@@ -53,10 +51,7 @@ class TeamPages:
 
     # cohorts -------------------------------------------------------------------------------
 
-    async def cohorts(self, request: Request) -> Response:
-        page = await self.pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def cohorts(self, request: Request, page: Page) -> Response:
         project = page.project
         cohorts = await self.data.cohorts(project.id)
         counts = await self.data.dynamic_counts(project.id, cohorts)
@@ -76,10 +71,7 @@ class TeamPages:
             "property_keys": sorted(await self.pages.data.property_keys(project_id)),
         }
 
-    async def new_cohort(self, request: Request) -> Response:
-        page = await self.pages.open_page(request, Action.EDIT, "Viewers cannot create cohorts.")
-        if isinstance(page, Response):
-            return page
+    async def new_cohort(self, request: Request, page: Page) -> Response:
         project = page.project
         return page.render(
             "cohort_edit.html",
@@ -91,15 +83,13 @@ class TeamPages:
             count="",
         )
 
-    async def cohort(self, request: Request) -> Response:
-        page = await self.pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def cohort(self, request: Request, page: Page) -> Response:
         project = page.project
-        raw = request.path_params.get("cohort_id", "")
-        cohort = await self.data.cohort(project.id, int(raw)) if raw.isdigit() else None
-        if cohort is None or cohort.get("deleted"):
-            return page.not_found("There is no such cohort.")
+        cohort = await found_numbered(
+            request, page, "cohort_id", self.data.cohort, "There is no such cohort."
+        )
+        if isinstance(cohort, Response):
+            return cohort
         members: list[str] = []
         count = ""
         if cohort.get("is_static"):
@@ -121,10 +111,7 @@ class TeamPages:
 
     # groups --------------------------------------------------------------------------------
 
-    async def group_types(self, request: Request) -> Response:
-        page = await self.pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def group_types(self, request: Request, page: Page) -> Response:
         types = await self.data.group_types(page.project.id)
         if types:
             target = f"/groups/{min(types)}"
@@ -141,10 +128,7 @@ class TeamPages:
         raw = request.path_params.get("group_type_index", "")
         return types, int(raw) if raw.isdigit() else -1
 
-    async def groups(self, request: Request) -> Response:
-        page = await self.pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def groups(self, request: Request, page: Page) -> Response:
         project = page.project
         types, index = await self._group_type(request, project.id)
         if index not in types:
@@ -165,10 +149,7 @@ class TeamPages:
             per_page=GROUPS_PER_PAGE,
         )
 
-    async def group(self, request: Request) -> Response:
-        page = await self.pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def group(self, request: Request, page: Page) -> Response:
         project = page.project
         types, index = await self._group_type(request, project.id)
         key = request.path_params.get("group_key", "")
@@ -186,10 +167,7 @@ class TeamPages:
 
     # ingestion warnings --------------------------------------------------------------------
 
-    async def warnings(self, request: Request) -> Response:
-        page = await self.pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def warnings(self, request: Request, page: Page) -> Response:
         project = page.project
         offset = _offset(request)
         everything = await self.data.warnings(project.id, WARNINGS_KEPT, 0)
@@ -207,10 +185,7 @@ class TeamPages:
 
     # project settings ----------------------------------------------------------------------
 
-    async def project_settings(self, request: Request) -> Response:
-        page = await self.pages.open_page(request)
-        if isinstance(page, Response):
-            return page
+    async def project_settings(self, request: Request, page: Page) -> Response:
         project = await self.data.project(page.project.id)
         if project is None:
             return page.not_found("There is no such project.")
@@ -226,16 +201,23 @@ class TeamPages:
         )
 
     def routes(self) -> list[BaseRoute]:
+        pages = self.pages
         return [
-            Route("/members", self.members, methods=["GET"]),
-            Route("/cohorts", self.cohorts, methods=["GET"]),
-            Route("/cohorts/new", self.new_cohort, methods=["GET"]),
-            Route("/cohorts/{cohort_id}", self.cohort, methods=["GET"]),
-            Route("/groups", self.group_types, methods=["GET"]),
-            Route("/groups/{group_type_index}", self.groups, methods=["GET"]),
-            Route("/groups/{group_type_index}/{group_key:path}", self.group, methods=["GET"]),
-            Route("/ingestion_warnings", self.warnings, methods=["GET"]),
-            Route("/settings/project", self.project_settings, methods=["GET"]),
+            page_route(pages, "/members", self.members),
+            page_route(pages, "/cohorts", self.cohorts),
+            page_route(
+                pages,
+                "/cohorts/new",
+                self.new_cohort,
+                Action.EDIT,
+                "Viewers cannot create cohorts.",
+            ),
+            page_route(pages, "/cohorts/{cohort_id}", self.cohort),
+            page_route(pages, "/groups", self.group_types),
+            page_route(pages, "/groups/{group_type_index}", self.groups),
+            page_route(pages, "/groups/{group_type_index}/{group_key:path}", self.group),
+            page_route(pages, "/ingestion_warnings", self.warnings),
+            page_route(pages, "/settings/project", self.project_settings),
         ]
 
 

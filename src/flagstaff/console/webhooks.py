@@ -8,12 +8,13 @@ from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
 from flagstaff.activity.webhooks import Delivery, Webhook
 from flagstaff.application.webhooks import WebhookReads
 from flagstaff.console import review_views
+from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
 
 
@@ -41,10 +42,7 @@ class StoreWebhookData:
 
 
 def webhook_routes(pages: ConsolePages, data: WebhookData) -> list[BaseRoute]:
-    async def webhooks_page(request: Request) -> Response:
-        page = await pages.open_page(request, Action.MANAGE, "Only admins manage webhooks.")
-        if isinstance(page, Response):
-            return page
+    async def webhooks_page(request: Request, page: Page) -> Response:
         project = page.project
         rows = [
             review_views.webhook_row(
@@ -59,4 +57,12 @@ def webhook_routes(pages: ConsolePages, data: WebhookData) -> list[BaseRoute]:
             scope_choices=review_views.SCOPE_CHOICES,
         )
 
-    return [Route("/settings/webhooks", webhooks_page, methods=["GET"])]
+    return [
+        page_route(
+            pages,
+            "/settings/webhooks",
+            webhooks_page,
+            Action.MANAGE,
+            "Only admins manage webhooks.",
+        )
+    ]
