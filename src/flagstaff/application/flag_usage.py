@@ -4,9 +4,9 @@ show them (pure: :func:`flag_checks`), and the API's usage answer (:func:`usage_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -16,7 +16,7 @@ from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.common.units import DAY_MS
 from flagstaff.ingest.flag_usage import NO_RESPONSE, day_of
-from flagstaff.store.flag_usage import ValueChecks
+from flagstaff.store.flag_usage import DailyChecks, ValueChecks
 
 WINDOW_DAYS = 30
 """Days the list and the charts cover, today (UTC) included."""
@@ -92,6 +92,36 @@ def _order(values: Iterable[str], variants: Sequence[str]) -> list[str]:
     return sorted(set(values), key=key)
 
 
+R = TypeVar("R", ValueChecks, DailyChecks)
+
+
+def daily_counts(
+    rows: Iterable[R],
+    key_of: Callable[[R], str],
+    now_ms: int,
+    days: int = WINDOW_DAYS,
+    counts: dict[str, list[int]] | None = None,
+) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Rollup rows added up per key (a value, a flag) and day over the ``days`` ending today
+    (UTC), oldest first, into ``counts`` (new when None), and each key's last check among
+    them; rows outside the window are ignored."""
+    start = first_day(now_ms, days)
+    counts = {} if counts is None else counts
+    last: dict[str, int] = {}
+    for row in rows:
+        offset = row.day - start
+        if not 0 <= offset < days:
+            continue
+        key = key_of(row)
+        series = counts.get(key)
+        if series is None:
+            series = counts[key] = [0] * days
+        series[offset] += row.checks
+        if row.last_seen_ms > last.get(key, -1):
+            last[key] = row.last_seen_ms
+    return counts, last
+
+
 def flag_checks(
     rows: Iterable[ValueChecks],
     now_ms: int,
@@ -102,21 +132,13 @@ def flag_checks(
     (rows outside are ignored; a variant of the flag with no checks still gets its empty
     series)."""
     start = first_day(now_ms, days)
-    counts: dict[str, list[int]] = {v: [0] * days for v in variants}
-    last: int | None = None
-    for row in rows:
-        offset = row.day - start
-        if not 0 <= offset < days:
-            continue
-        series = counts.get(row.value)
-        if series is None:
-            series = counts[row.value] = [0] * days
-        series[offset] += row.checks
-        last = row.last_seen_ms if last is None else max(last, row.last_seen_ms)
+    counts, last = daily_counts(
+        rows, lambda row: row.value, now_ms, days, {v: [0] * days for v in variants}
+    )
     return FlagChecks(
         days=list(range(start, start + days)),
         series=[Series(v, value_label(v), counts[v]) for v in _order(counts, variants)],
-        last_seen_ms=last,
+        last_seen_ms=max(last.values(), default=None),
     )
 
 

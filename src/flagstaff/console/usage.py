@@ -14,7 +14,7 @@ from flagstaff.application.flag_usage import (
     NO_RESPONSE_LABEL,
     WINDOW_DAYS,
     FlagChecks,
-    first_day,
+    daily_counts,
 )
 from flagstaff.console import usage_charts
 from flagstaff.console.views import FlagRow, FlagUsage
@@ -44,19 +44,11 @@ def usage_by_flag(
 ) -> dict[str, FlagUsage]:
     """Each flag's usage for the list: checks per day of the window (oldest first), their mean,
     and the last check (from ``last_seen`` for flags not checked in the window)."""
-    start = first_day(now_ms)
-    daily: dict[str, list[int]] = {}
+    daily, in_window = daily_counts(rows, lambda row: row.flag_key, now_ms)
     last: dict[str, int] = dict(last_seen)
-    for row in rows:
-        offset = row.day - start
-        if not 0 <= offset < WINDOW_DAYS:
-            continue
-        counts = daily.get(row.flag_key)
-        if counts is None:
-            counts = daily[row.flag_key] = [0] * WINDOW_DAYS
-        counts[offset] += row.checks
-        if row.last_seen_ms > last.get(row.flag_key, -1):
-            last[row.flag_key] = row.last_seen_ms
+    for key, seen in in_window.items():
+        if seen > last.get(key, -1):
+            last[key] = seen
     out = {}
     for key, seen in last.items():
         counts = daily.get(key)
