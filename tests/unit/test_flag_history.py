@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from flagstaff.activity.records import Actor, ChangeSource
-from flagstaff.application.flags import flag_from_input, flag_history
+from flagstaff.application.activity import flag_history
+from flagstaff.application.flags import flag_from_input
 from flagstaff.console.store_data import StoreConsoleData
 from tests.unit.test_store_contract import TOKEN, Factory, backend, run
 

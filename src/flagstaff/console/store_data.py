@@ -11,11 +11,11 @@ from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
 from flagstaff.application import flag_usage
+from flagstaff.application.activity import flag_history
 from flagstaff.application.flag_usage import FlagChecks
 from flagstaff.application.flags import (
     ExplainError,
     explain_from_store,
-    flag_history,
     request_from_store,
 )
 from flagstaff.application.people import event_json

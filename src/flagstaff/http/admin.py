@@ -26,7 +26,7 @@ from flagstaff.activity.records import (
     Scope,
 )
 from flagstaff.application import accounts as account_cases
-from flagstaff.application import cohorts, people
+from flagstaff.application import activity, cohorts, people
 from flagstaff.application import flags as flag_rules
 from flagstaff.application.approvals import Held, Unchanged
 from flagstaff.application.errors import ApiError
@@ -163,7 +163,7 @@ async def flag_activity(ctx: Caller[Store], request: Request) -> Any:
     flag = await _existing_flag(ctx, request)
     limit = _int_param(request, "limit", 10, 100) or 10
     page = max(_int_param(request, "page", 1), 1)
-    rows, total = await flag_rules.flag_activity(ctx, flag, limit, page)
+    rows, total = await activity.flag_activity(ctx, flag, limit, page)
 
     def page_url(number: int) -> str:
         query = dict(request.query_params)
@@ -193,7 +193,7 @@ async def activity_log(ctx: Caller[Store], request: Request) -> Any:
     user = request.query_params.get("user")
     if user is not None and not user.isdigit():
         raise ApiError(400, "invalid_input", "user must be a user id", "user")
-    rows, cursor = await flag_rules.activity_log(
+    rows, cursor = await activity.activity_log(
         ctx,
         scope=_scope_param(request),
         item_id=request.query_params.get("item_id") or None,

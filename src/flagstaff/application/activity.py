@@ -1,0 +1,70 @@
+"""The activity log as the API and the console read it: a flag's history (paged by number)
+and the project's log (cursor paginated, newest first). The records are written by the store
+with each change (``activity/``)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from flagstaff.activity.records import Scope, StoredActivity
+from flagstaff.application.context import Caller
+
+
+class ActivityStore(Protocol):
+    """What the activity listings read."""
+
+    async def list_activity(
+        self, project_id: int, *, scope: Scope | None = None, item_id: str | None = None,
+        user_id: int | None = None, before_id: int | None = None, limit: int = 100,
+        offset: int = 0,
+    ) -> list[StoredActivity]: ...  # fmt: skip
+
+    async def count_activity(self, project_id: int, scope: Scope, item_id: str | None) -> int: ...
+
+
+async def flag_history(
+    store: ActivityStore, project_id: int, flag_id: int, limit: int, offset: int = 0
+) -> list[StoredActivity]:
+    """The flag's activity records (scope FeatureFlag, item the flag's id), newest first: the
+    API's activity page and the console's history page."""
+    return await store.list_activity(
+        project_id, scope=Scope.FEATURE_FLAG, item_id=str(flag_id), limit=limit, offset=offset
+    )
+
+
+async def flag_activity(
+    caller: Caller[ActivityStore], flag: dict[str, Any], limit: int, page: int
+) -> tuple[list[StoredActivity], int]:
+    """One page (from 1) of the flag's history, newest first, and how many records it has."""
+    total = await caller.store.count_activity(
+        caller.project_id, Scope.FEATURE_FLAG, str(flag["id"])
+    )
+    rows = await flag_history(
+        caller.store, caller.project_id, flag["id"], limit, (page - 1) * limit
+    )
+    return rows, total
+
+
+async def activity_log(
+    caller: Caller[ActivityStore],
+    *,
+    scope: Scope | None,
+    item_id: str | None,
+    user_id: int | None,
+    before_id: int | None,
+    limit: int,
+) -> tuple[list[StoredActivity], int | None]:
+    """The project's activity records older than ``before_id``, newest first, at most
+    ``limit``, and the cursor of the next page (None: this is the last)."""
+    rows = await caller.store.list_activity(
+        caller.project_id,
+        scope=scope,
+        item_id=item_id,
+        user_id=user_id,
+        before_id=before_id,
+        limit=limit + 1,
+    )
+    if len(rows) > limit:
+        rows = rows[:limit]
+        return rows, rows[-1].id
+    return rows, None
