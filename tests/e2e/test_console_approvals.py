@@ -14,7 +14,7 @@ import httpx
 import msgspec
 import pytest
 
-from flagstaff.activity.webhooks import SIGNATURE_HEADER, verify_signature
+from flagstaff.activity.webhooks import SIGNATURE_HEADER
 from tests.e2e.test_console_editor import (
     ADMIN_EMAIL,
     EDITOR_EMAIL,
@@ -25,7 +25,7 @@ from tests.e2e.test_console_editor import (
     page,
 )
 from tests.server import PERSONAL_KEY, PROJECT_TOKEN, Server
-from tests.webhook_receiver import Receiver
+from tests.webhook_receiver import Receiver, verify_signature
 
 __all__ = ["browser", "page"]  # the browser fixtures of the console's journeys
 
