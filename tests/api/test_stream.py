@@ -464,7 +464,9 @@ def test_kill_9_of_a_nats_server_and_a_consumer_under_load_loses_and_duplicates_
     stack.nats.start(0)
     _until(lambda: len(survivor.ready()["shards"]) == SHARDS, 20, "the survivor took every shard")
     acked = load.acked
-    _until(lambda: _stored(stack.pg.url, acked) == len(acked), 30, "every acknowledged event")
+    # A liveness bound, not a speed check: the survivor catches up on the shards it took over
+    # (37 s once, on a machine a benchmark shared).
+    _until(lambda: _stored(stack.pg.url, acked) == len(acked), 90, "every acknowledged event")
     _until(lambda: survivor.ready()["lag"] == 0, 20, "no lag left")
     everything = acked + load.refused
     stored = _stored(stack.pg.url, everything)
