@@ -18,7 +18,7 @@ import msgspec
 
 from flagstaff.activity.records import ChangeSource, Trigger
 from flagstaff.application.errors import ApiError
-from flagstaff.application.flags import flag_from_input
+from flagstaff.application.flags import FlagWrites, flag_from_input
 from flagstaff.common.clock import parse_iso, utc_iso
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict
@@ -81,23 +81,14 @@ class ProgressSink(Protocol):
     def update(self, done: int) -> None: ...
 
 
-class TransferStore(Protocol):
-    """What an import reads and writes: group types and flags by key."""
+class TransferStore(FlagWrites, Protocol):
+    """What an import reads and writes: group types, and flags by key."""
 
     async def list_group_types(self, project_id: int) -> dict[int, str]: ...
 
     async def create_group_type(self, project_id: int, index: int, name: str) -> bool: ...
 
     async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None: ...
-
-    async def create_flag(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]: ...
-
-    async def update_flag(
-        self, project_id: int, flag_id: int, data: dict[str, Any],
-        source: ChangeSource | None = None,
-    ) -> dict[str, Any]: ...  # fmt: skip
 
     async def list_flags(self, project_id: int, limit: int, offset: int) -> Page: ...
 

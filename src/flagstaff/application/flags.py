@@ -130,9 +130,8 @@ def rollback_input(body: Any) -> RollbackInput:
 # writing flags ------------------------------------------------------------------------------
 
 
-class FlagStore(HoldStore, Protocol):
-    """What the flag writes use: the flags, their versions, and what the approval hold reads
-    (the policy) and writes (a change request)."""
+class FlagWrites(Protocol):
+    """Writing a flag (the API's writes, an import)."""
 
     async def create_flag(
         self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
@@ -142,6 +141,11 @@ class FlagStore(HoldStore, Protocol):
         self, project_id: int, flag_id: int, data: dict[str, Any],
         source: ChangeSource | None = None,
     ) -> dict[str, Any]: ...  # fmt: skip
+
+
+class FlagStore(FlagWrites, HoldStore, Protocol):
+    """What the flag writes use: the flags, their versions, and what the approval hold reads
+    (the policy) and writes (a change request)."""
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
 
