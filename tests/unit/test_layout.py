@@ -192,3 +192,20 @@ def test_management_handlers_reach_the_store_only_through_use_cases() -> None:
 def test_a_handler_calling_the_store_is_found() -> None:
     source = "async def h(ctx, request):\n    return await ctx.store.list_flags(1, 2, 3)\n"
     assert _store_calls(source) == ["2: ctx.store.list_flags"]
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """``from flagstaff.x import _name`` reaches into another module's privates: what two
+    modules share is public in one of them."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flagstaff"):
+                private = [
+                    a.name
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+                if private:
+                    offenders.append(f"{path.relative_to(PACKAGE)}: {node.module} {private}")
+    assert not offenders, offenders

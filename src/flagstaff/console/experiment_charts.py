@@ -22,12 +22,12 @@ from flagstaff.console.usage_charts import (
     GRID,
     INK,
     MUTED,
-    _legend,
-    _open,
     colour,
     nice_step,
     number,
     short,
+    svg_legend,
+    svg_open,
 )
 
 WIN = "#1b7f3b"
@@ -80,7 +80,9 @@ def delta_bars(chart_id: str, title: str, deltas: Sequence[Delta], width: int = 
         + ("significant" if d.significant else "not significant")
         for d in deltas
     )
-    out = [_open(chart_id, width, height, title, words or "No variant to compare.", "chart delta")]
+    out = [
+        svg_open(chart_id, width, height, title, words or "No variant to compare.", "chart delta")
+    ]
     axis_y = top + row * max(1, len(deltas))
     for i in range(-4, 5):
         value = bound * i / 4
@@ -139,7 +141,7 @@ def lines(
     from the one before, for a cumulative line)."""
     left, right, top, bottom = 56, 24, 8, 30
     plot_w = width - left - right
-    legend, legend_h = _legend([name for name, _ in series], left, plot_w, top)
+    legend, legend_h = svg_legend([name for name, _ in series], left, plot_w, top)
     plot_top = top + legend_h + (6 if legend_h else 0)
     plot_h = height - plot_top - bottom
     peak = max((max(counts, default=0) for _, counts in series), default=0)
@@ -153,7 +155,7 @@ def lines(
     def y_of(v: int) -> float:
         return plot_top + plot_h - plot_h * v / y_max
 
-    out = [_open(chart_id, width, height, title, desc, "chart lines"), legend]
+    out = [svg_open(chart_id, width, height, title, desc, "chart lines"), legend]
     for tick in range(0, y_max + 1, step):
         y = y_of(tick)
         out.append(

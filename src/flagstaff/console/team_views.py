@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from flagstaff.accounts.records import Membership, Role, User
-from flagstaff.console.views import FilterModel, _filter_model
+from flagstaff.console.views import FilterModel, filter_model
 from flagstaff.ingest import validate
 from flagstaff.store.base import Usage, Warning
 
@@ -173,7 +173,7 @@ def cohort_editor_model(cohort: Mapping[str, Any] | None) -> CohortEditorModel:
     filters = cohort.get("filters") or {}
     group = filters.get("properties") if isinstance(filters, dict) else None
     sets = _condition_sets(group)
-    conditions = [[_filter_model(p) for p in s] for s in sets or []]
+    conditions = [[filter_model(p) for p in s] for s in sets or []]
     return CohortEditorModel(
         id=cohort.get("id"),
         name=str(cohort.get("name") or ""),

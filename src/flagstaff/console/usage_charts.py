@@ -61,7 +61,7 @@ def nice_step(top: float, intervals: int = 4) -> int:
     return int(10 * power)  # pragma: no cover - the loop always returns
 
 
-def _open(chart_id: str, width: int, height: int, title: str, desc: str, css: str) -> str:
+def svg_open(chart_id: str, width: int, height: int, title: str, desc: str, css: str) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" role="img" class="{css}" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
@@ -90,10 +90,10 @@ def sparkline(
             f'<polyline points="{" ".join(points)}" fill="none" stroke="{PALETTE[0]}" '
             'stroke-width="1.5" stroke-linejoin="round"/>'
         )
-    return Markup(_open(chart_id, width, height, title, desc, "chart spark") + body + "</svg>")
+    return Markup(svg_open(chart_id, width, height, title, desc, "chart spark") + body + "</svg>")
 
 
-def _legend(names: Sequence[str], x0: float, width: float, y0: float) -> tuple[str, float]:
+def svg_legend(names: Sequence[str], x0: float, width: float, y0: float) -> tuple[str, float]:
     """Legend items (swatch and name) laid out in rows from (x0, y0); returns the markup and
     the height used."""
     parts = []
@@ -129,7 +129,7 @@ def stacked_bars(
     last."""
     left, right, top, bottom = 56, 12, 8, 44
     plot_w = width - left - right
-    legend, legend_h = _legend([n for n, _ in series], left, plot_w, top)
+    legend, legend_h = svg_legend([n for n, _ in series], left, plot_w, top)
     if len(series) < 2:
         legend, legend_h = "", 0
     plot_top = top + legend_h + (6 if legend_h else 0)
@@ -138,7 +138,7 @@ def stacked_bars(
     totals = [sum(counts[i] for _, counts in series) for i in range(n)]
     step = nice_step(max(totals, default=0))
     y_max = step * max(1, math.ceil(max(totals, default=0) / step))
-    out = [_open(chart_id, width, height, title, desc, "chart bars"), legend]
+    out = [svg_open(chart_id, width, height, title, desc, "chart bars"), legend]
     for tick in range(0, y_max + 1, step):
         y = plot_top + plot_h - plot_h * tick / y_max
         out.append(
@@ -199,7 +199,7 @@ def share_bars(
     right = 130
     plot_w = width - left - right
     height = top + row * max(len(items), 1) + bottom
-    out = [_open(chart_id, width, height, title, desc, "chart shares")]
+    out = [svg_open(chart_id, width, height, title, desc, "chart shares")]
     axis_y = top + row * max(len(items), 1)
     for pct in (0, 50, 100):
         x = left + plot_w * pct / 100

@@ -415,7 +415,7 @@ def _number_text(value: Any) -> str:
     return str(value)
 
 
-def _filter_model(prop: Mapping[str, Any]) -> FilterModel:
+def filter_model(prop: Mapping[str, Any]) -> FilterModel:
     kind = str(prop.get("type") or "person")
     default_operator = {"cohort": "in", "flag": "flag_evaluates_to"}.get(kind, "exact")
     index = prop.get("group_type_index")
@@ -438,7 +438,7 @@ def editor_model(flag: Mapping[str, Any] | None) -> EditorModel:
     holdout = filters.get("holdout") or {}
     conditions = [
         ConditionModel(
-            filters=[_filter_model(p) for p in group.get("properties") or []],
+            filters=[filter_model(p) for p in group.get("properties") or []],
             rollout_percentage=_number_text(group.get("rollout_percentage")),
             variant=str(group.get("variant") or ""),
         )
