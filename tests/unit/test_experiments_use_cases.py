@@ -158,12 +158,14 @@ def _caller(store: MemoryStore) -> Caller[MemoryStore]:
     return Caller(store=store, accounts=None, project_id=PROJECT, principal=principal)  # type: ignore[arg-type]
 
 
-def _create(store: MemoryStore, **body: Any) -> dict[str, Any]:
+def _create(store: MemoryStore, **body: Any) -> experiments.ExperimentView:
     data = experiments.experiment_input({"name": "Checkout", "feature_flag_key": "exp", **body})
     return asyncio.run(experiments.create_experiment(_caller(store), data))
 
 
-def _update(store: MemoryStore, eid: int, body: Any, replace: bool = False) -> dict[str, Any]:
+def _update(
+    store: MemoryStore, eid: int, body: Any, replace: bool = False
+) -> experiments.ExperimentView:
     data = experiments.experiment_input(body)
     record = store.experiments[eid]
     return asyncio.run(experiments.update_experiment(_caller(store), record, data, replace=replace))
@@ -202,9 +204,9 @@ def test_a_refused_body_names_the_field_in_the_experiment_api_words() -> None:
 def test_a_create_fills_what_stats_config_leaves_out_from_the_project_defaults() -> None:
     store = MemoryStore({"method": "frequentist", "sequential": True})
     created = _create(store, stats_config={"sequential": False, "cuped": None})
-    config = created["stats_config"]
-    assert (config["method"], config["sequential"], config["cuped"]) == ("frequentist", False, None)
-    assert _create(MemoryStore())["stats_config"]["method"] == "bayesian"
+    config = created.record.definition.stats_config
+    assert (config.method, config.sequential, config.cuped) == ("frequentist", False, None)
+    assert _create(MemoryStore()).record.definition.stats_config.method == "bayesian"
     error = _refused(lambda: _create(store, stats_config={"cuped_lookback_days": 0}))
     assert error.attr == "stats_config.cuped_lookback_days"
 
@@ -212,10 +214,13 @@ def test_a_create_fills_what_stats_config_leaves_out_from_the_project_defaults()
 def test_a_new_flag_is_made_or_an_eligible_one_linked() -> None:
     store = MemoryStore()
     created = _create(store)
-    flag = store.flags[created["feature_flag"]["id"]]
-    assert flag["active"] is False and [v["key"] for v in created["parameters"][
-        "feature_flag_variants"
-    ]] == ["control", "test"]  # fmt: skip
+    flag = store.flags[created.record.feature_flag_id]
+    assert created.flag == flag and created.holdout is None
+    assert flag["active"] is False
+    assert [v.key for v in created.record.definition.variants] == ["control", "test"]
+    shown = experiments.experiment_json(created)
+    assert shown["id"] == created.record.id and shown["feature_flag"]["id"] == flag["id"]
+    assert [v["key"] for v in shown["parameters"]["feature_flag_variants"]] == ["control", "test"]
     store.flags[9] = {"id": 9, "key": "bool", "filters": {"groups": []}, "active": True}
     assert _refused(lambda: _create(store, feature_flag_key="bool")).attr == "feature_flag_key"
     assert experiments.eligible_flag_keys(list(store.flags.values())) == ["exp"]
@@ -224,14 +229,15 @@ def test_a_new_flag_is_made_or_an_eligible_one_linked() -> None:
 def test_patch_and_put_keep_the_flag_and_launching_activates_it() -> None:
     store = MemoryStore()
     created = _create(store)
-    eid, flag_id = created["id"], created["feature_flag"]["id"]
+    eid, flag_id = created.record.id, created.record.feature_flag_id
     assert _refused(lambda: _update(store, eid, {"feature_flag_key": "other"})).attr == (
         "feature_flag_key"
     )
     renamed = _update(store, eid, {"name": "Renamed", "metrics": None})
-    assert renamed["name"] == "Renamed" and renamed["metrics"] == []
+    assert renamed.record.definition.name == "Renamed" and renamed.record.definition.metrics == []
     launched = _update(store, eid, {"start_date": "2024-01-01T00:00:00Z"})
-    assert launched["start_date"] == "2024-01-01T00:00:00Z" and store.flags[flag_id]["active"]
+    assert launched.record.definition.start_date == datetime(2024, 1, 1, tzinfo=UTC)
+    assert store.flags[flag_id]["active"] and launched.flag == store.flags[flag_id]
     variants = {"feature_flag_variants": [
         {"key": "control", "rollout_percentage": 30}, {"key": "test", "rollout_percentage": 70}
     ]}  # fmt: skip
@@ -240,7 +246,8 @@ def test_patch_and_put_keep_the_flag_and_launching_activates_it() -> None:
     replaced = _update(
         store, eid, {"name": "Whole", "feature_flag_key": "exp", "start_date": STARTED}, True
     )
-    assert replaced["name"] == "Whole" and replaced["description"] == ""
+    assert replaced.record.definition.name == "Whole"
+    assert replaced.record.definition.description == ""
     asyncio.run(experiments.delete_experiment(_caller(store), eid))
     with pytest.raises(ApiError) as gone:
         asyncio.run(experiments.find_experiment(store, PROJECT, eid))
@@ -253,7 +260,8 @@ def test_holdouts_follow_their_rules_and_experiments_take_them_by_either_name() 
     made = asyncio.run(holdouts.create_holdout(
         caller, holdouts.holdout_input({"name": "Ten", "filters": [{"rollout_percentage": 10}]})
     ))  # fmt: skip
-    hid = made["id"]
+    assert isinstance(made, HoldoutRecord) and holdouts.holdout_json(made)["name"] == "Ten"
+    hid = made.id
     error = _refused(lambda: asyncio.run(holdouts.create_holdout(
         caller, holdouts.holdout_input({"name": "x"})
     )))  # fmt: skip
@@ -268,14 +276,16 @@ def test_holdouts_follow_their_rules_and_experiments_take_them_by_either_name() 
             caller, store.holdouts[hid], holdouts.holdout_input({"name": "Still ten"})
         )
     )
-    assert renamed["name"] == "Still ten" and renamed["filters"] == made["filters"]
+    assert renamed.name == "Still ten" and renamed.filters == made.filters
+    assert asyncio.run(holdouts.holdouts(store, PROJECT)) == [renamed]
     created = _create(store, holdout=hid)
-    assert created["holdout_id"] == hid
-    flag = store.flags[created["feature_flag"]["id"]]
+    assert created.record.holdout_id == hid and created.holdout == renamed
+    assert experiments.experiment_json(created)["holdout"] == holdouts.holdout_json(renamed)
+    flag = store.flags[created.record.feature_flag_id]
     assert flag["filters"]["holdout"] == {"id": hid, "exclusion_percentage": 10.0}
     assert _refused(lambda: _create(store, feature_flag_key="e2", holdout=999)).attr == "holdout"
-    cleared = _update(store, created["id"], {"holdout": None})
-    assert cleared["holdout_id"] is None
+    cleared = _update(store, created.record.id, {"holdout": None})
+    assert cleared.record.holdout_id is None and cleared.holdout is None
     asyncio.run(holdouts.delete_holdout(caller, hid))
     assert asyncio.run(holdouts.holdouts(store, PROJECT)) == []
 
@@ -283,7 +293,7 @@ def test_holdouts_follow_their_rules_and_experiments_take_them_by_either_name() 
 def test_a_guardrail_stop_ends_the_experiment_and_serves_control() -> None:
     store = MemoryStore()
     created = _create(store, start_date="2024-01-01T00:00:00Z")
-    record = store.experiments[created["id"]]
+    record = store.experiments[created.record.id]
     breach = GuardrailBreach(
         metric_uuid="m",
         metric_name="Errors",
@@ -295,7 +305,7 @@ def test_a_guardrail_stop_ends_the_experiment_and_serves_control() -> None:
     )
     now = datetime(2024, 2, 1, tzinfo=UTC)
     asyncio.run(experiments.stop_experiment(store, PROJECT, record, breach, now))
-    stopped = store.experiments[created["id"]].definition
+    stopped = store.experiments[created.record.id].definition
     assert stopped.end_date == now and stopped.conclusion == experiments.STOPPED_EARLY
-    variants = store.flags[created["feature_flag"]["id"]]["filters"]["multivariate"]["variants"]
+    variants = store.flags[created.record.feature_flag_id]["filters"]["multivariate"]["variants"]
     assert {v["key"]: v["rollout_percentage"] for v in variants} == {"control": 100, "test": 0}

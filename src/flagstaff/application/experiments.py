@@ -27,7 +27,7 @@ import importlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 import msgspec
 
@@ -70,13 +70,23 @@ from flagstaff.experiments.model import (
 )
 from flagstaff.experiments.warm import RESULTS_MODULE
 from flagstaff.ops import logs
-from flagstaff.store.experiment_batch import ExperimentRecord, spec_of, sum_totals, with_holdout
+from flagstaff.store.experiment_batch import (
+    ExperimentRecord,
+    HoldoutRecord,
+    spec_of,
+    sum_totals,
+    with_holdout,
+)
 from flagstaff.store.records import Page
+
+if TYPE_CHECKING:
+    from flagstaff.experiments.results import ExperimentResults
 
 __all__ = [
     "ExperimentInput",
     "ExperimentReads",
     "ExperimentStore",
+    "ExperimentView",
     "ExposureStore",
     "GuardrailStore",
     "ResultsStore",
@@ -88,7 +98,9 @@ __all__ = [
     "eligible_flag_keys",
     "experiment_input",
     "experiment_json",
+    "experiment_results",
     "experiment_summary",
+    "experiment_view",
     "experiments_page",
     "exposures",
     "find_experiment",
@@ -266,17 +278,32 @@ def _variants_now(flag: dict[str, Any] | None) -> list[dict[str, Any]]:
     ]
 
 
-async def experiment_json(
+class ExperimentView(msgspec.Struct, frozen=True):
+    """An experiment as the API shows it: the stored record with its flag and its holdout
+    (None: gone, or none), read once (:func:`experiment_view`)."""
+
+    record: ExperimentRecord
+    flag: dict[str, Any] | None
+    holdout: HoldoutRecord | None
+
+
+async def experiment_view(
     store: ExperimentReads, project_id: int, record: ExperimentRecord
-) -> dict[str, Any]:
-    """The experiment in PostHog's shape, with its flag and holdout."""
-    out: dict[str, Any] = msgspec.to_builtins(record.definition)
+) -> ExperimentView:
+    """The experiment with its flag and holdout, as the API and the console show it."""
     flag = await store.get_flag(project_id, record.feature_flag_id)
     holdout = (
         await store.get_holdout(project_id, record.holdout_id)
         if record.holdout_id is not None
         else None
     )
+    return ExperimentView(record, flag, holdout)
+
+
+def experiment_json(view: ExperimentView) -> dict[str, Any]:
+    """The experiment in PostHog's shape, with its flag and holdout (the API's answer)."""
+    record, flag, holdout = view.record, view.flag, view.holdout
+    out: dict[str, Any] = msgspec.to_builtins(record.definition)
     parameters = out.setdefault("parameters", {})
     parameters["feature_flag_variants"] = _variants_now(flag) or msgspec.to_builtins(
         record.definition.variants
@@ -353,7 +380,7 @@ def _checked_flag(flag: dict[str, Any], current: dict[str, Any] | None) -> dict[
 
 async def create_experiment(
     caller: Caller[ExperimentStore], data: ExperimentInput
-) -> dict[str, Any]:
+) -> ExperimentView:
     """A new experiment and its flag, in one transaction: a multivariate flag PostHog's way
     (active once started), or the existing flag with the key, linked (its variants become the
     experiment's). Left-out ``stats_config`` fields take the project's defaults."""
@@ -376,7 +403,7 @@ async def create_experiment(
     else:
         flag = _checked_flag(experiment_flag(definition, definition.holdout_id, holdout), None)
     record = await store.create_experiment(project_id, definition, flag, source=caller.source)
-    return await experiment_json(store, project_id, record)
+    return await experiment_view(store, project_id, record)
 
 
 async def update_experiment(
@@ -385,7 +412,7 @@ async def update_experiment(
     data: ExperimentInput,
     *,
     replace: bool,
-) -> dict[str, Any]:
+) -> ExperimentView:
     """PATCH (``replace`` False: the fields sent replace the stored ones) or PUT (the body is
     the whole definition). The flag stays the experiment's; launching (a ``start_date`` on a
     draft) activates it; before launch the variants and the holdout are the flag's too, after
@@ -436,7 +463,7 @@ async def update_experiment(
     updated = await store.update_experiment(
         project_id, record.id, definition, flag=flag, source=caller.source
     )
-    return await experiment_json(store, project_id, updated)
+    return await experiment_view(store, project_id, updated)
 
 
 async def delete_experiment(caller: Caller[ExperimentStore], experiment_id: int) -> None:
@@ -456,19 +483,27 @@ async def _results_module() -> Any:
     return await asyncio.to_thread(importlib.import_module, RESULTS_MODULE)
 
 
-async def results_json(
+async def experiment_results(
     store: ResultsStore, record: ExperimentRecord, summary: ExperimentSummary | None = None
-) -> dict[str, Any]:
-    """The results response of one experiment (the endpoint's body; the console shows it),
-    from ``summary`` when the caller read the totals already."""
+) -> ExperimentResults:
+    """The results of one experiment now, from ``summary`` when the caller read the totals
+    already (:func:`results_json` renders them)."""
     results_module = await _results_module()
-    build_results, to_json = results_module.build_results, results_module.to_json
     if summary is None:
         summary = await experiment_summary(store, record)
-    now = datetime.now(UTC)
-    results: dict[str, Any] = to_json(build_results(record.definition, summary, now))
-    results["experiment_id"] = record.id
+    results: ExperimentResults = results_module.build_results(
+        record.definition, summary, datetime.now(UTC)
+    )
     return results
+
+
+def results_json(experiment_id: int, results: ExperimentResults) -> dict[str, Any]:
+    """The results response of one experiment (the endpoint's body; the console shows it)."""
+    from flagstaff.experiments.results import to_json  # loaded: ``results`` was built by it
+
+    body = to_json(results)
+    body["experiment_id"] = experiment_id
+    return body
 
 
 class ExposureStore(Protocol):

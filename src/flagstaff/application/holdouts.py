@@ -60,6 +60,7 @@ class HoldoutStore(HoldoutReads, Protocol):
 
 
 def holdout_json(record: HoldoutRecord) -> dict[str, Any]:
+    """The holdout in PostHog's shape (the API's answer)."""
     return msgspec.to_builtins(record)
 
 
@@ -84,8 +85,8 @@ def _checked(fields: dict[str, Any]) -> Holdout:
     return holdout
 
 
-async def holdouts(store: HoldoutReads, project_id: int) -> list[dict[str, Any]]:
-    return [holdout_json(r) for r in await store.list_holdouts(project_id)]
+async def holdouts(store: HoldoutReads, project_id: int) -> list[HoldoutRecord]:
+    return await store.list_holdouts(project_id)
 
 
 async def find_holdout(store: HoldoutReads, project_id: int, holdout_id: int) -> HoldoutRecord:
@@ -93,22 +94,21 @@ async def find_holdout(store: HoldoutReads, project_id: int, holdout_id: int) ->
     return existing(await store.get_holdout(project_id, holdout_id), "holdout")
 
 
-async def create_holdout(caller: Caller[HoldoutStore], data: HoldoutInput) -> dict[str, Any]:
+async def create_holdout(caller: Caller[HoldoutStore], data: HoldoutInput) -> HoldoutRecord:
     holdout = _checked(given(data))
-    return holdout_json(await caller.store.create_holdout(caller.project_id, holdout))
+    return await caller.store.create_holdout(caller.project_id, holdout)
 
 
 async def update_holdout(
     caller: Caller[HoldoutStore], record: HoldoutRecord, data: HoldoutInput
-) -> dict[str, Any]:
+) -> HoldoutRecord:
     """The fields sent replace those of ``record`` (the stored holdout, :func:`find_holdout`);
     the flags of the experiments using the holdout are rewritten with its new percentage."""
     fields = {"name": record.name, "description": record.description, "filters": record.filters}
     holdout = _checked({**fields, **given(data)})
-    updated = await caller.store.update_holdout(
+    return await caller.store.update_holdout(
         caller.project_id, record.id, holdout, source=caller.source
     )
-    return holdout_json(updated)
 
 
 async def delete_holdout(caller: Caller[HoldoutStore], holdout_id: int) -> None:

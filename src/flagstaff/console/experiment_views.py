@@ -1,6 +1,6 @@
 """What the experiment pages show, built from stored experiments and the results endpoint's
-JSON (``application/experiments.results_json``): every figure on the page is one of that
-response's, only formatted here. Pure: no I/O."""
+JSON (``application/experiments.results_json`` of ``experiment_results``): every figure on
+the page is one of that response's, only formatted here. Pure: no I/O."""
 
 from __future__ import annotations
 

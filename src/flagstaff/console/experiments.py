@@ -1,10 +1,10 @@
 """The experiment pages: ``/experiments`` (the list), ``/experiments/new`` (the form) and
 ``/experiments/{id}`` (results per metric, exposures over time, warnings, and the actions).
 
-The figures are the results endpoint's own (``results_json``, the function behind
-``GET .../experiments/{id}/results/``). Changes are made by ``static/experiments.js`` through
-the management API (experiments, and the flag's own update for shipping a variant, so the
-approval policy and the flag's history apply).
+The figures are the results endpoint's own (``experiment_results`` rendered by
+``results_json``, as ``GET .../experiments/{id}/results/`` answers them). Changes are made
+by ``static/experiments.js`` through the management API (experiments, and the flag's own
+update for shipping a variant, so the approval policy and the flag's history apply).
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ class StoreExperimentData:
 
     async def results(self, record: ExperimentRecord) -> Results:
         summary = await experiments.experiment_summary(self.store, record)
-        body = await experiments.results_json(self.store, record, summary)
-        return Results(body, summary.exposure_days)
+        results = await experiments.experiment_results(self.store, record, summary)
+        return Results(experiments.results_json(record.id, results), summary.exposure_days)
 
     async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
         return await self.store.get_flag(project_id, flag_id)

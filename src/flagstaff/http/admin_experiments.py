@@ -1,6 +1,7 @@
 """The experiment and holdout handlers of the management API, in PostHog's shapes: each
 decodes its request, calls its use case (``application/experiments.py``,
-``application/holdouts.py``) and answers what it returns.
+``application/holdouts.py``) and renders the records it returns (``experiment_json``,
+``holdout_json``, ``results_json``: the wire shapes, defined once beside the use cases).
 
 ``/experiments/``: create (the multivariate flag is created in the same transaction, or an
 existing flag with the key is linked), list, retrieve, PATCH/PUT (archiving is
@@ -48,7 +49,9 @@ async def list_experiments(ctx: Caller[Store], request: Request) -> Any:
     offset = int_param(request, "offset", 0)
     page = await experiments.experiments_page(ctx.store, ctx.project_id, limit, offset)
     results = [
-        await experiments.experiment_json(ctx.store, ctx.project_id, record)
+        experiments.experiment_json(
+            await experiments.experiment_view(ctx.store, ctx.project_id, record)
+        )
         for record in page.results
     ]
     return paginated(request, page.count, results, limit, offset)
@@ -57,19 +60,21 @@ async def list_experiments(ctx: Caller[Store], request: Request) -> Any:
 async def create_experiment(ctx: Caller[Store], request: Request) -> Any:
     warm_results()
     data = experiments.experiment_input(await json_body(request))
-    return 201, await experiments.create_experiment(ctx, data)
+    return 201, experiments.experiment_json(await experiments.create_experiment(ctx, data))
 
 
 async def get_experiment(ctx: Caller[Store], request: Request) -> Any:
     warm_results()
     record = await experiments.find_experiment(ctx.store, ctx.project_id, _experiment_id(request))
-    return await experiments.experiment_json(ctx.store, ctx.project_id, record)
+    view = await experiments.experiment_view(ctx.store, ctx.project_id, record)
+    return experiments.experiment_json(view)
 
 
 async def _update(ctx: Caller[Store], request: Request, replace: bool) -> Any:
     record = await experiments.find_experiment(ctx.store, ctx.project_id, _experiment_id(request))
     data = experiments.experiment_input(await json_body(request))
-    return await experiments.update_experiment(ctx, record, data, replace=replace)
+    view = await experiments.update_experiment(ctx, record, data, replace=replace)
+    return experiments.experiment_json(view)
 
 
 async def patch_experiment(ctx: Caller[Store], request: Request) -> Any:
@@ -87,20 +92,21 @@ async def delete_experiment(ctx: Caller[Store], request: Request) -> Any:
 
 async def experiment_results(ctx: Caller[Store], request: Request) -> Any:
     record = await experiments.find_experiment(ctx.store, ctx.project_id, _experiment_id(request))
-    return await experiments.results_json(ctx.store, record)
+    results = await experiments.experiment_results(ctx.store, record)
+    return experiments.results_json(record.id, results)
 
 
 # holdouts ---------------------------------------------------------------------------------
 
 
 async def list_holdouts(ctx: Caller[Store], request: Request) -> Any:
-    results = await holdouts.holdouts(ctx.store, ctx.project_id)
+    results = [holdouts.holdout_json(r) for r in await holdouts.holdouts(ctx.store, ctx.project_id)]
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
 async def create_holdout(ctx: Caller[Store], request: Request) -> Any:
     data = holdouts.holdout_input(await json_body(request))
-    return 201, await holdouts.create_holdout(ctx, data)
+    return 201, holdouts.holdout_json(await holdouts.create_holdout(ctx, data))
 
 
 async def get_holdout(ctx: Caller[Store], request: Request) -> Any:
@@ -111,7 +117,7 @@ async def get_holdout(ctx: Caller[Store], request: Request) -> Any:
 async def update_holdout(ctx: Caller[Store], request: Request) -> Any:
     record = await holdouts.find_holdout(ctx.store, ctx.project_id, _holdout_id(request))
     data = holdouts.holdout_input(await json_body(request))
-    return await holdouts.update_holdout(ctx, record, data)
+    return holdouts.holdout_json(await holdouts.update_holdout(ctx, record, data))
 
 
 async def delete_holdout(ctx: Caller[Store], request: Request) -> Any:
