@@ -19,12 +19,14 @@ from flagstaff.activity.records import ActivityRecord, ChangeSource
 from flagstaff.application import experiments, holdouts
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
+from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals, summarize
 from flagstaff.experiments.guardrails import GuardrailBreach
 from flagstaff.experiments.model import (
     ExperimentDefinition,
     Holdout,
     StatsConfig,
 )
+from flagstaff.experiments.results import ExperimentResults
 from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord
 from flagstaff.store.records import Conflict, Page
 
@@ -309,3 +311,14 @@ def test_a_guardrail_stop_ends_the_experiment_and_serves_control() -> None:
     assert stopped.end_date == now and stopped.conclusion == experiments.STOPPED_EARLY
     variants = store.flags[created.record.feature_flag_id]["filters"]["multivariate"]["variants"]
     assert {v["key"]: v["rollout_percentage"] for v in variants} == {"control": 100, "test": 0}
+
+
+def test_the_results_are_a_record_and_their_json_names_the_experiment() -> None:
+    store = MemoryStore()
+    record = store.experiments[_create(store, start_date=STARTED).record.id]
+    summary = summarize(ExperimentSpec(record.id, record.definition), ExperimentTotals())
+    results = asyncio.run(experiments.experiment_results(store, record, summary))
+    assert isinstance(results, ExperimentResults) and results.stats_method == "bayesian"
+    body = experiments.results_json(record.id, results)
+    assert list(body)[-1] == "experiment_id" and body["experiment_id"] == record.id
+    assert {k: v for k, v in body.items() if k != "experiment_id"} == msgspec.to_builtins(results)
