@@ -36,6 +36,7 @@ class FakeStore:
         self.surveys: dict[str, Survey] = {}
         self.features: dict[str, EarlyAccessFeature] = {}
         self.writes: list[FlagWrite] = []
+        self.aggregates: dict[str, stats.SurveyStats] = {}
 
     def _apply(self, record: Any, flags: list[FlagWrite]) -> Any:
         self.writes.extend(flags)
@@ -89,7 +90,8 @@ class FakeStore:
     async def survey_aggregates(
         self, project_id: int, survey_ids: list[str] | None
     ) -> dict[str, stats.SurveyStats]:
-        return {}
+        ids = self.aggregates if survey_ids is None else survey_ids
+        return {i: self.aggregates[i] for i in ids if i in self.aggregates}
 
     async def list_early_access_features(self, project_id: int, limit: int, offset: int) -> Page:
         found = list(self.features.values())
@@ -149,20 +151,28 @@ def test_a_survey_is_made_changed_and_deleted_with_its_flags() -> None:
         "id": "ignored", "created_by": {"id": 9},  # read-only fields of an export
     }  # fmt: skip
     made = run(surveys.create_survey(who, decode(SurveyInput, body)))
-    assert made["targeting_flag"]["filters"]["groups"][0]["rollout_percentage"] == 20
-    assert made["internal_targeting_flag"]["key"].endswith("-custom")
-    assert made["id"] != "ignored"
+    assert isinstance(made, surveys.ShownSurvey)
+    survey = made.survey
+    assert survey == store.surveys[survey.id] and survey.id != "ignored"
+    assert survey.targeting_flag_id is not None and survey.internal_targeting_flag_id is not None
+    targeting = made.flags[survey.targeting_flag_id]
+    assert targeting["filters"]["groups"][0]["rollout_percentage"] == 20
+    assert made.flags[survey.internal_targeting_flag_id]["key"].endswith("-custom")
+    # rendered, the flags sit by role
+    shown = surveys.survey_json(made)
+    assert shown["targeting_flag"] == targeting and shown["id"] == survey.id
 
-    patched = run(
-        surveys.update_survey(who, made["id"], SurveyInput(description="d"), partial=True)
-    )
-    assert patched["description"] == "d" and patched["questions"] == made["questions"]
-    archived = run(surveys.archive_survey(who, made["id"]))
-    assert archived["archived"] is True
-    assert store.flags[made["internal_targeting_flag"]["id"]]["active"] is False
+    patched = run(surveys.update_survey(who, survey.id, SurveyInput(description="d"), partial=True))
+    assert patched.survey.description == "d" and patched.survey.questions == survey.questions
+    archived = run(surveys.archive_survey(who, survey.id))
+    assert archived.survey.archived is True
+    assert store.flags[survey.internal_targeting_flag_id]["active"] is False
+    assert run(surveys.survey_of(who, survey.id)) == archived
+    listed = run(surveys.list_surveys(who, 10, 0))
+    assert listed == surveys.SurveyPage(1, [archived])
 
-    run(surveys.delete_survey(who, made["id"]))
-    assert made["id"] not in store.surveys
+    run(surveys.delete_survey(who, survey.id))
+    assert survey.id not in store.surveys
     assert all(f["deleted"] for f in store.flags.values())
 
 
@@ -191,11 +201,11 @@ def test_recurring_surveys_move_to_the_running_iteration() -> None:
         iteration_count=3,
         iteration_frequency_days=7,
     )
-    made = run(surveys.create_survey(who, inp))
-    assert made["current_iteration"] == 1
+    made = run(surveys.create_survey(who, inp)).survey
+    assert made.current_iteration == 1
     listed = list(store.surveys.values())
     assert run(surveys.advance_iterations(store, PROJECT, listed)) is True
-    assert store.surveys[made["id"]].current_iteration == 2
+    assert store.surveys[made.id].current_iteration == 2
     assert run(surveys.advance_iterations(store, PROJECT, list(store.surveys.values()))) is False
 
 
@@ -205,16 +215,65 @@ def test_a_feature_takes_and_leaves_the_enrollment_condition() -> None:
     made = run(
         early_access.create_feature(who, EarlyAccessFeatureInput(name="Dark mode", stage="beta"))
     )
-    flag = made["feature_flag"]
+    assert isinstance(made, early_access.ShownFeature)
+    assert made.feature == store.features[made.feature.id]
+    flag = made.flag
+    assert flag is not None and flag["id"] == made.feature.feature_flag_id
     assert flag["key"] == "dark-mode" and flag["filters"]["super_groups"]
+    assert early_access.feature_json(made)["feature_flag"] == flag
+    feature_id = made.feature.id
     moved = run(
-        early_access.update_feature(who, made["id"], EarlyAccessFeatureInput(stage="draft"))
+        early_access.update_feature(who, feature_id, EarlyAccessFeatureInput(stage="draft"))
     )
-    assert moved["stage"] == "draft" and moved["feature_flag"]["filters"]["super_groups"] is None
+    assert moved.feature.stage == "draft"
+    assert moved.flag is not None and moved.flag["filters"]["super_groups"] is None
+    assert run(early_access.feature_of(who, feature_id)) == moved
+    assert run(early_access.list_features(who, 10, 0)) == early_access.FeaturePage(1, [moved])
     # a second feature cannot take the same flag
     with pytest.raises(ApiError) as info:
         inp = EarlyAccessFeatureInput(name="Again", stage="beta", feature_flag_id=flag["id"])
         run(early_access.create_feature(who, inp))
     assert info.value.attr == "feature_flag_id"
-    run(early_access.delete_feature(who, made["id"]))
+    run(early_access.delete_feature(who, feature_id))
     assert store.features == {} and not store.flags[flag["id"]]["deleted"]
+
+
+def test_counts_and_answers_are_records_the_adapters_render() -> None:
+    store = FakeStore()
+    who = caller(store)
+    questions = [{"id": "q1", "type": "open", "question": "Why?"}]
+    made = run(surveys.create_survey(who, SurveyInput(name="S", type="api", questions=questions)))
+    survey = made.survey
+    sent = {
+        "event": "survey sent",
+        "properties": {"$survey_id": survey.id, "$survey_response_q1": "Fast"},
+        "person": "p1",
+        "timestamp_ms": 1_700_000_000_000,
+        "uuid": str(uuid.uuid4()),
+    }
+    store.aggregates[survey.id] = stats.build([sent])
+
+    counts = run(surveys.survey_stats(who, survey.id))
+    assert counts == surveys.SurveyCounts(survey, store.aggregates[survey.id])
+    body = surveys.survey_stats_json(counts)
+    assert body == {
+        **stats.stats_json(counts.aggregate),
+        "survey_id": survey.id,
+        "start_date": None,
+        "end_date": None,
+    }
+    assert body["stats"]["survey sent"]["total_count"] == 1
+
+    every = run(surveys.all_survey_stats(who))
+    assert every.survey_count == 1
+    assert surveys.all_survey_stats_json(every)["survey_count"] == 1
+
+    answers = run(surveys.survey_summary(who, survey.id, question_id="q1", limit=5))
+    assert (answers.survey, answers.question_id, answers.limit) == (survey, "q1", 5)
+    summary = surveys.survey_summary_json(answers)
+    assert summary["survey_id"] == survey.id and summary["responses"] == 1
+    [question] = summary["questions"]
+    assert question["open_answers"]["results"][0]["response"] == "Fast"
+    with pytest.raises(ApiError) as info:
+        run(surveys.survey_summary(who, survey.id, question_id="nope"))
+    assert info.value.attr == "question_id"

@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from flagstaff.accounts.records import Role
+from flagstaff.application.surveys import ShownSurvey
 from flagstaff.console.early_access import early_access_routes
 from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.console.surveys import survey_routes
@@ -39,8 +40,8 @@ class MemorySurveys:
     ) -> dict[str, stats.SurveyStats]:
         return {}
 
-    async def survey_json(self, project_id: int, survey: Survey) -> dict[str, Any]:
-        return {"id": survey.id, "name": survey.name, "type": survey.type, "questions": []}
+    async def shown_survey(self, project_id: int, survey: Survey) -> ShownSurvey:
+        return ShownSurvey(survey, {})
 
     async def property_keys(self, project_id: int) -> list[str]:
         return ["email"]

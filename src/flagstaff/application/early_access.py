@@ -6,7 +6,10 @@ document shows too), checks it with the flag it links (``surveys.early_access``)
 change to that flag, turns it into a whole flag as the flag API would
 (:func:`flagstaff.application.flags.flag_from_input`), and hands both to the store, which
 applies them in one transaction. Enrolment itself is the person's: posthog-js sets the
-``$feature_enrollment/<flag key>`` property, which the flag's condition reads."""
+``$feature_enrollment/<flag key>`` property, which the flag's condition reads.
+
+The use cases answer typed records (:class:`ShownFeature`, :class:`FeaturePage`); the adapters
+render them with :func:`feature_json`, the one definition of the wire shape."""
 
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ from flagstaff.surveys.model import format_datetime
 __all__ = [
     "EarlyAccessFeatureInput",
     "EarlyAccessStore",
+    "FeaturePage",
+    "ShownFeature",
     "create_feature",
     "delete_feature",
     "feature_flag",
@@ -42,6 +47,7 @@ __all__ = [
     "find_feature",
     "list_features",
     "public_stages",
+    "shown_feature",
     "update_feature",
 ]
 
@@ -57,6 +63,21 @@ class EarlyAccessFeatureInput(msgspec.Struct, kw_only=True):
     documentation_url: str | UnsetType | None = UNSET
     payload: Any = UNSET
     feature_flag_id: int | UnsetType | None = UNSET
+
+
+class ShownFeature(msgspec.Struct, frozen=True):
+    """A feature with its flag (minimal; None when it has none or it was deleted): what the
+    management API answers of one feature."""
+
+    feature: EarlyAccessFeature
+    flag: dict[str, Any] | None
+
+
+class FeaturePage(msgspec.Struct, frozen=True):
+    """A page of the project's features: how many in all, and the page's."""
+
+    count: int
+    results: list[ShownFeature]
 
 
 class EarlyAccessStore(FlagStore, Protocol):
@@ -106,14 +127,19 @@ async def feature_flag(
     return await stored_flag(store, project_id, feature.feature_flag_id)
 
 
-async def feature_json(
+async def shown_feature(
     store: FlagStore, project_id: int, feature: EarlyAccessFeature
-) -> dict[str, Any]:
-    """The feature in the management API's shape, with its flag."""
+) -> ShownFeature:
+    """The feature with its flag."""
     flags = await flags_shown(store, project_id, [feature.feature_flag_id])
     flag = flags.get(feature.feature_flag_id) if feature.feature_flag_id is not None else None
-    out = early_access.feature_json(feature, flag)
-    out["created_at"] = format_datetime(feature.created_at)
+    return ShownFeature(feature, flag)
+
+
+def feature_json(shown: ShownFeature) -> dict[str, Any]:
+    """The feature in the management API's shape, with its flag."""
+    out = early_access.feature_json(shown.feature, shown.flag)
+    out["created_at"] = format_datetime(shown.feature.created_at)
     return out
 
 
@@ -128,20 +154,17 @@ async def find_feature(
     return feature
 
 
-async def feature_of(caller: Caller[EarlyAccessStore], feature_id: str) -> dict[str, Any]:
-    """Feature ``feature_id`` as the API shows it, or a 404."""
+async def feature_of(caller: Caller[EarlyAccessStore], feature_id: str) -> ShownFeature:
+    """Feature ``feature_id`` with its flag, or a 404."""
     feature = await find_feature(caller.store, caller.project_id, feature_id)
-    return await feature_json(caller.store, caller.project_id, feature)
+    return await shown_feature(caller.store, caller.project_id, feature)
 
 
-async def list_features(
-    caller: Caller[EarlyAccessStore], limit: int, offset: int
-) -> tuple[int, list[dict[str, Any]]]:
-    """A page of the project's features, newest first: (how many in all, the page's)."""
+async def list_features(caller: Caller[EarlyAccessStore], limit: int, offset: int) -> FeaturePage:
+    """A page of the project's features, newest first, with their flags."""
     page = await caller.store.list_early_access_features(caller.project_id, limit, offset)
-    return page.count, [
-        await feature_json(caller.store, caller.project_id, f) for f in page.results
-    ]
+    shown = [await shown_feature(caller.store, caller.project_id, f) for f in page.results]
+    return FeaturePage(page.count, shown)
 
 
 def public_stages(values: list[str]) -> tuple[str, ...]:
@@ -183,7 +206,7 @@ async def _save(
     flag: dict[str, Any] | None,
     *,
     create: bool,
-) -> dict[str, Any]:
+) -> ShownFeature:
     store, project_id = caller.store, caller.project_id
     writes = _flag_writes(changes, flag)
     try:
@@ -200,14 +223,14 @@ async def _save(
                 "name",
             ) from None
         raise ApiError(400, "unique", exc.message, exc.field) from None
-    return await feature_json(store, project_id, saved)
+    return await shown_feature(store, project_id, saved)
 
 
 async def create_feature(
     caller: Caller[EarlyAccessStore], inp: EarlyAccessFeatureInput
-) -> dict[str, Any]:
+) -> ShownFeature:
     """A new feature with its flag (made, or the one ``feature_flag_id`` links, which gets
-    the enrollment condition in a release stage); the feature as the API shows it."""
+    the enrollment condition in a release stage); the feature saved, with its flag."""
     store, project_id = caller.store, caller.project_id
     fields = given(inp)
     flag = await stored_flag(store, project_id, fields.get("feature_flag_id"))
@@ -225,7 +248,7 @@ async def create_feature(
 
 async def update_feature(
     caller: Caller[EarlyAccessStore], feature_id: str, inp: EarlyAccessFeatureInput
-) -> dict[str, Any]:
+) -> ShownFeature:
     """The fields the body sets; a stage into the release stages adds the enrollment
     condition to the flag, out of them clears it."""
     store, project_id = caller.store, caller.project_id

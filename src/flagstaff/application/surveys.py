@@ -8,8 +8,12 @@ maintains (``surveys.flags``), turns each into a whole flag as the flag API woul
 (:func:`flagstaff.application.flags.flag_from_input`), and hands all of it to the store, which
 applies it in one transaction.
 
-The management API and the console read surveys through the same functions
-(:func:`survey_json`, :func:`find_survey`), so both show one shape."""
+The use cases answer typed records (:class:`ShownSurvey`, :class:`SurveyPage`,
+:class:`SurveyCounts`, :class:`AllSurveyCounts`, :class:`SurveyAnswers`); the adapters render
+them with the functions here (:func:`survey_json`, :func:`survey_stats_json`,
+:func:`all_survey_stats_json`, :func:`survey_summary_json`), the one definition of each wire
+shape. The management API and the console read surveys through the same functions
+(:func:`shown_survey`, :func:`find_survey`), so both show one shape."""
 
 from __future__ import annotations
 
@@ -32,11 +36,17 @@ from flagstaff.surveys.model import Schedule, Survey, SurveyType, advance_iterat
 from flagstaff.surveys.validation import LinkedFlag, SurveyContext, SurveyInvalid, survey_from_input
 
 __all__ = [
+    "AllSurveyCounts",
     "FlagStore",
+    "ShownSurvey",
+    "SurveyAnswers",
+    "SurveyCounts",
     "SurveyInput",
+    "SurveyPage",
     "SurveyStore",
     "advance_iterations",
     "all_survey_stats",
+    "all_survey_stats_json",
     "archive_survey",
     "create_survey",
     "delete_survey",
@@ -45,11 +55,14 @@ __all__ = [
     "list_surveys",
     "minimal_flag",
     "record_id",
+    "shown_survey",
     "stored_flag",
     "survey_json",
     "survey_of",
     "survey_stats",
+    "survey_stats_json",
     "survey_summary",
+    "survey_summary_json",
     "update_survey",
 ]
 
@@ -84,6 +97,46 @@ class SurveyInput(msgspec.Struct, kw_only=True):
     iteration_count: int | UnsetType | None = UNSET
     iteration_frequency_days: int | UnsetType | None = UNSET
     enable_partial_responses: bool | UnsetType | None = UNSET
+
+
+class ShownSurvey(msgspec.Struct, frozen=True):
+    """A survey with the flags it shows (its linked, targeting and internal targeting flags
+    that exist, minimal, by id): what the management API answers of one survey."""
+
+    survey: Survey
+    flags: dict[int, dict[str, Any]]
+
+
+class SurveyPage(msgspec.Struct, frozen=True):
+    """A page of the project's surveys: how many in all, and the page's."""
+
+    count: int
+    results: list[ShownSurvey]
+
+
+class SurveyCounts(msgspec.Struct, frozen=True):
+    """A survey's event counts (``/surveys/<id>/stats/``)."""
+
+    survey: Survey
+    aggregate: stats.SurveyStats
+
+
+class AllSurveyCounts(msgspec.Struct, frozen=True):
+    """The event counts of every survey of the project together (``/surveys/stats/``)."""
+
+    aggregate: stats.SurveyStats
+    survey_count: int
+
+
+class SurveyAnswers(msgspec.Struct, frozen=True):
+    """A survey's answers (``/surveys/<id>/summary/``): its counts and which question and page
+    of open answers were asked for."""
+
+    survey: Survey
+    aggregate: stats.SurveyStats
+    question_id: str | None = None
+    limit: int = stats.DEFAULT_PAGE
+    offset: int = 0
 
 
 class FlagStore(Protocol):
@@ -180,10 +233,15 @@ def record_id(raw: str, what: str) -> str:
 # reading -----------------------------------------------------------------------------------
 
 
-async def survey_json(store: FlagStore, project_id: int, survey: Survey) -> dict[str, Any]:
-    """The survey in the management API's shape, with its flags."""
+async def shown_survey(store: FlagStore, project_id: int, survey: Survey) -> ShownSurvey:
+    """The survey with the flags it shows."""
     ids = [survey.linked_flag_id, survey.targeting_flag_id, survey.internal_targeting_flag_id]
-    return survey_shape(survey, await flags_shown(store, project_id, ids))
+    return ShownSurvey(survey, await flags_shown(store, project_id, ids))
+
+
+def survey_json(shown: ShownSurvey) -> dict[str, Any]:
+    """The survey in the management API's shape, with its flags."""
+    return survey_shape(shown.survey, shown.flags)
 
 
 async def find_survey(store: SurveyStore, project_id: int, survey_id: str) -> Survey:
@@ -191,18 +249,17 @@ async def find_survey(store: SurveyStore, project_id: int, survey_id: str) -> Su
     return existing(await store.get_survey(project_id, record_id(survey_id, "survey")), "survey")
 
 
-async def survey_of(caller: Caller[SurveyStore], survey_id: str) -> dict[str, Any]:
-    """Survey ``survey_id`` as the API shows it, or a 404."""
+async def survey_of(caller: Caller[SurveyStore], survey_id: str) -> ShownSurvey:
+    """Survey ``survey_id`` with its flags, or a 404."""
     survey = await find_survey(caller.store, caller.project_id, survey_id)
-    return await survey_json(caller.store, caller.project_id, survey)
+    return await shown_survey(caller.store, caller.project_id, survey)
 
 
-async def list_surveys(
-    caller: Caller[SurveyStore], limit: int, offset: int
-) -> tuple[int, list[dict[str, Any]]]:
-    """A page of the project's surveys, newest first: (how many in all, the page's)."""
+async def list_surveys(caller: Caller[SurveyStore], limit: int, offset: int) -> SurveyPage:
+    """A page of the project's surveys, newest first, with their flags."""
     page = await caller.store.list_surveys(caller.project_id, limit, offset)
-    return page.count, [await survey_json(caller.store, caller.project_id, s) for s in page.results]
+    shown = [await shown_survey(caller.store, caller.project_id, s) for s in page.results]
+    return SurveyPage(page.count, shown)
 
 
 # saving ------------------------------------------------------------------------------------
@@ -288,7 +345,7 @@ async def _context(
 
 async def _write(
     caller: Caller[SurveyStore], current: Survey | None, inp: SurveyInput, *, partial: bool
-) -> dict[str, Any]:
+) -> ShownSurvey:
     store, project_id = caller.store, caller.project_id
     fields = given(inp)
     try:
@@ -310,23 +367,23 @@ async def _write(
         remove_targeting_flag=checked.remove_targeting_flag,
         source=caller.source,
     )
-    return await survey_json(store, project_id, saved)
+    return await shown_survey(store, project_id, saved)
 
 
-async def create_survey(caller: Caller[SurveyStore], inp: SurveyInput) -> dict[str, Any]:
-    """A new survey and its targeting flags; the survey as the API shows it."""
+async def create_survey(caller: Caller[SurveyStore], inp: SurveyInput) -> ShownSurvey:
+    """A new survey and its targeting flags; the survey saved, with its flags."""
     return await _write(caller, None, inp, partial=False)
 
 
 async def update_survey(
     caller: Caller[SurveyStore], survey_id: str, inp: SurveyInput, *, partial: bool
-) -> dict[str, Any]:
+) -> ShownSurvey:
     """PATCH (``partial``: what the body leaves out is kept) or PUT (replaced)."""
     current = await find_survey(caller.store, caller.project_id, survey_id)
     return await _write(caller, current, inp, partial=partial)
 
 
-async def archive_survey(caller: Caller[SurveyStore], survey_id: str) -> dict[str, Any]:
+async def archive_survey(caller: Caller[SurveyStore], survey_id: str) -> ShownSurvey:
     """Archived: no longer served, its flags inactive (a PATCH of ``archived``)."""
     return await update_survey(caller, survey_id, SurveyInput(archived=True), partial=True)
 
@@ -364,26 +421,33 @@ async def advance_iterations(
 # counts and answers -----------------------------------------------------------------------
 
 
-async def survey_stats(caller: Caller[SurveyStore], survey_id: str) -> dict[str, Any]:
-    """The survey's event counts and rates (PostHog's shape)."""
+async def survey_stats(caller: Caller[SurveyStore], survey_id: str) -> SurveyCounts:
+    """The survey's event counts."""
     survey = await find_survey(caller.store, caller.project_id, survey_id)
     aggregates = await caller.store.survey_aggregates(caller.project_id, [survey.id])
-    body = stats.stats_json(aggregates.get(survey.id) or stats.SurveyStats())
+    return SurveyCounts(survey, aggregates.get(survey.id) or stats.SurveyStats())
+
+
+def survey_stats_json(counts: SurveyCounts) -> dict[str, Any]:
+    """The survey's event counts and rates (PostHog's shape)."""
+    survey = counts.survey
     return {
-        **body,
+        **stats.stats_json(counts.aggregate),
         "survey_id": survey.id,
         "start_date": format_datetime(survey.start_date),
         "end_date": format_datetime(survey.end_date),
     }
 
 
-async def all_survey_stats(caller: Caller[SurveyStore]) -> dict[str, Any]:
-    """The event counts and rates over every survey of the project."""
+async def all_survey_stats(caller: Caller[SurveyStore]) -> AllSurveyCounts:
+    """The event counts over every survey of the project."""
     aggregates = await caller.store.survey_aggregates(caller.project_id, None)
-    return {
-        **stats.stats_json(stats.merge(aggregates.values())),
-        "survey_count": len(aggregates),
-    }
+    return AllSurveyCounts(stats.merge(aggregates.values()), len(aggregates))
+
+
+def all_survey_stats_json(counts: AllSurveyCounts) -> dict[str, Any]:
+    """The event counts and rates over every survey of the project (PostHog's shape)."""
+    return {**stats.stats_json(counts.aggregate), "survey_count": counts.survey_count}
 
 
 async def survey_summary(
@@ -393,14 +457,23 @@ async def survey_summary(
     question_id: str | None = None,
     limit: int = stats.DEFAULT_PAGE,
     offset: int = 0,
-) -> dict[str, Any]:
+) -> SurveyAnswers:
     """The answers per question (``question_id``: that one only), open answers paged."""
     survey = await find_survey(caller.store, caller.project_id, survey_id)
     if question_id is not None and not any(q.get("id") == question_id for q in survey.questions):
         raise ApiError(400, "invalid_input", "no question has this id", "question_id")
     aggregates = await caller.store.survey_aggregates(caller.project_id, [survey.id])
     state = aggregates.get(survey.id) or stats.SurveyStats()
+    return SurveyAnswers(survey, state, question_id=question_id, limit=limit, offset=offset)
+
+
+def survey_summary_json(answers: SurveyAnswers) -> dict[str, Any]:
+    """The answers per question as ``/surveys/<id>/summary/`` answers them."""
     result = stats.summary(
-        state, survey.questions, question_id=question_id, limit=limit, offset=offset
+        answers.aggregate,
+        answers.survey.questions,
+        question_id=answers.question_id,
+        limit=answers.limit,
+        offset=answers.offset,
     )
-    return {"survey_id": survey.id, **result}
+    return {"survey_id": answers.survey.id, **result}

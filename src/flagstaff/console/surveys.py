@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Route
 from flagstaff.accounts.roles import Action
 from flagstaff.application import surveys
 from flagstaff.application.errors import ApiError
-from flagstaff.application.surveys import SurveyStore
+from flagstaff.application.surveys import ShownSurvey, SurveyStore
 from flagstaff.common.clock import minute_text
 from flagstaff.console import paging, survey_views
 from flagstaff.console.page import SECURITY_HEADERS, STATIC_URL, Page, page_route
@@ -48,8 +48,9 @@ class SurveyData(Protocol):
         self, project_id: int, survey_ids: list[str] | None
     ) -> dict[str, stats.SurveyStats]: ...
 
-    async def survey_json(self, project_id: int, survey: Survey) -> dict[str, Any]:
-        """The management API's JSON of the survey (with its flags), for the builder."""
+    async def shown_survey(self, project_id: int, survey: Survey) -> ShownSurvey:
+        """The survey with its flags, rendered as the management API answers it for the
+        builder."""
         ...
 
     async def property_keys(self, project_id: int) -> list[str]: ...
@@ -77,8 +78,8 @@ class StoreSurveyData:
     ) -> dict[str, stats.SurveyStats]:
         return await self.store.survey_aggregates(project_id, survey_ids)
 
-    async def survey_json(self, project_id: int, survey: Survey) -> dict[str, Any]:
-        return await surveys.survey_json(self.store, project_id, survey)
+    async def shown_survey(self, project_id: int, survey: Survey) -> ShownSurvey:
+        return await surveys.shown_survey(self.store, project_id, survey)
 
     async def property_keys(self, project_id: int) -> list[str]:
         return list(await self._property_keys(project_id))
@@ -113,7 +114,11 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
 
     async def builder(page: Page, survey: Survey | None) -> Response:
         project = page.project
-        stored = await data.survey_json(project.id, survey) if survey is not None else None
+        stored = (
+            surveys.survey_json(await data.shown_survey(project.id, survey))
+            if survey is not None
+            else None
+        )
         return page.render(
             "survey_edit.html",
             "surveys",
@@ -165,7 +170,9 @@ def survey_routes(pages: ConsolePages, data: SurveyData) -> list[BaseRoute]:
             page=number,
             page_size=ANSWERS_PAGE,
             more=offset + ANSWERS_PAGE < most,
-            survey_json=json.dumps(await data.survey_json(project.id, survey)),
+            survey_json=json.dumps(
+                surveys.survey_json(await data.shown_survey(project.id, survey))
+            ),
         )
 
     async def preview(request: Request) -> Response:

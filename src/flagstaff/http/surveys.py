@@ -13,7 +13,7 @@ Management (personal API key, PostHog's shapes), added to ``admin.ROUTES``:
 Each handler only adapts: it reads the path, the query and the body (decoded by the use
 case's Struct, ``SurveyInput`` / ``EarlyAccessFeatureInput``), calls the use case of
 :mod:`flagstaff.application.surveys` or :mod:`flagstaff.application.early_access`, and
-answers what it returns.
+answers the record it returns rendered by that module's ``*_json`` function.
 
 Public (project token, CORS): ``GET /api/surveys/?token=`` and
 ``GET /api/early_access_features/?token=&stage=``, served from the per-worker
@@ -56,7 +56,8 @@ async def _page(
     request: StarletteRequest,
     read: Callable[[int, int], Awaitable[tuple[int, list[dict[str, Any]]]]],
 ) -> Any:
-    """A list route's page (``limit``/``offset``), its results read by ``read(limit, offset)``."""
+    """A list route's page (``limit``/``offset``), its results read (and rendered) by
+    ``read(limit, offset)``."""
     limit = _int_param(request, "limit", 100, 1000) or 100
     offset = _int_param(request, "offset", 0)
     count, results = await read(limit, offset)
@@ -75,30 +76,36 @@ def _feature_id(request: StarletteRequest) -> str:
 
 
 async def list_surveys(ctx: Caller[Store], request: StarletteRequest) -> Any:
-    return await _page(request, lambda limit, offset: surveys.list_surveys(ctx, limit, offset))
+    async def read(limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
+        page = await surveys.list_surveys(ctx, limit, offset)
+        return page.count, [surveys.survey_json(s) for s in page.results]
+
+    return await _page(request, read)
 
 
 async def create_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     inp = decode(SurveyInput, await _body(request))
-    return 201, await surveys.create_survey(ctx, inp)
+    return 201, surveys.survey_json(await surveys.create_survey(ctx, inp))
 
 
 async def get_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
-    return await surveys.survey_of(ctx, _survey_id(request))
+    return surveys.survey_json(await surveys.survey_of(ctx, _survey_id(request)))
 
 
 async def patch_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     inp = decode(SurveyInput, await _body(request))
-    return await surveys.update_survey(ctx, _survey_id(request), inp, partial=True)
+    saved = await surveys.update_survey(ctx, _survey_id(request), inp, partial=True)
+    return surveys.survey_json(saved)
 
 
 async def put_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
     inp = decode(SurveyInput, await _body(request))
-    return await surveys.update_survey(ctx, _survey_id(request), inp, partial=False)
+    saved = await surveys.update_survey(ctx, _survey_id(request), inp, partial=False)
+    return surveys.survey_json(saved)
 
 
 async def archive_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
-    return await surveys.archive_survey(ctx, _survey_id(request))
+    return surveys.survey_json(await surveys.archive_survey(ctx, _survey_id(request)))
 
 
 async def delete_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
@@ -107,42 +114,47 @@ async def delete_survey(ctx: Caller[Store], request: StarletteRequest) -> Any:
 
 
 async def survey_stats(ctx: Caller[Store], request: StarletteRequest) -> Any:
-    return await surveys.survey_stats(ctx, _survey_id(request))
+    return surveys.survey_stats_json(await surveys.survey_stats(ctx, _survey_id(request)))
 
 
 async def all_survey_stats(ctx: Caller[Store], request: StarletteRequest) -> Any:
-    return await surveys.all_survey_stats(ctx)
+    return surveys.all_survey_stats_json(await surveys.all_survey_stats(ctx))
 
 
 async def survey_summary(ctx: Caller[Store], request: StarletteRequest) -> Any:
-    return await surveys.survey_summary(
+    answers = await surveys.survey_summary(
         ctx,
         _survey_id(request),
         question_id=request.query_params.get("question_id") or None,
         limit=_int_param(request, "limit", stats.DEFAULT_PAGE, stats.MAX_PAGE) or 1,
         offset=_int_param(request, "offset", 0),
     )
+    return surveys.survey_summary_json(answers)
 
 
 # early access features ----------------------------------------------------------------------
 
 
 async def list_features(ctx: Caller[Store], request: StarletteRequest) -> Any:
-    return await _page(request, lambda limit, offset: features.list_features(ctx, limit, offset))
+    async def read(limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
+        page = await features.list_features(ctx, limit, offset)
+        return page.count, [features.feature_json(f) for f in page.results]
+
+    return await _page(request, read)
 
 
 async def create_feature(ctx: Caller[Store], request: StarletteRequest) -> Any:
     inp = decode(EarlyAccessFeatureInput, await _body(request))
-    return 201, await features.create_feature(ctx, inp)
+    return 201, features.feature_json(await features.create_feature(ctx, inp))
 
 
 async def get_feature(ctx: Caller[Store], request: StarletteRequest) -> Any:
-    return await features.feature_of(ctx, _feature_id(request))
+    return features.feature_json(await features.feature_of(ctx, _feature_id(request)))
 
 
 async def patch_feature(ctx: Caller[Store], request: StarletteRequest) -> Any:
     inp = decode(EarlyAccessFeatureInput, await _body(request))
-    return await features.update_feature(ctx, _feature_id(request), inp)
+    return features.feature_json(await features.update_feature(ctx, _feature_id(request), inp))
 
 
 async def delete_feature(ctx: Caller[Store], request: StarletteRequest) -> Any:
