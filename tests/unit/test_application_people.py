@@ -1,7 +1,7 @@
-"""The read use cases of persons, groups, group types, events, warnings, the activity log
-and scheduled changes, without a server: they return records (``application/people.py``,
-``activity.py``, ``flags.py``), and the ``*_json`` functions render them in the API's
-shapes."""
+"""The read use cases of persons, groups, group types, events, warnings, the activity log,
+scheduled changes, flag usage and property value suggestions, without a server: they return
+records (``application/people.py``, ``activity.py``, ``flags.py``, ``flag_usage.py``,
+``property_values.py``), and the ``*_json`` functions render them in the API's shapes."""
 
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ from flagstaff.accounts.roles import AuthMethod, Principal
 from flagstaff.activity.approvals import ApprovalPolicy
 from flagstaff.activity.records import Scope
 from flagstaff.activity.scheduled import Operation, ScheduledChange
-from flagstaff.application import activity, people
+from flagstaff.application import activity, flag_usage, people, property_values
 from flagstaff.application import flags as flag_rules
 from flagstaff.application.approvals import Held
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
+from flagstaff.common import clock
 from flagstaff.common.units import DAY_MS
+from flagstaff.store.flag_usage import ValueChecks
+from flagstaff.store.property_values import ValueCount
 from flagstaff.store.records import EventQuery, Group, Page, Person, StoredEvent, Warning
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
@@ -243,3 +246,51 @@ def test_a_scheduled_change_under_the_policy_is_held() -> None:
     )
     assert isinstance(held, Held)
     assert store.changes == []
+
+
+class Usage:
+    async def flag_value_checks(
+        self, project_id: int, flag_key: str, since_day: int
+    ) -> list[ValueChecks]:
+        return [
+            ValueChecks(TODAY, "test", 3, NOW - 5),
+            ValueChecks(TODAY - 1, "control", 2, NOW - DAY_MS),
+        ]
+
+    async def flag_last_seen(self, project_id: int, keys: list[str]) -> dict[str, int]:
+        return {keys[0]: NOW - 5}
+
+
+def test_flag_usage_is_a_record_the_api_renders(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clock, "now_ms", lambda: NOW)
+    flag = {"key": "exp", "filters": {"multivariate": {"variants": [{"key": "control"}]}}}
+    usage = _run(flag_usage.flag_usage(_caller(Usage()), flag, 2))
+    assert isinstance(usage, flag_usage.FlagUsage)
+    assert (usage.flag_key, usage.days, usage.last_seen_ms) == ("exp", 2, NOW - 5)
+    assert [s.value for s in usage.checks.series] == ["control", "test"]
+    assert usage.checks.total == 5
+    shown = flag_usage.usage_json(usage)
+    assert list(shown) == [
+        "flag_key", "days", "values", "total", "checks_per_day", "last_seen",
+    ]  # fmt: skip
+    assert shown["values"] == {"control": 2, "test": 3}
+    assert shown["checks_per_day"] == 2.5
+    assert [d["checks"] for d in shown["days"]] == [2, 3]
+    with pytest.raises(ApiError) as refused:
+        _run(flag_usage.flag_usage(_caller(Usage()), flag, 0))
+    assert refused.value.attr == "days"
+
+
+class Values:
+    async def property_values(
+        self, project_id: int, key: str, group_type_index: int | None
+    ) -> list[ValueCount]:
+        return [ValueCount("Pro", 5), ValueCount("free", 3), ValueCount("pro-trial", 1)]
+
+
+def test_suggestions_are_value_counts() -> None:
+    caller = _caller(Values(), project_id=424_242)  # a project of its own in the sample cache
+    found = _run(property_values.suggestions(caller, "plan", None, "PRO", 10))
+    assert found == [ValueCount("Pro", 5), ValueCount("pro-trial", 1)]
+    assert _run(property_values.suggestions(caller, "plan", None, "", 1)) == [ValueCount("Pro", 5)]
+    assert property_values.suggestion_json(found[0]) == {"name": "Pro", "count": 5}
