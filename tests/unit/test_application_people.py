@@ -95,6 +95,8 @@ def test_persons_and_groups_come_back_as_records() -> None:
         _run(people.find_group(caller, 0, "other"))
     assert missing.value.status == 404
     assert people.group_json(group)["group_properties"] == {"seats": 3}
+    assert _run(people.list_groups(caller, 0, "", 1, 0)) == people.GroupPage([group], False)
+    assert _run(people.list_groups(caller, 0, "", 0, 0)) == people.GroupPage([], True)
 
 
 def test_group_types_are_records_by_index_and_a_mapping_tells_whether_it_is_new() -> None:

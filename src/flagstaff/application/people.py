@@ -18,6 +18,7 @@ from flagstaff.store.records import EventQuery, Group, Page, Person, StoredEvent
 
 __all__ = [
     "EventsPage",
+    "GroupPage",
     "GroupType",
     "GroupTypeInput",
     "MappedGroupType",
@@ -33,6 +34,7 @@ __all__ = [
     "group_type_input",
     "group_type_json",
     "list_group_types",
+    "list_groups",
     "list_warnings",
     "parse_event_cursor",
     "person_json",
@@ -166,16 +168,24 @@ async def find_group(caller: Caller[PeopleStore], index: int, key: str) -> Group
 MAX_GROUP_SEARCH = 400
 
 
+class GroupPage(msgspec.Struct, frozen=True):
+    """One page of a group type's groups by key, and whether a next page exists."""
+
+    groups: list[Group]
+    more: bool
+
+
 async def list_groups(
     caller: Caller[PeopleStore], index: int, search: str, limit: int, offset: int
-) -> list[Group]:
-    """Up to ``limit`` + 1 groups of type ``index`` by key from ``offset`` (one more tells
-    that a next page exists), those whose key contains ``search`` (any case)."""
+) -> GroupPage:
+    """Up to ``limit`` groups of type ``index`` by key from ``offset``, those whose key
+    contains ``search`` (any case)."""
     if len(search) > MAX_GROUP_SEARCH:
         raise ApiError(
             400, "invalid_input", f"search has at most {MAX_GROUP_SEARCH} characters", "search"
         )
-    return await caller.store.list_groups(caller.project_id, index, search, limit + 1, offset)
+    rows = await caller.store.list_groups(caller.project_id, index, search, limit + 1, offset)
+    return GroupPage(rows[:limit], len(rows) > limit)
 
 
 async def list_group_types(caller: Caller[PeopleStore]) -> list[GroupType]:
