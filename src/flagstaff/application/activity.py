@@ -1,10 +1,13 @@
 """The activity log as the API and the console read it: a flag's history (paged by number)
 and the project's log (cursor paginated, newest first). The records are written by the store
-with each change (``activity/``)."""
+with each change (``activity/``). The use cases return records; the adapters render them
+(``activity/api.py``)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+import msgspec
 
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.application.context import Caller
@@ -32,9 +35,24 @@ async def flag_history(
     )
 
 
+class FlagActivity(msgspec.Struct, frozen=True):
+    """One page of a flag's history, newest first, and how many records it has in all."""
+
+    records: list[StoredActivity]
+    total: int
+
+
+class ActivityLog(msgspec.Struct, frozen=True):
+    """One page of the project's activity log, newest first, and the cursor of the next page
+    (the last record's id; None: this is the last page)."""
+
+    records: list[StoredActivity]
+    cursor: int | None
+
+
 async def flag_activity(
     caller: Caller[ActivityStore], flag: dict[str, Any], limit: int, page: int
-) -> tuple[list[StoredActivity], int]:
+) -> FlagActivity:
     """One page (from 1) of the flag's history, newest first, and how many records it has."""
     total = await caller.store.count_activity(
         caller.project_id, Scope.FEATURE_FLAG, str(flag["id"])
@@ -42,7 +60,7 @@ async def flag_activity(
     rows = await flag_history(
         caller.store, caller.project_id, flag["id"], limit, (page - 1) * limit
     )
-    return rows, total
+    return FlagActivity(rows, total)
 
 
 async def activity_log(
@@ -53,7 +71,7 @@ async def activity_log(
     user_id: int | None,
     before_id: int | None,
     limit: int,
-) -> tuple[list[StoredActivity], int | None]:
+) -> ActivityLog:
     """The project's activity records older than ``before_id``, newest first, at most
     ``limit``, and the cursor of the next page (None: this is the last)."""
     rows = await caller.store.list_activity(
@@ -66,5 +84,5 @@ async def activity_log(
     )
     if len(rows) > limit:
         rows = rows[:limit]
-        return rows, rows[-1].id
-    return rows, None
+        return ActivityLog(rows, rows[-1].id)
+    return ActivityLog(rows, None)

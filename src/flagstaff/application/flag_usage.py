@@ -1,6 +1,7 @@
 """A flag's usage from the rollup rows ingestion keeps (``store/flag_usage.py``): checks per
 day over the last :data:`WINDOW_DAYS` days, per value, in the order the API and the console
-show them (pure: :func:`flag_checks`), and the API's usage answer (:func:`usage_json`)."""
+show them (pure: :func:`flag_checks`), and the API's usage answer (:func:`flag_usage`, which
+:func:`usage_json` renders)."""
 
 from __future__ import annotations
 
@@ -156,11 +157,18 @@ class UsageStore(Protocol):
     async def flag_last_seen(self, project_id: int, keys: list[str]) -> dict[str, int]: ...
 
 
-async def usage_json(
-    caller: Caller[UsageStore], flag: Mapping[str, Any], days: int
-) -> dict[str, Any]:
-    """The flag's checks per UTC day and value over the ``days`` ending today, as the API
-    answers them."""
+class FlagUsage(msgspec.Struct, frozen=True):
+    """A flag's checks over the ``days`` the API was asked for, and its last check (any
+    time)."""
+
+    flag_key: str
+    days: int
+    checks: FlagChecks
+    last_seen_ms: int | None
+
+
+async def flag_usage(caller: Caller[UsageStore], flag: Mapping[str, Any], days: int) -> FlagUsage:
+    """The flag's checks per UTC day and value over the ``days`` ending today."""
     if not 1 <= days <= MAX_USAGE_DAYS:
         raise ApiError(400, "invalid_input", f"days must be 1-{MAX_USAGE_DAYS}", "days")
     now = clock.now_ms()
@@ -168,8 +176,14 @@ async def usage_json(
     rows = await caller.store.flag_value_checks(caller.project_id, key, first_day(now, days))
     checks = flag_checks(rows, now, variant_keys(flag), days)
     last_seen = (await caller.store.flag_last_seen(caller.project_id, [key])).get(key)
+    return FlagUsage(key, days, checks, last_seen)
+
+
+def usage_json(usage: FlagUsage) -> dict[str, Any]:
+    """A flag's usage as the API answers it."""
+    checks = usage.checks
     return {
-        "flag_key": key,
+        "flag_key": usage.flag_key,
         "days": [
             {
                 "date": day_label(day),
@@ -180,6 +194,6 @@ async def usage_json(
         ],
         "values": {s.value: s.total for s in checks.series if s.total},
         "total": checks.total,
-        "checks_per_day": checks.total / days,
-        "last_seen": ms_to_iso(last_seen) if last_seen is not None else None,
+        "checks_per_day": checks.total / usage.days,
+        "last_seen": ms_to_iso(usage.last_seen_ms) if usage.last_seen_ms is not None else None,
     }

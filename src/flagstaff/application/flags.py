@@ -288,15 +288,14 @@ def scheduled_json(change: ScheduledChange) -> dict[str, Any]:
 
 async def list_scheduled_changes(
     caller: Caller[ScheduleStore], flag_id: int | None
-) -> list[dict[str, Any]]:
+) -> list[ScheduledChange]:
     """The project's scheduled changes (of one flag unless None), soonest first."""
-    changes = await caller.store.list_scheduled_changes(caller.project_id, flag_id)
-    return [scheduled_json(c) for c in changes]
+    return await caller.store.list_scheduled_changes(caller.project_id, flag_id)
 
 
 async def create_scheduled_change(
     caller: Caller[ScheduleStore], data: ScheduledChangeInput
-) -> dict[str, Any] | Held:
+) -> ScheduledChange | Held:
     """A change to a flag that runs when due (held for approval under the policy)."""
     record = data.record_id
     if isinstance(record, str):
@@ -315,7 +314,7 @@ async def create_scheduled_change(
     held = await hold_schedule(caller, flag, operation, data.payload, run_at)
     if held is not None:
         return held
-    change = await caller.store.create_scheduled_change(
+    return await caller.store.create_scheduled_change(
         caller.project_id,
         flag["id"],
         operation,
@@ -324,7 +323,6 @@ async def create_scheduled_change(
         caller.principal.user_id,
         clock.now_ms(),
     )
-    return scheduled_json(change)
 
 
 async def delete_scheduled_change(caller: Caller[ScheduleStore], change_id: int) -> None:

@@ -1,6 +1,7 @@
 """Persons, groups, group types, events and ingestion warnings: how the API, the console and
 ``flagstaff events export`` show them (PostHog's shapes), written once, and the use cases that
-read them or map a group type."""
+read them or map a group type. The use cases return records; their callers render them with
+the ``*_json`` functions here."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ from flagstaff.common.limits import MAX_GROUP_TYPES
 from flagstaff.store.records import EventQuery, Group, Page, Person, StoredEvent, Warning
 
 __all__ = [
+    "EventsPage",
+    "GroupPage",
+    "GroupType",
     "GroupTypeInput",
+    "MappedGroupType",
     "PeopleStore",
+    "WarningPage",
     "create_group_type",
     "event_cursor",
     "event_json",
@@ -28,6 +34,7 @@ __all__ = [
     "group_type_input",
     "group_type_json",
     "list_group_types",
+    "list_groups",
     "list_warnings",
     "parse_event_cursor",
     "person_json",
@@ -70,11 +77,18 @@ def group_json(group: Group) -> dict[str, Any]:
     }
 
 
-def group_type_json(index: int, name: str) -> dict[str, Any]:
+class GroupType(msgspec.Struct, frozen=True):
+    """A group type: its index (0-4) and name."""
+
+    index: int
+    name: str
+
+
+def group_type_json(group_type: GroupType) -> dict[str, Any]:
     """PostHog's group type shape; the display metadata it also holds is not kept here."""
     return {
-        "group_type": name,
-        "group_type_index": index,
+        "group_type": group_type.name,
+        "group_type_index": group_type.index,
         "name_singular": None,
         "name_plural": None,
         "detail_dashboard": None,
@@ -141,42 +155,55 @@ class PeopleStore(Protocol):
     ) -> list[Group]: ...
 
 
-async def find_person(caller: Caller[PeopleStore], distinct_id: str) -> list[dict[str, Any]]:
-    """The person behind ``distinct_id``, as a list of none or one."""
-    person = await caller.store.get_person(caller.project_id, distinct_id)
-    return [person_json(person)] if person is not None else []
+async def find_person(caller: Caller[PeopleStore], distinct_id: str) -> Person | None:
+    """The person behind ``distinct_id``, if any."""
+    return await caller.store.get_person(caller.project_id, distinct_id)
 
 
-async def find_group(caller: Caller[PeopleStore], index: int, key: str) -> dict[str, Any]:
-    group = existing(await caller.store.get_group(caller.project_id, index, key), "group")
-    return group_json(group)
+async def find_group(caller: Caller[PeopleStore], index: int, key: str) -> Group:
+    """The group of type ``index`` with that key; a 404 when there is none."""
+    return existing(await caller.store.get_group(caller.project_id, index, key), "group")
 
 
 MAX_GROUP_SEARCH = 400
 
 
+class GroupPage(msgspec.Struct, frozen=True):
+    """One page of a group type's groups by key, and whether a next page exists."""
+
+    groups: list[Group]
+    more: bool
+
+
 async def list_groups(
     caller: Caller[PeopleStore], index: int, search: str, limit: int, offset: int
-) -> list[Group]:
-    """Up to ``limit`` + 1 groups of type ``index`` by key from ``offset`` (one more tells
-    that a next page exists), those whose key contains ``search`` (any case)."""
+) -> GroupPage:
+    """Up to ``limit`` groups of type ``index`` by key from ``offset``, those whose key
+    contains ``search`` (any case)."""
     if len(search) > MAX_GROUP_SEARCH:
         raise ApiError(
             400, "invalid_input", f"search has at most {MAX_GROUP_SEARCH} characters", "search"
         )
-    return await caller.store.list_groups(caller.project_id, index, search, limit + 1, offset)
+    rows = await caller.store.list_groups(caller.project_id, index, search, limit + 1, offset)
+    return GroupPage(rows[:limit], len(rows) > limit)
 
 
-async def list_group_types(caller: Caller[PeopleStore]) -> list[dict[str, Any]]:
+async def list_group_types(caller: Caller[PeopleStore]) -> list[GroupType]:
+    """The project's group types by index."""
     types = await caller.store.list_group_types(caller.project_id)
-    return [group_type_json(i, name) for i, name in sorted(types.items())]
+    return [GroupType(i, name) for i, name in sorted(types.items())]
 
 
-async def create_group_type(
-    caller: Caller[PeopleStore], data: GroupTypeInput
-) -> tuple[bool, dict[str, Any]]:
+class MappedGroupType(msgspec.Struct, frozen=True):
+    """A group type :func:`create_group_type` mapped, and whether the mapping is new."""
+
+    group_type: GroupType
+    created: bool
+
+
+async def create_group_type(caller: Caller[PeopleStore], data: GroupTypeInput) -> MappedGroupType:
     """Map a group type name to an index (the one given, else the one it has, else the next
-    free one); (whether it is new, the group type)."""
+    free one)."""
     name, index = data.group_type, data.group_type_index
     types = await caller.store.list_group_types(caller.project_id)
     if index is None:
@@ -188,7 +215,7 @@ async def create_group_type(
                 400, "invalid_input", f"a project has at most {MAX_GROUP_TYPES} group types"
             )
     created = await caller.store.create_group_type(caller.project_id, index, name)
-    return created, group_type_json(index, name)
+    return MappedGroupType(GroupType(index, name), created)
 
 
 # events and warnings ------------------------------------------------------------------------
@@ -213,22 +240,33 @@ def parse_event_cursor(raw: str) -> tuple[int, int]:
     return cursor
 
 
-async def events_page(
-    caller: Caller[PeopleStore], query: EventQuery
-) -> tuple[list[dict[str, Any]], str | None]:
+class EventsPage(msgspec.Struct, frozen=True):
+    """One page of events, newest first, and the cursor of the next page (None: this is the
+    last)."""
+
+    events: list[StoredEvent]
+    cursor: str | None
+
+
+async def events_page(caller: Caller[PeopleStore], query: EventQuery) -> EventsPage:
     """One page of events, newest first (at most ``query.limit``), and the cursor of the next
-    page (None: this is the last)."""
+    page."""
     rows = await caller.store.list_events(
         caller.project_id, msgspec.structs.replace(query, limit=query.limit + 1)
     )
     more = len(rows) > query.limit
     rows = rows[: query.limit]
-    return [event_json(e) for e in rows], event_cursor(rows[-1]) if more else None
+    return EventsPage(rows, event_cursor(rows[-1]) if more else None)
 
 
-async def list_warnings(
-    caller: Caller[PeopleStore], limit: int, offset: int
-) -> tuple[int, list[dict[str, Any]]]:
-    """(how many, one page of them as the API shows them), newest first."""
+class WarningPage(msgspec.Struct, frozen=True):
+    """How many warnings the project has, and one page of them, newest first."""
+
+    count: int
+    warnings: list[Warning]
+
+
+async def list_warnings(caller: Caller[PeopleStore], limit: int, offset: int) -> WarningPage:
+    """How many warnings the project has and one page of them, newest first."""
     page = await caller.store.list_warnings(caller.project_id, limit, offset)
-    return page.count, [warning_json(w) for w in page.results]
+    return WarningPage(page.count, list(page.results))

@@ -59,13 +59,18 @@ class ValueCache:
 VALUES = ValueCache()
 
 
+def suggestion_json(value: ValueCount) -> dict[str, Any]:
+    """A suggested value in PostHog's shape."""
+    return {"name": value.name, "count": value.count}
+
+
 async def suggestions(
     caller: Caller[ValueStore],
     key: str,
     group_type_index: int | None,
     wanted: str,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[ValueCount]:
     """The values of property ``key`` containing ``wanted`` (any case), at most ``limit``."""
     if not key:
         raise ApiError(400, "required", "key is required", "key")
@@ -79,11 +84,11 @@ async def suggestions(
         )
     values = await VALUES.get(caller.store, caller.project_id, key, group_type_index)
     needle = wanted.lower()
-    out = []
+    out: list[ValueCount] = []
     for v in values:
         if needle and needle not in v.name.lower():
             continue
-        out.append({"name": v.name, "count": v.count})
+        out.append(v)
         if len(out) >= limit:
             break
     return out

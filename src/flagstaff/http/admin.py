@@ -163,16 +163,16 @@ async def flag_activity(ctx: Caller[Store], request: Request) -> Any:
     flag = await _existing_flag(ctx, request)
     limit = _int_param(request, "limit", 10, 100) or 10
     page = max(_int_param(request, "page", 1), 1)
-    rows, total = await activity.flag_activity(ctx, flag, limit, page)
+    found = await activity.flag_activity(ctx, flag, limit, page)
 
     def page_url(number: int) -> str:
         query = dict(request.query_params)
         query.update(limit=str(limit), page=str(number))
         return str(request.url.replace(query=urlencode(query)))
 
-    next_url = page_url(page + 1) if page * limit < total else None
+    next_url = page_url(page + 1) if page * limit < found.total else None
     previous_url = page_url(page - 1) if page > 1 else None
-    return activity_page(rows, _ms_to_iso, next_url, previous_url, total)
+    return activity_page(found.records, _ms_to_iso, next_url, previous_url, found.total)
 
 
 def _scope_param(request: Request) -> Scope | None:
@@ -193,7 +193,7 @@ async def activity_log(ctx: Caller[Store], request: Request) -> Any:
     user = request.query_params.get("user")
     if user is not None and not user.isdigit():
         raise ApiError(400, "invalid_input", "user must be a user id", "user")
-    rows, cursor = await activity.activity_log(
+    log = await activity.activity_log(
         ctx,
         scope=_scope_param(request),
         item_id=request.query_params.get("item_id") or None,
@@ -202,11 +202,11 @@ async def activity_log(ctx: Caller[Store], request: Request) -> Any:
         limit=limit,
     )
     next_url = None
-    if cursor is not None:
+    if log.cursor is not None:
         query = dict(request.query_params)
-        query["cursor"] = str(cursor)
+        query["cursor"] = str(log.cursor)
         next_url = str(request.url.replace(query=urlencode(query)))
-    return activity_page(rows, _ms_to_iso, next_url, None)
+    return activity_page(log.records, _ms_to_iso, next_url, None)
 
 
 # scheduled changes ------------------------------------------------------------------------
@@ -216,7 +216,8 @@ async def list_scheduled_changes(ctx: Caller[Store], request: Request) -> Any:
     raw = request.query_params.get("record_id")
     if raw is not None and not raw.isdigit():
         raise ApiError(400, "invalid_input", "record_id must be a feature flag id", "record_id")
-    results = await flag_rules.list_scheduled_changes(ctx, int(raw) if raw else None)
+    changes = await flag_rules.list_scheduled_changes(ctx, int(raw) if raw else None)
+    results = [flag_rules.scheduled_json(c) for c in changes]
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
@@ -225,7 +226,7 @@ async def create_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
     change = await flag_rules.create_scheduled_change(ctx, data)
     if isinstance(change, Held):
         return 202, change.request
-    return 201, change
+    return 201, flag_rules.scheduled_json(change)
 
 
 async def delete_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
@@ -322,7 +323,8 @@ async def find_person(ctx: Caller[Store], request: Request) -> Any:
     distinct_id = request.query_params.get("distinct_id")
     if not distinct_id:
         raise ApiError(400, "required", "distinct_id is required", "distinct_id")
-    results = await people.find_person(ctx, distinct_id)
+    person = await people.find_person(ctx, distinct_id)
+    results = [people.person_json(person)] if person is not None else []
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
@@ -331,18 +333,18 @@ async def find_group(ctx: Caller[Store], request: Request) -> Any:
     key = request.query_params.get("group_key")
     if not key:
         raise ApiError(400, "required", "group_key is required", "group_key")
-    return await people.find_group(ctx, index, key)
+    return people.group_json(await people.find_group(ctx, index, key))
 
 
 async def list_group_types(ctx: Caller[Store], request: Request) -> Any:
-    return await people.list_group_types(ctx)
+    return [people.group_type_json(t) for t in await people.list_group_types(ctx)]
 
 
 async def create_group_type(ctx: Caller[Store], request: Request) -> Any:
     """Map a group type name to an index (the next free one unless given); 200 when so already."""
     data = people.group_type_input(await _body(request))
-    created, group_type = await people.create_group_type(ctx, data)
-    return (201 if created else 200), group_type
+    mapped = await people.create_group_type(ctx, data)
+    return (201 if mapped.created else 200), people.group_type_json(mapped.group_type)
 
 
 async def list_events(ctx: Caller[Store], request: Request) -> Any:
@@ -355,20 +357,21 @@ async def list_events(ctx: Caller[Store], request: Request) -> Any:
         cursor=people.parse_event_cursor(raw_cursor) if raw_cursor else None,
         limit=_int_param(request, "limit", 100, 1000) or 100,
     )
-    results, cursor = await people.events_page(ctx, query)
+    page = await people.events_page(ctx, query)
     next_url = None
-    if cursor is not None:
+    if page.cursor is not None:
         params = dict(request.query_params)
-        params["cursor"] = cursor
+        params["cursor"] = page.cursor
         next_url = str(request.url.replace(query=urlencode(params)))
-    return {"next": next_url, "results": results}
+    return {"next": next_url, "results": [people.event_json(e) for e in page.events]}
 
 
 async def list_warnings(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
-    count, results = await people.list_warnings(ctx, limit, offset)
-    return _paginated(request, count, results, limit, offset)
+    page = await people.list_warnings(ctx, limit, offset)
+    results = [people.warning_json(w) for w in page.warnings]
+    return _paginated(request, page.count, results, limit, offset)
 
 
 # the route table ---------------------------------------------------------------------------

@@ -88,10 +88,9 @@ async def list_groups(ctx: Caller[Store], request: Request) -> Any:
     search = request.query_params.get("search", "")
     limit = int_param(request, "limit", 100, 1000) or 100
     offset = int_param(request, "offset", 0)
-    groups = await people.list_groups(ctx, index, search, limit, offset)
+    page = await people.list_groups(ctx, index, search, limit, offset)
     next_url = None
-    if len(groups) > limit:
-        groups = groups[:limit]
+    if page.more:
         query = dict(request.query_params)
         query.update(limit=str(limit), offset=str(offset + limit))
         next_url = str(request.url.replace(query=urlencode(query)))
@@ -103,7 +102,7 @@ async def list_groups(ctx: Caller[Store], request: Request) -> Any:
     return {
         "next": next_url,
         "previous": previous_url,
-        "results": [group_json(g) for g in groups],
+        "results": [group_json(g) for g in page.groups],
     }
 
 

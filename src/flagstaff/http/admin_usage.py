@@ -7,8 +7,9 @@
   persons (``store/property_values.py``); ``value`` keeps those containing it.
 - ``GET .../groups/property_values/?group_type_index=&key=``: the same for a group type.
 
-The answers are the use cases' (``application/flag_usage.py``,
-``application/property_values.py``): these handlers read the query and call them.
+The use cases (``application/flag_usage.py``, ``application/property_values.py``) return
+records: these handlers read the query, call them and render the records with the use
+cases' ``*_json`` functions.
 """
 
 from __future__ import annotations
@@ -27,17 +28,19 @@ from flagstaff.store.base import Store
 
 async def flag_usage(ctx: Caller[Store], request: Request) -> Any:
     flag = await existing_flag(ctx, request)
-    return await usage.usage_json(ctx, flag, int_param(request, "days", usage.WINDOW_DAYS))
+    days = int_param(request, "days", usage.WINDOW_DAYS)
+    return usage.usage_json(await usage.flag_usage(ctx, flag, days))
 
 
-def _suggestions(ctx: Caller[Store], request: Request, index: int | None) -> Any:
-    return values.suggestions(
+async def _suggestions(ctx: Caller[Store], request: Request, index: int | None) -> Any:
+    found = await values.suggestions(
         ctx,
         request.query_params.get("key") or "",
         index,
         request.query_params.get("value") or "",
         int_param(request, "limit", values.DEFAULT_SUGGESTIONS, values.MAX_SUGGESTIONS),
     )
+    return [values.suggestion_json(v) for v in found]
 
 
 async def person_values(ctx: Caller[Store], request: Request) -> Any:
