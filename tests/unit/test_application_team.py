@@ -82,7 +82,17 @@ def test_a_project_update_is_checked_whole_before_anything_is_written() -> None:
             _caller(store), decode(accounts.ProjectUpdate, {"name": "  Store ", "x": 1})
         )
     )
-    assert done["name"] == "Store" and store.writes == [("name", "Store")]
+    assert done.project.name == "Store" and store.writes == [("name", "Store")]
+    assert (done.event_retention_days, done.experiment_stats_defaults) == (None, {})
+    assert list(accounts.project_settings_json(done)) == [
+        "id",
+        "uuid",
+        "name",
+        "api_token",
+        "created_at",
+        "event_retention_days",
+        "experiment_stats_defaults",
+    ]
 
 
 def test_a_new_project_needs_a_name() -> None:
