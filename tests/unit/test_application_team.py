@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from flagstaff.accounts.records import Role
+from flagstaff.accounts.records import ApiKeyInfo, Role
 from flagstaff.accounts.roles import AuthMethod, Principal
+from flagstaff.activity.approvals import ChangeRequest, RequestStatus
 from flagstaff.application import accounts, approvals, webhooks
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.application.inputs import UNSET, decode
-from flagstaff.store.records import Project
+from flagstaff.store.records import Page, Project
 
 
 class Projects:
@@ -150,3 +151,76 @@ def test_a_webhook_update_takes_any_field_and_checks_rotate_secret() -> None:
     with pytest.raises(ApiError) as refused:
         decode(webhooks.WebhookUpdate, {"rotate_secret": 1})
     assert (refused.value.code, refused.value.attr) == ("invalid_input", "rotate_secret")
+
+
+class Keys:
+    """An account store's personal API keys of project 1, in the order they were made."""
+
+    def __init__(self) -> None:
+        self.keys = [ApiKeyInfo(i, 1, f"k{i}", "phx_", "phx_...", 1000 * i, 1) for i in (1, 2)]
+
+    async def list_keys(self, project_id: int, user_id: int | None) -> list[ApiKeyInfo]:
+        return list(self.keys)
+
+    async def create_user_key(
+        self, project_id: int, user_id: int | None, label: str, now_ms: int, source: Any = None
+    ) -> tuple[ApiKeyInfo, str]:
+        made = ApiKeyInfo(3, project_id, label, "phx_", "phx_...", now_ms, user_id)
+        self.keys.append(made)
+        return made, "phx_secret"
+
+
+def test_keys_are_records_newest_first_and_a_new_one_carries_its_value() -> None:
+    store = Keys()
+    listed = asyncio.run(accounts.list_keys(_caller(store)))
+    assert [k.id for k in listed] == [2, 1]
+    created = asyncio.run(accounts.create_key(_caller(store), accounts.PersonalApiKeyInput(" ci ")))
+    assert (created.key.id, created.key.label, created.value) == (3, "ci", "phx_secret")
+    answer = accounts.created_key_json(created)
+    assert list(answer)[-1] == "value" and answer["value"] == "phx_secret"
+    assert answer["id"] == 3 and answer["revoked"] is False
+
+
+def _change_request(request_id: int, status: RequestStatus) -> ChangeRequest:
+    return ChangeRequest(request_id, 1, 7, {"key": "f", "active": False}, 4, 1, status, 1_000)
+
+
+class Requests:
+    """An ApprovalStore's reads: two pending requests and a rejected one on flag 7."""
+
+    def __init__(self) -> None:
+        self.flag_reads = 0
+        self.requests = [
+            _change_request(3, RequestStatus.PENDING),
+            _change_request(2, RequestStatus.PENDING),
+            _change_request(1, RequestStatus.REJECTED),
+        ]
+
+    async def list_change_requests(
+        self, project_id: int, status: Any, flag_id: Any, limit: int, offset: int
+    ) -> Page:
+        return Page(len(self.requests), self.requests[offset : offset + limit])
+
+    async def get_change_request(self, project_id: int, request_id: int) -> Any:
+        return next((r for r in self.requests if r.id == request_id), None)
+
+    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+        self.flag_reads += 1
+        return {"id": 7, "key": "f", "active": True, "version": 4}
+
+
+def test_change_requests_are_records_with_their_flag_read_once() -> None:
+    store = Requests()
+    page = asyncio.run(approvals.list_requests(_caller(store), None, None, 10, 0))
+    assert page.count == 3 and [r.request.id for r in page.results] == [3, 2, 1]
+    assert store.flag_reads == 1 and page.results[0].current == {
+        "id": 7,
+        "key": "f",
+        "active": True,
+        "version": 4,
+    }
+    shown = approvals.request_with_flag_json(page.results[0])
+    assert shown["changes"] and shown["status"] == "pending"
+    assert approvals.request_with_flag_json(page.results[2])["changes"] is None  # decided
+    one = asyncio.run(approvals.get_request(_caller(store), 1))
+    assert one.request.status is RequestStatus.REJECTED and one.current is not None
