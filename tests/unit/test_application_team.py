@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import pytest
 
 from flagstaff.accounts.records import ApiKeyInfo, Role
 from flagstaff.accounts.roles import AuthMethod, Principal
 from flagstaff.activity.approvals import ChangeRequest, RequestStatus
+from flagstaff.activity.webhooks import Webhook
 from flagstaff.application import accounts, approvals, webhooks
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
@@ -224,3 +226,46 @@ def test_change_requests_are_records_with_their_flag_read_once() -> None:
     assert approvals.request_with_flag_json(page.results[2])["changes"] is None  # decided
     one = asyncio.run(approvals.get_request(_caller(store), 1))
     assert one.request.status is RequestStatus.REJECTED and one.current is not None
+
+
+class StoredHooks:
+    """A WebhookStore keeping its webhooks in a dict."""
+
+    def __init__(self) -> None:
+        self.hooks: dict[int, Webhook] = {}
+
+    async def list_webhooks(self, project_id: int) -> list[Webhook]:
+        return list(self.hooks.values())
+
+    async def get_webhook(self, project_id: int, webhook_id: int) -> Webhook | None:
+        return self.hooks.get(webhook_id)
+
+    async def create_webhook(self, webhook: Webhook, source: Any) -> Webhook:
+        made = msgspec.structs.replace(webhook, id=len(self.hooks) + 1)
+        self.hooks[made.id] = made
+        return made
+
+    async def update_webhook(
+        self, project_id: int, webhook_id: int, changes: dict[str, Any], source: Any, now: int
+    ) -> Webhook | None:
+        changed = msgspec.structs.replace(self.hooks[webhook_id], **changes)
+        self.hooks[webhook_id] = changed
+        return changed
+
+
+def test_a_webhook_is_answered_as_a_record_with_its_secret_once() -> None:
+    store = StoredHooks()
+    body = decode(webhooks.WebhookInput, {"url": "https://example.com/", "scopes": ["Cohort"]})
+    created = asyncio.run(webhooks.create_webhook(_caller(store), body))
+    assert created.webhook.id == 1 and created.secret == created.webhook.secret
+    answer = webhooks.created_webhook_json(created)
+    assert list(answer)[-1] == "secret" and answer["secret"] == created.secret
+    plain = decode(webhooks.WebhookUpdate, {"enabled": False})
+    updated = asyncio.run(webhooks.update_webhook(_caller(store), 1, plain))
+    assert updated.webhook.enabled is False and updated.new_secret is None
+    assert "secret" not in webhooks.updated_webhook_json(updated)
+    rotate = decode(webhooks.WebhookUpdate, {"rotate_secret": True})
+    rotated = asyncio.run(webhooks.update_webhook(_caller(store), 1, rotate))
+    assert rotated.new_secret not in (None, created.secret)
+    assert rotated.new_secret == rotated.webhook.secret
+    assert webhooks.updated_webhook_json(rotated)["secret"] == rotated.new_secret
