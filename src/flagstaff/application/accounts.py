@@ -22,7 +22,7 @@ import msgspec
 
 from flagstaff.accounts import passwords
 from flagstaff.accounts.api_keys import key_json
-from flagstaff.accounts.records import Membership, Role, User
+from flagstaff.accounts.records import ApiKeyInfo, Membership, Role, User
 from flagstaff.accounts.roles import can_revoke_key
 from flagstaff.accounts.store import AccountStore
 from flagstaff.accounts.users import email_problem, normalize_email
@@ -39,16 +39,25 @@ from flagstaff.store.retention import retention_problem
 __all__ = [
     "MAX_KEY_LABEL",
     "MAX_PROJECT_NAME",
+    "AddedMember",
+    "CreatedKey",
+    "CreatedProject",
+    "Member",
     "MemberInput",
     "MemberRoleInput",
     "PersonalApiKeyInput",
     "ProjectInput",
+    "ProjectSettings",
     "ProjectStore",
     "ProjectUpdate",
     "add_member",
+    "added_member_json",
+    "api_key_json",
     "change_role",
     "create_key",
     "create_project",
+    "created_key_json",
+    "created_project_json",
     "end_sessions",
     "join_project",
     "list_keys",
@@ -58,6 +67,7 @@ __all__ = [
     "new_project",
     "project_json",
     "project_settings",
+    "project_settings_json",
     "remove_member",
     "revoke_key",
     "update_project",
@@ -125,7 +135,46 @@ class ProjectStore(Protocol):
     ) -> bool: ...
 
 
-# projects ---------------------------------------------------------------------------------------
+# what the use cases answer ----------------------------------------------------------------------
+
+
+class CreatedProject(msgspec.Struct, frozen=True):
+    """A new project and its creator's personal API key (the secret, shown once)."""
+
+    project: Project
+    personal_api_key: str
+
+
+class ProjectSettings(msgspec.Struct, frozen=True):
+    """The project with its settings."""
+
+    project: Project
+    event_retention_days: int | None
+    experiment_stats_defaults: dict[str, Any]
+
+
+class Member(msgspec.Struct, frozen=True):
+    """A user and their membership of the project."""
+
+    user: User
+    membership: Membership
+
+
+class AddedMember(msgspec.Struct, frozen=True):
+    """A member just added, and whether their user was created for it."""
+
+    member: Member
+    created_user: bool
+
+
+class CreatedKey(msgspec.Struct, frozen=True):
+    """A new personal API key and its value (shown once)."""
+
+    key: ApiKeyInfo
+    value: str
+
+
+# as the API shows them ---------------------------------------------------------------------------
 
 
 def project_json(project: Project) -> dict[str, Any]:
@@ -136,6 +185,49 @@ def project_json(project: Project) -> dict[str, Any]:
         "api_token": project.api_token,
         "created_at": project.created_at,
     }
+
+
+def created_project_json(created: CreatedProject) -> dict[str, Any]:
+    return {**project_json(created.project), "personal_api_key": created.personal_api_key}
+
+
+def project_settings_json(settings: ProjectSettings) -> dict[str, Any]:
+    return {
+        **project_json(settings.project),
+        "event_retention_days": settings.event_retention_days,
+        "experiment_stats_defaults": settings.experiment_stats_defaults,
+    }
+
+
+def _iso(ms: int | None) -> str | None:
+    return ms_to_iso(ms) if ms is not None else None
+
+
+def member_json(member: Member) -> dict[str, Any]:
+    user, membership = member.user, member.membership
+    return {
+        "id": user.id,
+        "user": {"id": user.id, "email": user.email, "first_name": user.first_name},
+        "role": membership.role.value,
+        "joined_at": _iso(membership.created_at_ms),
+        "last_login": _iso(user.last_login_ms),
+        "single_sign_on": user.oidc_issuer is not None,
+    }
+
+
+def added_member_json(added: AddedMember) -> dict[str, Any]:
+    return {**member_json(added.member), "created_user": added.created_user}
+
+
+def api_key_json(key: ApiKeyInfo) -> dict[str, Any]:
+    return key_json(key, ms_to_iso)
+
+
+def created_key_json(created: CreatedKey) -> dict[str, Any]:
+    return {**api_key_json(created.key), "value": created.value}
+
+
+# projects ---------------------------------------------------------------------------------------
 
 
 def _project_name(name: str) -> str:
@@ -161,7 +253,7 @@ async def new_project(store: ProjectStore, body: ProjectInput) -> Project:
     return await store.create_project(_project_name(body.name))
 
 
-async def create_project(caller: Caller[ProjectStore], body: ProjectInput) -> dict[str, Any]:
+async def create_project(caller: Caller[ProjectStore], body: ProjectInput) -> CreatedProject:
     """A project whose creator is its admin, with a personal API key for it (shown once)."""
     project = await new_project(caller.store, body)
     user_id = caller.principal.user_id
@@ -170,7 +262,7 @@ async def create_project(caller: Caller[ProjectStore], body: ProjectInput) -> di
     _, secret = await caller.accounts.create_user_key(
         project.id, user_id, f"{project.name} key", clock.now_ms()
     )
-    return {**project_json(project), "personal_api_key": secret}
+    return CreatedProject(project, secret)
 
 
 async def list_projects(caller: Caller[ProjectStore]) -> list[Project]:
@@ -179,22 +271,22 @@ async def list_projects(caller: Caller[ProjectStore]) -> list[Project]:
     return [project] if project is not None else []
 
 
-async def project_settings(caller: Caller[ProjectStore]) -> dict[str, Any]:
+async def project_settings(caller: Caller[ProjectStore]) -> ProjectSettings:
     """The project with its settings (event retention, experiments' stats defaults)."""
     project = existing(await caller.store.get_project(caller.project_id), "project")
-    return await _settings_json(caller, project)
+    return await _settings(caller, project)
 
 
-async def _settings_json(caller: Caller[ProjectStore], project: Project) -> dict[str, Any]:
+async def _settings(caller: Caller[ProjectStore], project: Project) -> ProjectSettings:
     store = caller.store
-    return {
-        **project_json(project),
-        "event_retention_days": await store.get_event_retention(caller.project_id),
-        "experiment_stats_defaults": await store.get_experiment_stats_defaults(caller.project_id),
-    }
+    return ProjectSettings(
+        project,
+        await store.get_event_retention(caller.project_id),
+        await store.get_experiment_stats_defaults(caller.project_id),
+    )
 
 
-async def update_project(caller: Caller[ProjectStore], body: ProjectUpdate) -> dict[str, Any]:
+async def update_project(caller: Caller[ProjectStore], body: ProjectUpdate) -> ProjectSettings:
     """Rename the project, set its event retention and/or its experiments' stats defaults:
     everything is checked before anything is written."""
     if not given(body):
@@ -221,29 +313,14 @@ async def update_project(caller: Caller[ProjectStore], body: ProjectUpdate) -> d
         project = await store.rename_project(project_id, name)
     else:
         project = await store.get_project(project_id)
-    return await _settings_json(caller, existing(project, "project"))
+    return await _settings(caller, existing(project, "project"))
 
 
 # members -----------------------------------------------------------------------------------------
 
 
-def _iso(ms: int | None) -> str | None:
-    return ms_to_iso(ms) if ms is not None else None
-
-
-def member_json(user: User, membership: Membership) -> dict[str, Any]:
-    return {
-        "id": user.id,
-        "user": {"id": user.id, "email": user.email, "first_name": user.first_name},
-        "role": membership.role.value,
-        "joined_at": _iso(membership.created_at_ms),
-        "last_login": _iso(user.last_login_ms),
-        "single_sign_on": user.oidc_issuer is not None,
-    }
-
-
-async def list_members(caller: Caller[object]) -> list[tuple[User, Membership]]:
-    return await caller.accounts.list_members(caller.project_id)
+async def list_members(caller: Caller[object]) -> list[Member]:
+    return [Member(u, m) for u, m in await caller.accounts.list_members(caller.project_id)]
 
 
 async def _user(accounts: AccountStore, email: str, password: str | None) -> tuple[User, bool]:
@@ -271,7 +348,7 @@ async def _user(accounts: AccountStore, email: str, password: str | None) -> tup
         return user, False
 
 
-async def add_member(caller: Caller[object], body: MemberInput) -> dict[str, Any]:
+async def add_member(caller: Caller[object], body: MemberInput) -> AddedMember:
     """Add the user with ``email`` (created with ``password`` when there is none) with
     ``role``; a member already is refused (their role is changed by :func:`change_role`)."""
     user, created = await _user(caller.accounts, body.email, body.password)
@@ -283,7 +360,7 @@ async def add_member(caller: Caller[object], body: MemberInput) -> dict[str, Any
         user.id, caller.project_id, body.role, clock.now_ms(), caller.source
     )
     assert membership is not None
-    return {**member_json(user, membership), "created_user": created}
+    return AddedMember(Member(user, membership), created)
 
 
 async def join_project(
@@ -306,9 +383,7 @@ async def _member(caller: Caller[object], user_id: int) -> User:
     return user
 
 
-async def change_role(
-    caller: Caller[object], user_id: int, body: MemberRoleInput
-) -> dict[str, Any]:
+async def change_role(caller: Caller[object], user_id: int, body: MemberRoleInput) -> Member:
     """A member's new role (the project keeps an admin: 400 ``role`` otherwise)."""
     user = await _member(caller, user_id)
     membership = await caller.accounts.change_membership(
@@ -316,7 +391,7 @@ async def change_role(
     )
     if membership is None:
         raise ApiError(404, "not_found", "no such member")
-    return member_json(user, membership)
+    return Member(user, membership)
 
 
 async def remove_member(caller: Caller[object], user_id: int) -> None:
@@ -339,7 +414,7 @@ async def end_sessions(caller: Caller[object], user_id: int) -> int:
 # personal API keys -------------------------------------------------------------------------------
 
 
-async def list_keys(caller: Caller[object]) -> list[dict[str, Any]]:
+async def list_keys(caller: Caller[object]) -> list[ApiKeyInfo]:
     """Admins (and a key without a user) see every key of the project, others their own;
     newest first."""
     principal = caller.principal
@@ -347,10 +422,10 @@ async def list_keys(caller: Caller[object]) -> list[dict[str, Any]]:
     keys = await caller.accounts.list_keys(
         caller.project_id, None if everyone else principal.user_id
     )
-    return [key_json(k, ms_to_iso) for k in sorted(keys, key=lambda k: -k.id)]
+    return sorted(keys, key=lambda k: -k.id)
 
 
-async def create_key(caller: Caller[object], body: PersonalApiKeyInput) -> dict[str, Any]:
+async def create_key(caller: Caller[object], body: PersonalApiKeyInput) -> CreatedKey:
     """A new key for the caller; its ``value`` is in this answer only."""
     label = body.label
     if not label.strip():
@@ -362,7 +437,7 @@ async def create_key(caller: Caller[object], body: PersonalApiKeyInput) -> dict[
     info, secret = await caller.accounts.create_user_key(
         caller.project_id, caller.principal.user_id, label.strip(), clock.now_ms(), caller.source
     )
-    return {**key_json(info, ms_to_iso), "value": secret}
+    return CreatedKey(info, secret)
 
 
 async def revoke_key(caller: Caller[object], key_id: int) -> None:

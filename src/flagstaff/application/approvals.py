@@ -105,6 +105,21 @@ class Unchanged(msgspec.Struct, frozen=True):
     flag: dict[str, Any]
 
 
+class RequestWithFlag(msgspec.Struct, frozen=True):
+    """A change request and its flag as it is now (``None``: none, or not read because the
+    request is decided), from which the API shows what approving would change."""
+
+    request: ChangeRequest
+    current: dict[str, Any] | None
+
+
+class RequestPage(msgspec.Struct, frozen=True):
+    """How many change requests match, and one page of them."""
+
+    count: int
+    results: list[RequestWithFlag]
+
+
 def request_json(request: ChangeRequest, current: dict[str, Any] | None) -> dict[str, Any]:
     """A change request as the API shows it. ``changes`` is what approving would change in
     the flag as it is now (``current``), for pending requests; null once decided."""
@@ -143,6 +158,10 @@ def request_json(request: ChangeRequest, current: dict[str, Any] | None) -> dict
     }
 
 
+def request_with_flag_json(shown: RequestWithFlag) -> dict[str, Any]:
+    return request_json(shown.request, shown.current)
+
+
 def policy_json(policy: approvals.ApprovalPolicy) -> dict[str, Any]:
     return {
         "enabled": policy.enabled,
@@ -161,16 +180,15 @@ def policy_input(body: Any) -> ApprovalPolicyInput:
         raise ApiError(400, "required", "enabled (true or false) is required", "enabled") from None
 
 
-async def get_policy(caller: Caller[ApprovalStore]) -> dict[str, Any]:
-    return policy_json(await caller.store.approval_policy(caller.project_id))
+async def get_policy(caller: Caller[ApprovalStore]) -> ApprovalPolicy:
+    return await caller.store.approval_policy(caller.project_id)
 
 
-async def set_policy(caller: Caller[ApprovalStore], body: ApprovalPolicyInput) -> dict[str, Any]:
+async def set_policy(caller: Caller[ApprovalStore], body: ApprovalPolicyInput) -> ApprovalPolicy:
     """Turn approval of flag changes on or off (admins: the adapter authorises)."""
-    policy = await caller.store.set_approval_policy(
+    return await caller.store.set_approval_policy(
         caller.project_id, body.enabled, caller.source, clock.now_ms()
     )
-    return policy_json(policy)
 
 
 # holding a write for approval --------------------------------------------------------------
@@ -250,9 +268,9 @@ async def list_requests(
     flag_id: int | None,
     limit: int,
     offset: int,
-) -> tuple[int, list[dict[str, Any]]]:
+) -> RequestPage:
     """Newest first, ``status`` and ``flag_id`` filtering: the total and one page, pending
-    requests with what approving would change in their flag as it is now."""
+    requests with their flag as it is now (what approving would change)."""
     page = await caller.store.list_change_requests(
         caller.project_id, status, flag_id, limit, offset
     )
@@ -261,13 +279,13 @@ async def list_requests(
     for found in page.results:
         if found.status is RequestStatus.PENDING and found.flag_id not in flags:
             flags[found.flag_id] = await current_flag(caller, found)
-        results.append(request_json(found, flags.get(found.flag_id)))
-    return page.count, results
+        results.append(RequestWithFlag(found, flags.get(found.flag_id)))
+    return RequestPage(page.count, results)
 
 
-async def get_request(caller: Caller[ApprovalStore], request_id: int) -> dict[str, Any]:
+async def get_request(caller: Caller[ApprovalStore], request_id: int) -> RequestWithFlag:
     found = await existing_request(caller, request_id)
-    return request_json(found, await current_flag(caller, found))
+    return RequestWithFlag(found, await current_flag(caller, found))
 
 
 async def existing_request(caller: Caller[ApprovalStore], request_id: int) -> ChangeRequest:
@@ -298,7 +316,7 @@ async def _mark_stale(
 
 async def approve(
     caller: Caller[ApprovalStore], request_id: int, body: DecisionInput
-) -> dict[str, Any]:
+) -> ChangeRequest:
     """Apply the request now: its author cannot, nor can a viewer."""
     comment = body.comment
     found = await existing_request(caller, request_id)
@@ -322,12 +340,12 @@ async def approve(
         if exc.field == "status":
             raise ApiError(409, "already_decided", exc.message) from None
         raise
-    return request_json(done, None)
+    return done
 
 
 async def reject(
     caller: Caller[ApprovalStore], request_id: int, body: DecisionInput
-) -> dict[str, Any]:
+) -> ChangeRequest:
     """Refuse the request (anyone who may approve it), or withdraw it (its author)."""
     found = await existing_request(caller, request_id)
     decision = approvals.reject(found, caller.principal, body.comment, clock.now_ms())
@@ -338,4 +356,4 @@ async def reject(
         done = await caller.store.decide_change_request(decision.request, key, caller.source)
     except Conflict as exc:
         raise ApiError(409, "already_decided", exc.message) from None
-    return request_json(done, None)
+    return done

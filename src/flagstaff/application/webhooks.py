@@ -31,17 +31,21 @@ from flagstaff.store.base import Conflict, Page
 __all__ = [
     "MAX_DESCRIPTION",
     "MAX_WEBHOOKS",
+    "CreatedWebhook",
+    "UpdatedWebhook",
     "WebhookInput",
     "WebhookReads",
     "WebhookStore",
     "WebhookUpdate",
     "create_webhook",
+    "created_webhook_json",
     "delete_webhook",
     "get_webhook",
     "list_deliveries",
     "list_webhooks",
     "redeliver",
     "update_webhook",
+    "updated_webhook_json",
 ]
 
 MAX_WEBHOOKS = 20
@@ -110,6 +114,32 @@ class WebhookStore(WebhookReads, Protocol):
     ) -> Delivery | None: ...
 
 
+class CreatedWebhook(msgspec.Struct, frozen=True):
+    """A new webhook and its signing secret (answered this once)."""
+
+    webhook: Webhook
+    secret: str
+
+
+class UpdatedWebhook(msgspec.Struct, frozen=True):
+    """A changed webhook and, when the change rotated it, its new signing secret (answered
+    this once)."""
+
+    webhook: Webhook
+    new_secret: str | None = None
+
+
+def created_webhook_json(created: CreatedWebhook) -> dict[str, Any]:
+    return {**webhook_json(created.webhook, ms_to_iso), "secret": created.secret}
+
+
+def updated_webhook_json(updated: UpdatedWebhook) -> dict[str, Any]:
+    answer = webhook_json(updated.webhook, ms_to_iso)
+    if updated.new_secret is not None:
+        answer["secret"] = updated.new_secret
+    return answer
+
+
 def _changes(body: WebhookInput | WebhookUpdate) -> dict[str, Any]:
     """The webhook fields ``body`` sets, checked (400 naming the field)."""
     out = given(body)
@@ -139,7 +169,7 @@ async def get_webhook(caller: Caller[WebhookStore], webhook_id: int) -> Webhook:
     return existing(await caller.store.get_webhook(caller.project_id, webhook_id), "webhook")
 
 
-async def create_webhook(caller: Caller[WebhookStore], body: WebhookInput) -> dict[str, Any]:
+async def create_webhook(caller: Caller[WebhookStore], body: WebhookInput) -> CreatedWebhook:
     """The new webhook with its ``secret`` (in this answer only)."""
     fields = _changes(body)
     if len(await caller.store.list_webhooks(caller.project_id)) >= MAX_WEBHOOKS:
@@ -159,12 +189,12 @@ async def create_webhook(caller: Caller[WebhookStore], body: WebhookInput) -> di
         ),
         caller.source,
     )
-    return {**webhook_json(made, ms_to_iso), "secret": secret}
+    return CreatedWebhook(made, secret)
 
 
 async def update_webhook(
     caller: Caller[WebhookStore], webhook_id: int, body: WebhookUpdate
-) -> dict[str, Any]:
+) -> UpdatedWebhook:
     """Change url, scopes, enabled, description; ``rotate_secret`` makes a new secret (in this
     answer only; deliveries not yet sent are signed with it)."""
     found = await get_webhook(caller, webhook_id)
@@ -176,10 +206,7 @@ async def update_webhook(
     )
     if updated is None:
         raise ApiError(404, "not_found", "no such webhook")
-    answer = webhook_json(updated, ms_to_iso)
-    if body.rotate_secret:
-        answer["secret"] = changes["secret"]
-    return answer
+    return UpdatedWebhook(updated, changes["secret"] if body.rotate_secret else None)
 
 
 async def delete_webhook(caller: Caller[WebhookStore], webhook_id: int) -> None:

@@ -172,12 +172,12 @@ def cmd_project_update(args: argparse.Namespace) -> int:
     async def run(store: Store) -> None:
         project_id = await _project_id(store, args.project)
         try:
-            project = await accounts.update_project(_operator(store, project_id), change)
+            updated = await accounts.update_project(_operator(store, project_id), change)
         except ApiError as exc:
             raise _refused(exc) from None
-        days = project["event_retention_days"]
+        days, project = updated.event_retention_days, updated.project
         kept = "forever" if days is None else f"{days} days"
-        print(f"project {project['id']} {project['name']!r}: events kept {kept}")
+        print(f"project {project.id} {project.name!r}: events kept {kept}")
 
     _with_store(settings, run)
     return 0
@@ -190,11 +190,11 @@ def cmd_key_create(args: argparse.Namespace) -> int:
         project_id = await _project_id(store, args.project)
         body = accounts.PersonalApiKeyInput(args.label)
         try:
-            key = await accounts.create_key(_operator(store, project_id), body)
+            created = await accounts.create_key(_operator(store, project_id), body)
         except ApiError as exc:
             raise _refused(exc) from None
-        print(f"personal API key {key['id']} for project {project_id} (shown only now):")
-        print(f"  {key['value']}")
+        print(f"personal API key {created.key.id} for project {project_id} (shown only now):")
+        print(f"  {created.value}")
 
     _with_store(settings, run)
     return 0

@@ -88,11 +88,12 @@ async def list_projects(ctx: Caller[Store], request: Request) -> Any:
 
 async def create_project(ctx: Caller[Store], request: Request) -> Any:
     body = decode(account_cases.ProjectInput, await _body(request))
-    return 201, await account_cases.create_project(ctx, body)
+    created = await account_cases.create_project(ctx, body)
+    return 201, account_cases.created_project_json(created)
 
 
 async def get_project(ctx: Caller[Store], request: Request) -> Any:
-    return await account_cases.project_settings(ctx)
+    return account_cases.project_settings_json(await account_cases.project_settings(ctx))
 
 
 # feature flags ----------------------------------------------------------------------------
@@ -239,13 +240,13 @@ async def delete_scheduled_change(ctx: Caller[Store], request: Request) -> Any:
 
 async def list_keys(ctx: Caller[Store], request: Request) -> Any:
     """Admins see every key of the project, others their own."""
-    return await account_cases.list_keys(ctx)
+    return [account_cases.api_key_json(k) for k in await account_cases.list_keys(ctx)]
 
 
 async def create_key(ctx: Caller[Store], request: Request) -> Any:
     """A new key for the caller; its value is in this answer only."""
     body = decode(account_cases.PersonalApiKeyInput, await _body(request))
-    return 201, await account_cases.create_key(ctx, body)
+    return 201, account_cases.created_key_json(await account_cases.create_key(ctx, body))
 
 
 async def revoke_key(ctx: Caller[Store], request: Request) -> Any:

@@ -12,7 +12,12 @@ from starlette.requests import Request
 from flagstaff.accounts.roles import Action
 from flagstaff.activity.approvals import RequestStatus
 from flagstaff.application import approvals
-from flagstaff.application.approvals import DecisionInput
+from flagstaff.application.approvals import (
+    DecisionInput,
+    policy_json,
+    request_json,
+    request_with_flag_json,
+)
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.application.inputs import decode
@@ -24,11 +29,12 @@ P = "/api/projects/{project_id}"
 
 
 async def get_approval_policy(ctx: Caller[Store], request: Request) -> Any:
-    return await approvals.get_policy(ctx)
+    return policy_json(await approvals.get_policy(ctx))
 
 
 async def update_approval_policy(ctx: Caller[Store], request: Request) -> Any:
-    return await approvals.set_policy(ctx, approvals.policy_input(await json_body(request)))
+    body = approvals.policy_input(await json_body(request))
+    return policy_json(await approvals.set_policy(ctx, body))
 
 
 async def list_change_requests(ctx: Caller[Store], request: Request) -> Any:
@@ -45,24 +51,27 @@ async def list_change_requests(ctx: Caller[Store], request: Request) -> Any:
     if raw_record is not None and not (raw_record.isdigit() and len(raw_record) < 19):
         raise ApiError(400, "invalid_input", "record_id must be a feature flag id", "record_id")
     record_id = int(raw_record) if raw_record else None
-    count, results = await approvals.list_requests(ctx, status, record_id, limit, offset)
-    return paginated(request, count, results, limit, offset)
+    page = await approvals.list_requests(ctx, status, record_id, limit, offset)
+    results = [request_with_flag_json(shown) for shown in page.results]
+    return paginated(request, page.count, results, limit, offset)
 
 
 async def get_change_request(ctx: Caller[Store], request: Request) -> Any:
-    return await approvals.get_request(ctx, path_int(request, "request_id"))
+    return request_with_flag_json(await approvals.get_request(ctx, path_int(request, "request_id")))
 
 
 async def approve_change_request(ctx: Caller[Store], request: Request) -> Any:
     """Apply the request now: its author cannot, nor can a viewer."""
     body = decode(DecisionInput, await json_body(request))
-    return await approvals.approve(ctx, path_int(request, "request_id"), body)
+    decided = await approvals.approve(ctx, path_int(request, "request_id"), body)
+    return request_json(decided, None)  # decided: no changes to show
 
 
 async def reject_change_request(ctx: Caller[Store], request: Request) -> Any:
     """Refuse the request (anyone who may approve it), or withdraw it (its author)."""
     body = decode(DecisionInput, await json_body(request))
-    return await approvals.reject(ctx, path_int(request, "request_id"), body)
+    decided = await approvals.reject(ctx, path_int(request, "request_id"), body)
+    return request_json(decided, None)  # decided: no changes to show
 
 
 ROUTES = [

@@ -21,7 +21,9 @@ from flagstaff.application.accounts import (
     MemberInput,
     MemberRoleInput,
     ProjectUpdate,
+    added_member_json,
     member_json,
+    project_settings_json,
 )
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
@@ -43,7 +45,7 @@ def _user_id(request: Request) -> int:
 
 
 async def list_members(ctx: Caller[Store], request: Request) -> Any:
-    results = [member_json(u, m) for u, m in await accounts.list_members(ctx)]
+    results = [member_json(m) for m in await accounts.list_members(ctx)]
     return {"count": len(results), "next": None, "previous": None, "results": results}
 
 
@@ -51,13 +53,13 @@ async def add_member(ctx: Caller[Store], request: Request) -> Any:
     """Add the user with ``email`` (created with ``password`` when there is none; an existing
     user's password is never changed) with ``role``."""
     body = decode(MemberInput, await json_body(request))
-    return 201, await accounts.add_member(ctx, body)
+    return 201, added_member_json(await accounts.add_member(ctx, body))
 
 
 async def update_member(ctx: Caller[Store], request: Request) -> Any:
     user_id = _user_id(request)
     body = decode(MemberRoleInput, await json_body(request))
-    return await accounts.change_role(ctx, user_id, body)
+    return member_json(await accounts.change_role(ctx, user_id, body))
 
 
 async def remove_member(ctx: Caller[Store], request: Request) -> Any:
@@ -76,7 +78,8 @@ async def end_member_sessions(ctx: Caller[Store], request: Request) -> Any:
 async def update_project(ctx: Caller[Store], request: Request) -> Any:
     """Rename the project, set its ``event_retention_days`` (null: keep forever) and its
     experiments' stats defaults."""
-    return await accounts.update_project(ctx, decode(ProjectUpdate, await json_body(request)))
+    body = decode(ProjectUpdate, await json_body(request))
+    return project_settings_json(await accounts.update_project(ctx, body))
 
 
 # groups ------------------------------------------------------------------------------------

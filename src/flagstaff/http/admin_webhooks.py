@@ -15,7 +15,12 @@ from flagstaff.activity.webhooks import delivery_json, webhook_json
 from flagstaff.application import webhooks
 from flagstaff.application.context import Caller
 from flagstaff.application.inputs import decode
-from flagstaff.application.webhooks import WebhookInput, WebhookUpdate
+from flagstaff.application.webhooks import (
+    WebhookInput,
+    WebhookUpdate,
+    created_webhook_json,
+    updated_webhook_json,
+)
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.http.admin_context import Handler
 from flagstaff.http.rest import int_param, json_body, paginated, path_int
@@ -35,7 +40,7 @@ async def list_webhooks(ctx: Caller[Store], request: Request) -> Any:
 
 async def create_webhook(ctx: Caller[Store], request: Request) -> Any:
     body = decode(WebhookInput, await json_body(request))
-    return 201, await webhooks.create_webhook(ctx, body)
+    return 201, created_webhook_json(await webhooks.create_webhook(ctx, body))
 
 
 async def get_webhook(ctx: Caller[Store], request: Request) -> Any:
@@ -46,7 +51,7 @@ async def update_webhook(ctx: Caller[Store], request: Request) -> Any:
     """Change url, scopes, enabled, description; ``rotate_secret: true`` makes a new secret
     (in this answer only; deliveries not yet sent are signed with it)."""
     body = decode(WebhookUpdate, await json_body(request))
-    return await webhooks.update_webhook(ctx, _webhook_id(request), body)
+    return updated_webhook_json(await webhooks.update_webhook(ctx, _webhook_id(request), body))
 
 
 async def delete_webhook(ctx: Caller[Store], request: Request) -> Any:
