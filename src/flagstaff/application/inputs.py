@@ -17,13 +17,12 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from flagstaff.application.errors import ApiError
+from flagstaff.common.invalid import conversion_problem
 
 __all__ = ["UNSET", "UnsetType", "decode", "given", "require_object"]
 
 T = TypeVar("T", bound=msgspec.Struct)
 
-_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
-_MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]+)`$")
 _EXPECTED = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`$")
 _WORDS = {
     "str": "a string",
@@ -54,16 +53,10 @@ def decode(kind: type[T], body: Any) -> T:
 
 def refusal(exc: msgspec.ValidationError) -> ApiError:
     """msgspec's message in the API's words: ``name must be a string`` with ``attr`` ``name``."""
-    message = str(exc)
-    path = ""
-    at = _AT.search(message)
-    if at is not None:
-        path = at["path"].lstrip(".")
-        message = message[: at.start()]
-    missing = _MISSING.match(message)
-    if missing is not None:
-        attr = f"{path}.{missing['name']}" if path else missing["name"]
-        return ApiError(400, "required", f"{attr} is required", attr)
+    problem = conversion_problem(exc)
+    path, message = problem.path, problem.message
+    if problem.missing:
+        return ApiError(400, "required", f"{path} is required", path)
     expected = _EXPECTED.match(message)
     if expected is not None:
         wants = [_WORDS.get(w, f"`{w}`") for w in expected["want"].split(" | ")]

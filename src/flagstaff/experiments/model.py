@@ -15,13 +15,13 @@ PostHog creates when ``feature_flag_key`` names no flag yet.
 
 from __future__ import annotations
 
-import re
 import uuid as uuid_module
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from flagstaff.common import invalid
 from flagstaff.common.invalid import DefinitionInvalid, Errors
 from flagstaff.common.units import DAY_S
 from flagstaff.flags.operators import PROPERTY_OPERATORS
@@ -390,21 +390,12 @@ def experiment_flag(
     return flag
 
 
-_MISSING_FIELD = re.compile(r"^Object missing required field `([^`]*)`$")
-_AT_PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-
-
 def conversion_problem(error: msgspec.ValidationError) -> tuple[str, str]:
     """A refused conversion as ``(field path, message)``: the experiment API's wording."""
-    match = _AT_PATH.match(str(error))
-    assert match is not None
-    path = (match.group("path") or "").lstrip(".")
-    message = match.group("message").replace("Invalid enum value", "Invalid value")
-    missing = _MISSING_FIELD.match(message)
-    if missing is not None:  # name the missing field itself
-        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
-        message = "This field is required."
-    return path, message
+    problem = invalid.conversion_problem(error)
+    if problem.missing:  # name the missing field itself
+        return problem.path, "This field is required."
+    return problem.path, problem.message.replace("Invalid enum value", "Invalid value")
 
 
 T = TypeVar("T")
