@@ -24,8 +24,10 @@ from flagstaff.application.flag_usage import FlagChecks
 from flagstaff.console.routes import ProjectInfo
 from flagstaff.console.team_views import DynamicCounts
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.base import Group, Page, Project, Usage, Warning
 from flagstaff.store.flag_usage import ValueChecks
+from tests.stored_flags import stored_flag
 
 
 class MemoryAccounts:
@@ -200,8 +202,9 @@ class MemoryData:
     async def list_flags(self, project_id: int) -> list[dict[str, Any]]:
         return self.flags
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
-        return next((f for f in self.flags if f["id"] == flag_id), None)
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
+        found = next((f for f in self.flags if f["id"] == flag_id), None)
+        return None if found is None else stored_flag(found, flag_id, found.get("version", 1))
 
     async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
         return {
@@ -215,9 +218,9 @@ class MemoryData:
     ) -> dict[str, FlagUsage]:
         return {k: u for k, u in self.usage.items() if k in keys}
 
-    async def flag_checks(self, project_id: int, flag: dict[str, Any], now_ms: int) -> FlagChecks:
-        rows = self.checks.get(str(flag.get("key")), [])
-        return flag_usage.flag_checks(rows, now_ms, flag_usage.variant_keys(flag))
+    async def flag_checks(self, project_id: int, flag: FeatureFlag, now_ms: int) -> FlagChecks:
+        rows = self.checks.get(flag.key, [])
+        return flag_usage.flag_checks(rows, now_ms, flag_usage.variant_keys(flag.filters))
 
     async def group_types(self, project_id: int) -> dict[int, str]:
         return self.types

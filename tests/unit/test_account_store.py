@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from flagstaff.accounts.records import LoginAttempt, Role
 from flagstaff.activity.records import Activity, Actor, ChangeSource, Scope
@@ -72,18 +73,18 @@ def test_flag_writes_log_activity_and_versions_and_scheduled_changes_run_once(
     async def body(store: Any) -> None:
         pid = (await store.create_project("P", TOKEN)).id
         flag = await store.create_flag(pid, flag_from_input({"key": "f"}))
-        updated = await store.update_flag(pid, flag["id"], {**flag, "name": "renamed"})
-        versions = await store.flag_versions(pid, flag["id"])
+        updated = await store.update_flag(pid, flag.id, replace(flag, name="renamed"), 1)
+        versions = await store.flag_versions(pid, flag.id)
         assert [v.version for v in versions] == [1, 2]
         assert versions[1].data["name"] == "renamed"
-        assert await store.count_activity(pid, Scope.FEATURE_FLAG, str(flag["id"])) == 2
+        assert await store.count_activity(pid, Scope.FEATURE_FLAG, str(flag.id)) == 2
         page = await store.list_activity(pid, limit=1)
         older = await store.list_activity(pid, before_id=page[0].id)
         assert page[0].record.activity is Activity.UPDATED
         assert [e.record.activity for e in older] == [Activity.CREATED]
         change = await store.create_scheduled_change(
             pid,
-            flag["id"],
+            flag.id,
             Operation.UPDATE_STATUS,
             {"operation": "update_status", "value": False},
             NOW + 1000,
@@ -94,11 +95,11 @@ def test_flag_writes_log_activity_and_versions_and_scheduled_changes_run_once(
         bumps: list[int] = []
         assert await run_due_changes(store, NOW + 1000, lambda: bumps.append(1)) == 1
         assert await run_due_changes(store, NOW + 2000) == 0  # claimed once
-        failures = [c.failure for c in await store.list_scheduled_changes(pid, flag["id"])]
+        failures = [c.failure for c in await store.list_scheduled_changes(pid, flag.id)]
         assert bumps == [1], failures
-        current = await store.get_flag(pid, flag["id"])
-        assert current["active"] is False and current["version"] == updated["version"] + 1
-        [listed] = await store.list_scheduled_changes(pid, flag["id"])
+        current = await store.get_flag(pid, flag.id)
+        assert current.active is False and current.version == updated.version + 1
+        [listed] = await store.list_scheduled_changes(pid, flag.id)
         assert listed.id == change.id and listed.executed_at_ms == NOW + 1000
         assert listed.failure is None
         newest = (await store.list_activity(pid, scope=Scope.FEATURE_FLAG, limit=1))[0]

@@ -22,9 +22,11 @@ from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.units import DAY_MS
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.flag_usage import ValueChecks
 from flagstaff.store.property_values import ValueCount
 from flagstaff.store.records import EventQuery, Group, Page, Person, StoredEvent, Warning
+from tests.stored_flags import stored_flag
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 TODAY = NOW // DAY_MS
@@ -162,7 +164,7 @@ class Activity:
 def test_activity_pages_are_records_with_their_total_or_cursor() -> None:
     store = Activity()
     caller = _caller(store)
-    page = _run(activity.flag_activity(caller, {"id": 3}, 2, 2))
+    page = _run(activity.flag_activity(caller, stored_flag({"key": "f"}, 3), 2, 2))
     assert page == activity.FlagActivity(store.rows[2:4], 5)
     assert store.asked[-1]["item_id"] == "3" and store.asked[-1]["offset"] == 2
     store.rows = store.rows[:3]
@@ -184,11 +186,11 @@ class Schedules:
     """A ScheduleStore of one flag, with the approval policy on or off."""
 
     def __init__(self, enabled: bool = False) -> None:
-        self.flag = {"id": 4, "key": "f", "deleted": False}
+        self.flag = stored_flag({"key": "f"}, 4)
         self.policy = ApprovalPolicy(enabled=enabled)
         self.changes: list[ScheduledChange] = []
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
         return self.flag if flag_id == 4 else None
 
     async def approval_policy(self, project_id: int) -> ApprovalPolicy:
@@ -265,7 +267,9 @@ class Usage:
 
 def test_flag_usage_is_a_record_the_api_renders(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(clock, "now_ms", lambda: NOW)
-    flag = {"key": "exp", "filters": {"multivariate": {"variants": [{"key": "control"}]}}}
+    flag = stored_flag(
+        {"key": "exp", "filters": {"multivariate": {"variants": [{"key": "control"}]}}}, 1
+    )
     usage = _run(flag_usage.flag_usage(_caller(Usage()), flag, 2))
     assert isinstance(usage, flag_usage.FlagUsage)
     assert (usage.flag_key, usage.days, usage.last_seen_ms) == ("exp", 2, NOW - 5)

@@ -19,10 +19,12 @@ from flagstaff.application.early_access import EarlyAccessFeatureInput
 from flagstaff.application.errors import ApiError
 from flagstaff.application.inputs import decode
 from flagstaff.application.surveys import SurveyInput
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.records import FlagWrite, Page
 from flagstaff.surveys import stats
 from flagstaff.surveys.early_access import EarlyAccessFeature
 from flagstaff.surveys.model import Survey
+from tests.stored_flags import stored_flag
 
 PROJECT = 1
 
@@ -32,7 +34,7 @@ class FakeStore:
     applies them (a new flag gets the next id and its id lands on ``target``)."""
 
     def __init__(self) -> None:
-        self.flags: dict[int, dict[str, Any]] = {}
+        self.flags: dict[int, FeatureFlag] = {}
         self.surveys: dict[str, Survey] = {}
         self.features: dict[str, EarlyAccessFeature] = {}
         self.writes: list[FlagWrite] = []
@@ -43,14 +45,18 @@ class FakeStore:
         for write in flags:
             if write.flag_id is None:
                 flag_id = len(self.flags) + 1
-                self.flags[flag_id] = {**write.data, "id": flag_id}
+                self.flags[flag_id] = stored_flag(write.flag, flag_id)
                 assert write.target is not None
                 record = msgspec.structs.replace(record, **{write.target: flag_id})
             else:
-                self.flags[write.flag_id] = {**write.data, "id": write.flag_id}
+                before = self.flags[write.flag_id]
+                assert write.version == before.version
+                self.flags[write.flag_id] = stored_flag(
+                    write.flag, write.flag_id, before.version + 1
+                )
         return record
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
         return self.flags.get(flag_id)
 
     async def list_surveys(self, project_id: int, limit: int, offset: int) -> Page:
@@ -156,24 +162,24 @@ def test_a_survey_is_made_changed_and_deleted_with_its_flags() -> None:
     assert survey == store.surveys[survey.id] and survey.id != "ignored"
     assert survey.targeting_flag_id is not None and survey.internal_targeting_flag_id is not None
     targeting = made.flags[survey.targeting_flag_id]
-    assert targeting["filters"]["groups"][0]["rollout_percentage"] == 20
-    assert made.flags[survey.internal_targeting_flag_id]["key"].endswith("-custom")
+    assert targeting.filters["groups"][0]["rollout_percentage"] == 20
+    assert made.flags[survey.internal_targeting_flag_id].key.endswith("-custom")
     # rendered, the flags sit by role
     shown = surveys.survey_json(made)
-    assert shown["targeting_flag"] == targeting and shown["id"] == survey.id
+    assert shown["targeting_flag"] == surveys.minimal_flag(targeting) and shown["id"] == survey.id
 
     patched = run(surveys.update_survey(who, survey.id, SurveyInput(description="d"), partial=True))
     assert patched.survey.description == "d" and patched.survey.questions == survey.questions
     archived = run(surveys.archive_survey(who, survey.id))
     assert archived.survey.archived is True
-    assert store.flags[survey.internal_targeting_flag_id]["active"] is False
+    assert store.flags[survey.internal_targeting_flag_id].active is False
     assert run(surveys.survey_of(who, survey.id)) == archived
     listed = run(surveys.list_surveys(who, 10, 0))
     assert listed == surveys.SurveyPage(1, [archived])
 
     run(surveys.delete_survey(who, survey.id))
     assert survey.id not in store.surveys
-    assert all(f["deleted"] for f in store.flags.values())
+    assert all(f.deleted for f in store.flags.values())
 
 
 def test_survey_refusals_name_the_field() -> None:
@@ -218,24 +224,24 @@ def test_a_feature_takes_and_leaves_the_enrollment_condition() -> None:
     assert isinstance(made, early_access.ShownFeature)
     assert made.feature == store.features[made.feature.id]
     flag = made.flag
-    assert flag is not None and flag["id"] == made.feature.feature_flag_id
-    assert flag["key"] == "dark-mode" and flag["filters"]["super_groups"]
-    assert early_access.feature_json(made)["feature_flag"] == flag
+    assert flag is not None and flag.id == made.feature.feature_flag_id
+    assert flag.key == "dark-mode" and flag.filters["super_groups"]
+    assert early_access.feature_json(made)["feature_flag"] == surveys.minimal_flag(flag)
     feature_id = made.feature.id
     moved = run(
         early_access.update_feature(who, feature_id, EarlyAccessFeatureInput(stage="draft"))
     )
     assert moved.feature.stage == "draft"
-    assert moved.flag is not None and moved.flag["filters"]["super_groups"] is None
+    assert moved.flag is not None and moved.flag.filters["super_groups"] is None
     assert run(early_access.feature_of(who, feature_id)) == moved
     assert run(early_access.list_features(who, 10, 0)) == early_access.FeaturePage(1, [moved])
     # a second feature cannot take the same flag
     with pytest.raises(ApiError) as info:
-        inp = EarlyAccessFeatureInput(name="Again", stage="beta", feature_flag_id=flag["id"])
+        inp = EarlyAccessFeatureInput(name="Again", stage="beta", feature_flag_id=flag.id)
         run(early_access.create_feature(who, inp))
     assert info.value.attr == "feature_flag_id"
     run(early_access.delete_feature(who, feature_id))
-    assert store.features == {} and not store.flags[flag["id"]]["deleted"]
+    assert store.features == {} and not store.flags[flag.id].deleted
 
 
 def test_counts_and_answers_are_records_the_adapters_render() -> None:

@@ -18,6 +18,7 @@ from flagstaff.console import templates, views
 from flagstaff.console.page import STATIC_URL, ProjectInfo
 from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.flags.operators import ALL_OPERATORS
+from tests.stored_flags import stored_flag
 from tests.unit.console_fakes import MemoryAccounts, MemoryData
 
 DAY = views.DAY_MS
@@ -143,7 +144,7 @@ def test_list_filters_search_status_type_tag_stale() -> None:
 
 
 def test_editor_model_from_flag_json() -> None:
-    model = views.editor_model(FULL_FLAG)
+    model = views.editor_model(stored_flag(FULL_FLAG, FULL_FLAG["id"]))
     assert model.tags == f"payments, {EVIL}"
     assert model.aggregation_group_type_index == 0
     filters = model.conditions[0].filters
@@ -229,7 +230,8 @@ def _base_context(**extra: Any) -> dict[str, Any]:
     return context
 
 
-def _editor_page(flag: dict[str, Any] | None, can_edit: bool = True) -> str:
+def _editor_page(json: dict[str, Any] | None, can_edit: bool = True) -> str:
+    flag = None if json is None else stored_flag(json, json["id"], json.get("version", 1))
     builder = {
         "group_types": [(0, "company")],
         "cohorts": [{"id": 3, "name": "Beta <testers>"}],

@@ -4,7 +4,6 @@ unknown ids, and what each page shows."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -15,10 +14,12 @@ from flagstaff.application.surveys import ShownSurvey
 from flagstaff.console.early_access import early_access_routes
 from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.console.surveys import survey_routes
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.base import Enrolled
 from flagstaff.surveys import stats
 from flagstaff.surveys.early_access import EarlyAccessFeature
 from flagstaff.surveys.model import Survey
+from tests.stored_flags import stored_flag
 from tests.unit.console_fakes import MemoryAccounts, MemoryData
 from tests.unit.test_console import FAST, PASSWORD, _login
 
@@ -59,8 +60,8 @@ class MemoryFeatures:
     async def feature(self, project_id: int, feature_id: str) -> EarlyAccessFeature | None:
         return self.stored.get(feature_id)
 
-    async def flag(self, project_id: int, flag_id: int | None) -> dict[str, Any] | None:
-        return FLAG if flag_id == 3 else None
+    async def flag(self, project_id: int, flag_id: int | None) -> FeatureFlag | None:
+        return stored_flag(FLAG, 3) if flag_id == 3 else None
 
     async def boolean_flags(self, project_id: int) -> list[tuple[int, str]]:
         return [(3, "beta-search")]

@@ -20,6 +20,8 @@ from flagstaff.activity.webhooks import Delivery, DeliveryStatus, Webhook
 from flagstaff.console.approvals import approval_routes
 from flagstaff.console.routes import console_routes
 from flagstaff.console.webhooks import webhook_routes
+from flagstaff.flags.records import FeatureFlag
+from tests.stored_flags import stored_flag
 from tests.unit.console_fakes import MemoryAccounts, MemoryData
 from tests.unit.test_console import EVIL, FAST, NOW, PASSWORD, _check_accessible, _flag, _login
 
@@ -79,8 +81,8 @@ class Reviews:
     ) -> list[ChangeRequest]:
         return [r for r in self.requests if status is None or r.status is status][:limit]
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
-        return FLAG if flag_id == 7 else None
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
+        return stored_flag(FLAG, 7, 3) if flag_id == 7 else None
 
     async def webhooks(self, project_id: int) -> list[Webhook]:
         return self.hooks

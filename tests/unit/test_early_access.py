@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from flagstaff.application.early_access import EarlyAccessFeatureInput, public_stages
@@ -13,6 +14,7 @@ from flagstaff.application.inputs import decode, given
 from flagstaff.flags import EvalRequest, compile_flags, evaluate, validate_flag
 from flagstaff.surveys import early_access as ea
 from flagstaff.surveys import public
+from tests.stored_flags import stored_flag
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 
@@ -65,13 +67,15 @@ def test_draft_stage_gets_no_enrollment_and_stage_changes_follow() -> None:
     draft = create(stage="draft")
     (change,) = ea.plan_create(draft)
     assert "super_groups" not in change.flag["filters"]
-    flag = {"id": 9, "key": "dark-mode", "filters": change.flag["filters"]}
+    flag = stored_flag({"key": "dark-mode", "filters": change.flag["filters"]}, 9)
     beta = ea.feature_from_input({"stage": "beta"}, draft, now=NOW)
     (update,) = ea.plan_update(draft, beta, flag)
     assert update.flag_id == 9
     assert update.flag["filters"]["super_groups"] == ea.enrollment_super_groups("dark-mode")
     archived = ea.feature_from_input({"stage": "archived"}, beta, now=NOW)
-    (update,) = ea.plan_update(beta, archived, {**flag, "filters": update.flag["filters"]})
+    (update,) = ea.plan_update(
+        beta, archived, msgspec.structs.replace(flag, filters=update.flag["filters"])
+    )
     assert update.flag["filters"]["super_groups"] is None
     alpha = ea.feature_from_input({"stage": "alpha"}, beta, now=NOW)
     assert ea.plan_update(beta, alpha, flag) == []
@@ -85,7 +89,9 @@ def test_linking_an_existing_flag() -> None:
         {"name": "Nav", "stage": "alpha", "feature_flag_id": 4}, None, now=NOW, flag=facts
     )
     assert feature.feature_flag_id == 4
-    existing = {"id": 4, "key": "new-nav", "filters": {"groups": [{"rollout_percentage": 10}]}}
+    existing = stored_flag(
+        {"key": "new-nav", "filters": {"groups": [{"rollout_percentage": 10}]}}, 4
+    )
     (update,) = ea.plan_create(feature, existing)
     assert update.flag["filters"]["groups"] == [{"rollout_percentage": 10}]
     assert update.flag["filters"]["super_groups"] == ea.enrollment_super_groups("new-nav")

@@ -12,11 +12,11 @@ from typing import Any
 
 from flagstaff.common.units import DAY_MS
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals, summarize
-from flagstaff.experiments.model import experiment_flag, parse_experiment
+from flagstaff.experiments.model import parse_experiment
 from flagstaff.ingest.model import Event
 from flagstaff.store.base import Store
 from tests.events import T0, event
-from tests.unit.test_experiments_store import open_store, run
+from tests.unit.test_experiments_store import flag_write, open_store, run
 
 __all__ = ["open_store"]
 
@@ -153,7 +153,7 @@ def test_covariates_kept_at_ingestion_equal_the_events_and_a_recompute(
     async def scenario(store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
         project = await store.create_project("p")
         parsed = definition()
-        record = await store.create_experiment(project.id, parsed, experiment_flag(parsed))
+        record = await store.create_experiment(project.id, parsed, flag_write(parsed))
         spec = ExperimentSpec(record.id, parsed)
         for batch in sent:
             await store.ingest(project.id, batch, [])

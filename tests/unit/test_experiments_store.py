@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from flagstaff.application.flags import flag_from_input
 from flagstaff.common.units import DAY_MS
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals
 from flagstaff.experiments.model import experiment_flag, parse_experiment
@@ -21,6 +22,7 @@ from flagstaff.store.base import IngestResult, Store
 from flagstaff.store.experiment_batch import decode_totals, encode_totals
 from flagstaff.store.postgres import experiments as postgres_experiments
 from flagstaff.store.postgres.store import PostgresStore
+from flagstaff.store.records import FlagWrite
 from flagstaff.store.sqlite import experiments as sqlite_experiments
 from flagstaff.store.sqlite.ingest import apply_ingest
 from flagstaff.store.sqlite.person_cache import PersonCache
@@ -94,6 +96,11 @@ def _definition(key: str) -> Any:
     )
 
 
+def flag_write(definition: Any) -> FlagWrite:
+    """The new flag an experiment creates, as the use case writes it."""
+    return FlagWrite(flag=flag_from_input(experiment_flag(definition)))
+
+
 def _exposure(distinct_id: str, variant: str, ts: int) -> Any:
     props = {"$feature_flag": "exp", "$feature_flag_response": variant}
     return event("$feature_flag_called", distinct_id, props=props, ts=ts)
@@ -124,7 +131,7 @@ def test_merges_retries_and_recompute_agree(open_store: Callable[[], Store]) -> 
         project = await store.create_project("p")
         pid = project.id
         definition = _definition("exp")
-        record = await store.create_experiment(pid, definition, experiment_flag(definition))
+        record = await store.create_experiment(pid, definition, flag_write(definition))
         fingerprint = ExperimentSpec(record.id, definition).fingerprint
         retried = event("buy", "a1", props={"amount": 4}, ts=T0 + 50)
         exposed = _exposure("a1", "test", T0)
@@ -202,7 +209,7 @@ def test_the_migration_dates_exposures_stored_before_the_day_histograms(
     async def scenario(store: Store) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         project = await store.create_project("p")
         definition = _definition("exp")
-        record = await store.create_experiment(project.id, definition, experiment_flag(definition))
+        record = await store.create_experiment(project.id, definition, flag_write(definition))
         fingerprint = ExperimentSpec(record.id, definition).fingerprint
         day = 86_400_000
         await store.ingest(
@@ -239,7 +246,7 @@ def test_draft_and_deleted_experiments_do_not_count(open_store: Callable[[], Sto
         project = await store.create_project("p")
         definition = _definition("exp")
         definition.start_date = None
-        record = await store.create_experiment(project.id, definition, experiment_flag(definition))
+        record = await store.create_experiment(project.id, definition, flag_write(definition))
         await store.ingest(project.id, [_exposure("x", "test", T0)], [])
         spec = ExperimentSpec(record.id, definition)
         draft = (await store.experiment_totals(record.id, spec.fingerprint)).variants
@@ -282,7 +289,7 @@ def test_two_stores_in_one_process_keep_their_own_experiments(
                 project = await store.create_project("p")
                 definition = _definition(key)
                 record = await store.create_experiment(
-                    project.id, definition, experiment_flag(definition)
+                    project.id, definition, flag_write(definition)
                 )
                 records.append((project.id, record.id, definition))
             assert records[0][:2] == records[1][:2]
@@ -306,7 +313,7 @@ def test_has_experiments_tells_whether_any_is_not_deleted(open_store: Callable[[
         seen = [await store.has_experiments()]
         project = await store.create_project("p")
         definition = _definition("exp")
-        record = await store.create_experiment(project.id, definition, experiment_flag(definition))
+        record = await store.create_experiment(project.id, definition, flag_write(definition))
         seen.append(await store.has_experiments())
         await store.update_experiment(project.id, record.id, definition, deleted=True)
         seen.append(await store.has_experiments())

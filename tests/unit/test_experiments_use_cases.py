@@ -27,8 +27,9 @@ from flagstaff.experiments.model import (
     StatsConfig,
 )
 from flagstaff.experiments.results import ExperimentResults
+from flagstaff.flags.records import FeatureFlag, flag_json
 from flagstaff.store.experiment_batch import ExperimentRecord, HoldoutRecord
-from flagstaff.store.records import Conflict, Page
+from flagstaff.store.records import Conflict, FlagWrite, Page
 
 PROJECT = 1
 STARTED = "2024-01-01T00:00:00Z"
@@ -39,25 +40,32 @@ class MemoryStore:
     :class:`holdouts.HoldoutStore` and :class:`experiments.GuardrailStore`."""
 
     def __init__(self, stats_defaults: dict[str, Any] | None = None) -> None:
-        self.flags: dict[int, dict[str, Any]] = {}
+        self.flags: dict[int, FeatureFlag] = {}
         self.experiments: dict[int, ExperimentRecord] = {}
         self.holdouts: dict[int, HoldoutRecord] = {}
         self.stats_defaults = stats_defaults or {}
         self.breaches: set[tuple[int, str, str]] = set()
 
-    def _write_flag(self, flag: dict[str, Any]) -> int:
-        flag_id = int(flag.get("id") or len(self.flags) + 1)
-        self.flags[flag_id] = {**flag, "id": flag_id, "version": 1}
+    def _write_flag(self, write: FlagWrite) -> int:
+        flag_id = write.flag_id or len(self.flags) + 1
+        before = self.flags.get(flag_id)
+        if before is not None and write.version not in (None, before.version):
+            raise Conflict.flag_version_stale()
+        version = before.version + 1 if before is not None else 1
+        stored = {**flag_json(write.flag), "id": flag_id, "version": version}
+        self.flags[flag_id] = msgspec.convert(
+            {**stored, "created_at": "", "updated_at": ""}, FeatureFlag
+        )
         return flag_id
 
     async def get_experiment_stats_defaults(self, project_id: int) -> dict[str, Any]:
         return self.stats_defaults
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
         return self.flags.get(flag_id)
 
-    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
-        return next((f for f in self.flags.values() if f["key"] == key), None)
+    async def get_flag_by_key(self, project_id: int, key: str) -> FeatureFlag | None:
+        return next((f for f in self.flags.values() if f.key == key), None)
 
     async def list_experiments(self, project_id: int, limit: int, offset: int) -> Page:
         records = [r for r in reversed(self.experiments.values()) if not r.deleted]
@@ -70,7 +78,7 @@ class MemoryStore:
         self,
         project_id: int,
         definition: ExperimentDefinition,
-        flag: dict[str, Any],
+        flag: FlagWrite,
         *,
         source: ChangeSource | None = None,
     ) -> ExperimentRecord:
@@ -88,7 +96,7 @@ class MemoryStore:
         definition: ExperimentDefinition,
         *,
         deleted: bool = False,
-        flag: dict[str, Any] | None = None,
+        flag: FlagWrite | None = None,
         source: ChangeSource | None = None,
     ) -> ExperimentRecord:
         if flag is not None:
@@ -218,14 +226,16 @@ def test_a_new_flag_is_made_or_an_eligible_one_linked() -> None:
     created = _create(store)
     flag = store.flags[created.record.feature_flag_id]
     assert created.flag == flag and created.holdout is None
-    assert flag["active"] is False
+    assert flag.active is False
     assert [v.key for v in created.record.definition.variants] == ["control", "test"]
     shown = experiments.experiment_json(created)
-    assert shown["id"] == created.record.id and shown["feature_flag"]["id"] == flag["id"]
+    assert shown["id"] == created.record.id and shown["feature_flag"]["id"] == flag.id
     assert [v["key"] for v in shown["parameters"]["feature_flag_variants"]] == ["control", "test"]
-    store.flags[9] = {"id": 9, "key": "bool", "filters": {"groups": []}, "active": True}
+    store.flags[9] = FeatureFlag(
+        id=9, key="bool", filters={"groups": []}, version=1, created_at="", updated_at=""
+    )
     assert _refused(lambda: _create(store, feature_flag_key="bool")).attr == "feature_flag_key"
-    assert experiments.eligible_flag_keys(list(store.flags.values())) == ["exp"]
+    assert experiments.eligible_flag_keys([flag_json(f) for f in store.flags.values()]) == ["exp"]
 
 
 def test_patch_and_put_keep_the_flag_and_launching_activates_it() -> None:
@@ -239,7 +249,7 @@ def test_patch_and_put_keep_the_flag_and_launching_activates_it() -> None:
     assert renamed.record.definition.name == "Renamed" and renamed.record.definition.metrics == []
     launched = _update(store, eid, {"start_date": "2024-01-01T00:00:00Z"})
     assert launched.record.definition.start_date == datetime(2024, 1, 1, tzinfo=UTC)
-    assert store.flags[flag_id]["active"] and launched.flag == store.flags[flag_id]
+    assert store.flags[flag_id].active and launched.flag == store.flags[flag_id]
     variants = {"feature_flag_variants": [
         {"key": "control", "rollout_percentage": 30}, {"key": "test", "rollout_percentage": 70}
     ]}  # fmt: skip
@@ -284,7 +294,7 @@ def test_holdouts_follow_their_rules_and_experiments_take_them_by_either_name() 
     assert created.record.holdout_id == hid and created.holdout == renamed
     assert experiments.experiment_json(created)["holdout"] == holdouts.holdout_json(renamed)
     flag = store.flags[created.record.feature_flag_id]
-    assert flag["filters"]["holdout"] == {"id": hid, "exclusion_percentage": 10.0}
+    assert flag.filters["holdout"] == {"id": hid, "exclusion_percentage": 10.0}
     assert _refused(lambda: _create(store, feature_flag_key="e2", holdout=999)).attr == "holdout"
     cleared = _update(store, created.record.id, {"holdout": None})
     assert cleared.record.holdout_id is None and cleared.holdout is None
@@ -309,7 +319,7 @@ def test_a_guardrail_stop_ends_the_experiment_and_serves_control() -> None:
     asyncio.run(experiments.stop_experiment(store, PROJECT, record, breach, now))
     stopped = store.experiments[created.record.id].definition
     assert stopped.end_date == now and stopped.conclusion == experiments.STOPPED_EARLY
-    variants = store.flags[created.record.feature_flag_id]["filters"]["multivariate"]["variants"]
+    variants = store.flags[created.record.feature_flag_id].filters["multivariate"]["variants"]
     assert {v["key"]: v["rollout_percentage"] for v in variants} == {"control": 100, "test": 0}
 
 

@@ -22,13 +22,13 @@ def test_the_console_and_the_api_read_one_history(backend: Factory) -> None:
         flag = await store.create_flag(pid, flag_from_input({"key": "f"}), SOURCE)
         other = await store.create_flag(pid, flag_from_input({"key": "g"}), SOURCE)
         flag = await store.update_flag(
-            pid, flag["id"], flag_from_input({"active": False}, flag), SOURCE
+            pid, flag.id, flag_from_input({"active": False}, flag), flag.version, SOURCE
         )
-        rows = await flag_history(store, pid, flag["id"], 10)
-        assert [r.record.item_id for r in rows] == [str(flag["id"])] * 2  # newest first, one flag's
-        assert [r.id for r in await flag_history(store, pid, flag["id"], 10, 1)] == [rows[1].id]
-        console = await StoreConsoleData(store).flag_activity(pid, flag["id"])
+        rows = await flag_history(store, pid, flag.id, 10)
+        assert [r.record.item_id for r in rows] == [str(flag.id)] * 2  # newest first, one flag's
+        assert [r.id for r in await flag_history(store, pid, flag.id, 10, 1)] == [rows[1].id]
+        console = await StoreConsoleData(store).flag_activity(pid, flag.id)
         assert [r.id for r in console] == [r.id for r in rows]
-        assert len(await flag_history(store, pid, other["id"], 10)) == 1
+        assert len(await flag_history(store, pid, other.id, 10)) == 1
 
     run(backend, body)

@@ -12,6 +12,7 @@ from flagstaff.application import cohorts, people
 from flagstaff.application import flags as flag_rules
 from flagstaff.application.errors import ApiError
 from flagstaff.application.inputs import decode
+from tests.stored_flags import stored_flag
 
 
 def _refusal(call: Any, *args: Any) -> tuple[str, str, str | None]:
@@ -23,12 +24,12 @@ def _refusal(call: Any, *args: Any) -> tuple[str, str, str | None]:
 
 def test_a_flag_body_keeps_its_legacy_fields() -> None:
     flag = flag_rules.flag_from_input({"key": "k", "rollout_percentage": 30, "id": 9})
-    assert flag["filters"] == {"groups": [{"properties": [], "rollout_percentage": 30}]}
-    assert "id" not in flag  # read-only fields of an export are ignored
+    assert flag.filters == {"groups": [{"properties": [], "rollout_percentage": 30}]}
+    assert not hasattr(flag, "id")  # read-only fields of an export are ignored
     tagged = flag_rules.flag_from_input({"key": "k", "evaluation_tags": ["web"]})
-    assert tagged["evaluation_contexts"] == ["web"]
+    assert tagged.evaluation_contexts == ["web"]
     named = flag_rules.flag_from_input({"key": "k", "name": None, "evaluation_contexts": None})
-    assert named["name"] == "" and named["evaluation_contexts"] == []
+    assert named.name == "" and named.evaluation_contexts == []
 
 
 def test_a_flag_body_is_refused_naming_the_field() -> None:
@@ -47,9 +48,9 @@ def test_a_flag_body_is_refused_naming_the_field() -> None:
 def test_a_patch_keeps_what_it_leaves_out() -> None:
     current = flag_rules.flag_from_input({"key": "k", "name": "before", "tags": ["a"]})
     data = decode(flag_rules.FeatureFlagInput, {"active": False})
-    patched = flag_rules.flag_from(data, {**current, "id": 1, "version": 4})
-    assert patched["name"] == "before" and patched["tags"] == ["a"]
-    assert patched["active"] is False and patched["version"] == 4
+    patched = flag_rules.flag_from(data, stored_flag(current, 1, 4))
+    assert patched.name == "before" and patched.tags == ["a"]
+    assert patched.active is False and patched.key == "k"
 
 
 def test_rollback_and_scheduled_change_bodies_keep_their_words() -> None:

@@ -34,6 +34,6 @@ def test_a_refused_key_is_refused_everywhere(key: str) -> None:
 @pytest.mark.parametrize("key", ACCEPTED)
 def test_an_accepted_key_is_accepted_everywhere(key: str) -> None:
     assert flag_key_problem(key) is None
-    assert flag_from_input({"key": key, "filters": {"groups": []}})["key"] == key
+    assert flag_from_input({"key": key, "filters": {"groups": []}}).key == key
     assert plan_flag({"key": key, "filters": {"groups": []}}, 1, None, {}).action == "create"
     assert parse_experiment({"name": "e", "feature_flag_key": key}).feature_flag_key == key

@@ -14,6 +14,8 @@ from flagstaff.application.flag_transfer import (
 )
 from flagstaff.application.flags import flag_from_input
 from flagstaff.cli.transfer import Progress, parse_group_type_option
+from flagstaff.flags.records import FeatureFlag, flag_json
+from tests.stored_flags import stored_flag
 
 GROUP_FLAG = {
     "key": "orgs",
@@ -24,8 +26,8 @@ GROUP_FLAG = {
 }
 
 
-def _stored(item: dict, **columns: object) -> dict:
-    return {**flag_from_input(item), "id": 7, "version": 3, **columns}
+def _stored(item: dict) -> FeatureFlag:
+    return stored_flag(flag_from_input(item), 7, 3)
 
 
 def test_group_type_options_and_mappings() -> None:
@@ -53,23 +55,21 @@ def test_plan_create_keeps_created_at_and_needs_group_types() -> None:
     item = {"key": "a", "filters": {"groups": []}, "created_at": "2025-01-01T02:00:00+02:00"}
     planned = plan_flag(item, 1, None, {})
     assert planned.action == "create" and planned.flag is not None
-    assert planned.flag["created_at"] == "2025-01-01T00:00:00Z"
-    assert (
-        plan_flag({**item, "created_at": "yesterday"}, 1, None, {}).flag.get("created_at") is None
-    )
+    assert planned.created_at == "2025-01-01T00:00:00Z"
+    assert plan_flag({**item, "created_at": "yesterday"}, 1, None, {}).created_at is None
     rejected = plan_flag(GROUP_FLAG, 1, None, {0: "company"})
     assert rejected.action == "rejected" and "--group-type 2=NAME" in rejected.detail
     assert plan_flag(GROUP_FLAG, 1, None, {2: "org"}).action == "create"
 
 
 def test_plan_against_a_stored_flag() -> None:
-    stored = _stored(GROUP_FLAG, created_at="2020-01-01T00:00:00Z")
-    exported = {**stored, "id": 99, "version": 1, "created_at": "2030-01-01T00:00:00Z"}
+    stored = _stored(GROUP_FLAG)
+    exported = {**flag_json(stored), "id": 99, "version": 1, "created_at": "2030-01-01T00:00:00Z"}
     same = plan_flag(exported, 1, stored, {2: "org"})
     assert same.action == "unchanged" and same.flag is None and same.flag_id == 7
     changed = plan_flag({**GROUP_FLAG, "active": False}, 1, stored, {2: "org"})
     assert changed.action == "update" and changed.flag is not None
-    assert changed.flag["version"] == 3 and changed.flag["active"] is False
+    assert changed.version == 3 and changed.flag.active is False
 
 
 def test_plan_skips_deleted_and_rejects_invalid_flags() -> None:

@@ -191,9 +191,9 @@ def test_flag_checks_orders_variants_then_booleans_then_the_rest() -> None:
 
 
 def test_variant_keys() -> None:
-    flag = {"filters": {"multivariate": {"variants": [{"key": "a"}, {"key": "b"}]}}}
-    assert flag_usage.variant_keys(flag) == ["a", "b"]
-    assert flag_usage.variant_keys({"filters": {}}) == []
+    filters = {"multivariate": {"variants": [{"key": "a"}, {"key": "b"}]}}
+    assert flag_usage.variant_keys(filters) == ["a", "b"]
+    assert flag_usage.variant_keys({}) == []
 
 
 # charts ---------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 import asyncpg
 import pytest
+from msgspec.structs import replace
 
+from flagstaff.flags.records import FlagDefinition
 from flagstaff.ingest.model import Drop, Event
 from flagstaff.store import schema_files
 from flagstaff.store.base import Conflict, IngestResult, NotFound, Store
@@ -94,13 +96,13 @@ def drop(reason: str, n: int = 0) -> Drop:
     return Drop(reason, f"detail {n}", None, f"{n:016x}", None, None)
 
 
-FLAG = {
-    "key": "beta",
-    "name": "Beta",
-    "active": True,
-    "filters": {"groups": [{"properties": [], "rollout_percentage": 50}]},
-    "ensure_experience_continuity": False,
-}
+FLAG = FlagDefinition(
+    key="beta",
+    name="Beta",
+    active=True,
+    filters={"groups": [{"properties": [], "rollout_percentage": 50}]},
+    ensure_experience_continuity=False,
+)
 
 
 # projects and keys ------------------------------------------------------------------------
@@ -143,46 +145,45 @@ def test_flags_crud_conflicts_and_versions(backend: Factory) -> None:
     async def body(store: Store) -> None:
         pid = (await store.create_project("P", TOKEN)).id
         v0 = await store.definitions_version(pid)
-        flag = await store.create_flag(pid, {**FLAG, "id": 77, "count": 3})
-        assert flag["key"] == "beta" and flag["version"] == 1 and flag["deleted"] is False
-        assert flag["filters"] == FLAG["filters"] and flag["name"] == "Beta"
-        assert flag["id"] != 77 and "count" not in flag
-        assert flag["created_at"] == flag["updated_at"]
+        flag = await store.create_flag(pid, FLAG)
+        assert flag.key == "beta" and flag.version == 1 and flag.deleted is False
+        assert flag.filters == FLAG.filters and flag.name == "Beta"
+        assert flag.created_at == flag.updated_at
         assert await store.definitions_version(pid) == v0 + 1
-        assert await store.get_flag(pid, flag["id"]) == flag
+        assert await store.get_flag(pid, flag.id) == flag
         assert await store.get_flag_by_key(pid, "beta") == flag
-        assert await store.get_flag(pid + 1, flag["id"]) is None
+        assert await store.get_flag(pid + 1, flag.id) is None
 
         with pytest.raises(Conflict) as err:
-            await store.create_flag(pid, dict(FLAG))
+            await store.create_flag(pid, FLAG)
         assert err.value.field == "key"
         assert await store.definitions_version(pid) == v0 + 1
 
-        updated = await store.update_flag(pid, flag["id"], {**flag, "name": "Beta 2", "version": 1})
-        assert updated["version"] == 2 and updated["name"] == "Beta 2"
+        updated = await store.update_flag(pid, flag.id, replace(flag, name="Beta 2"), 1)
+        assert updated.version == 2 and updated.name == "Beta 2"
         assert await store.definitions_version(pid) == v0 + 2
         with pytest.raises(Conflict) as err:
-            await store.update_flag(pid, flag["id"], {**flag, "version": 1})
+            await store.update_flag(pid, flag.id, flag, 1)
         assert err.value.field == "version"
         with pytest.raises(NotFound):
-            await store.update_flag(pid, 12345, {**flag, "version": None})
+            await store.update_flag(pid, 12345, flag, None)
 
-        other = await store.create_flag(pid, {**FLAG, "key": "alpha"})
+        other = await store.create_flag(pid, replace(FLAG, key="alpha"))
         with pytest.raises(Conflict) as err:
-            await store.update_flag(pid, other["id"], {**other, "key": "beta"})
+            await store.update_flag(pid, other.id, replace(other, key="beta"), other.version)
         assert err.value.field == "key"
-        assert (await store.get_flag(pid, other["id"]) or {})["key"] == "alpha"
+        assert (await store.get_flag(pid, other.id) or FLAG).key == "alpha"
 
-        gone = await store.update_flag(pid, flag["id"], {**updated, "deleted": True})
-        assert gone["deleted"] is True and gone["version"] == 3
+        gone = await store.update_flag(pid, flag.id, replace(updated, deleted=True), None)
+        assert gone.deleted is True and gone.version == 3
         assert await store.get_flag_by_key(pid, "beta") is None
-        again = await store.create_flag(pid, dict(FLAG))
-        assert again["id"] not in (flag["id"], other["id"])
+        again = await store.create_flag(pid, FLAG)
+        assert again.id not in (flag.id, other.id)
 
         page = await store.list_flags(pid, 10, 0)
-        assert page.count == 2 and [f["id"] for f in page.results] == [again["id"], other["id"]]
+        assert page.count == 2 and [f.id for f in page.results] == [again.id, other.id]
         assert (await store.list_flags(pid, 10, 0, include_deleted=True)).count == 3
-        assert [f["id"] for f in (await store.list_flags(pid, 1, 1)).results] == [other["id"]]
+        assert [f.id for f in (await store.list_flags(pid, 1, 1)).results] == [other.id]
 
         definitions = await store.definitions(pid)
         assert definitions.version == await store.definitions_version(pid)
@@ -196,7 +197,7 @@ def test_definitions_sort_flag_keys_bytewise(backend: Factory) -> None:
     async def body(store: Store) -> list[str]:
         pid = (await store.create_project("P", TOKEN)).id
         for key in ["b", "B", "a-1", "a_1", "é", "Z"]:
-            await store.create_flag(pid, {**FLAG, "key": key})
+            await store.create_flag(pid, replace(FLAG, key=key))
         return [f["key"] for f in (await store.definitions(pid)).flags]
 
     assert run(backend, body) == ["B", "Z", "a-1", "a_1", "b", "é"]
@@ -651,7 +652,7 @@ def test_postgres_notifies_definitions_changes_to_other_nodes() -> None:
             await reader.listen_definitions(seen.put_nowait)
             pid = (await writer.create_project("P", TOKEN)).id
             assert await asyncio.wait_for(seen.get(), 5) == pid
-            await writer.create_flag(pid, dict(FLAG))
+            await writer.create_flag(pid, FLAG)
             assert await asyncio.wait_for(seen.get(), 5) == pid
             await writer.ingest(pid, [group_identify("company", "acme", {})], [])
             assert await asyncio.wait_for(seen.get(), 5) == pid
@@ -672,7 +673,7 @@ def test_postgres_notifies_definitions_changes_to_other_nodes() -> None:
                 await admin.close()
             assert killed == 1
             assert await asyncio.wait_for(seen.get(), 35) is None
-            await writer.create_flag(pid, {**FLAG, "key": "after-reconnect"})
+            await writer.create_flag(pid, replace(FLAG, key="after-reconnect"))
             assert await asyncio.wait_for(seen.get(), 5) == pid
         finally:
             await reader.close()

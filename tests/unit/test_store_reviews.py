@@ -8,10 +8,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from flagstaff.activity.approvals import ChangeRequest, RequestKind, RequestStatus
 from flagstaff.activity.records import Actor, ChangeSource, Trigger
 from flagstaff.activity.webhooks import DeliveryStatus, Webhook, after_attempt
+from flagstaff.flags.records import FeatureFlag, FlagDefinition, flag_json
 from flagstaff.store.base import Conflict, Store
 from tests.unit.test_store_contract import Factory, backend, run
 
@@ -21,21 +23,21 @@ NOW = 1_700_000_000_000
 WHO = ChangeSource(actor=Actor(user_id=None, email="tester"))
 
 
-async def _project_and_flag(store: Store) -> tuple[int, dict[str, Any]]:
+async def _project_and_flag(store: Store) -> tuple[int, FeatureFlag]:
     project = await store.create_project("reviews")
     flag = await store.create_flag(
-        project.id, {"key": "f", "active": True, "filters": {"groups": []}}, WHO
+        project.id, FlagDefinition(key="f", active=True, filters={"groups": []}), WHO
     )
     return project.id, flag
 
 
-def _request(project_id: int, flag: dict[str, Any], **body: Any) -> ChangeRequest:
+def _request(project_id: int, flag: FeatureFlag, **body: Any) -> ChangeRequest:
     return ChangeRequest(
         id=0,
         project_id=project_id,
-        flag_id=flag["id"],
-        body={**flag, **body},
-        base_version=flag["version"],
+        flag_id=flag.id,
+        body={**flag_json(flag), **body},
+        base_version=flag.version,
         author_user_id=None,
         status=RequestStatus.PENDING,
         created_at_ms=NOW,
@@ -54,7 +56,7 @@ def test_a_decision_and_its_change_commit_together(backend: Factory) -> None:
         assert (await store.approval_policy(project_id)).enabled is True
 
         # the flag moves first: applying fails on the version and the request stays pending
-        await store.update_flag(project_id, flag["id"], {**flag, "name": "moved"}, WHO)
+        await store.update_flag(project_id, flag.id, replace(flag, name="moved"), 1, WHO)
         applied = msgspec.structs.replace(made, status=RequestStatus.APPLIED, decided_at_ms=NOW)
         trigger = ChangeSource(trigger=Trigger("approval", str(made.id)))
         with pytest.raises(Conflict) as info:
@@ -62,10 +64,10 @@ def test_a_decision_and_its_change_commit_together(backend: Factory) -> None:
         assert info.value.field == "version"
         again = await store.get_change_request(project_id, made.id)
         assert again is not None and again.status is RequestStatus.PENDING
-        assert (await store.get_flag(project_id, flag["id"]))["active"] is True  # type: ignore[index]
+        assert (await store.get_flag(project_id, flag.id) or flag).active is True
 
         # a fresh request applies, once
-        current = await store.get_flag(project_id, flag["id"])
+        current = await store.get_flag(project_id, flag.id)
         assert current is not None
         second = await store.create_change_request(
             _request(project_id, current, active=False), "f", WHO
@@ -73,14 +75,14 @@ def test_a_decision_and_its_change_commit_together(backend: Factory) -> None:
         ok = msgspec.structs.replace(second, status=RequestStatus.APPLIED, decided_at_ms=NOW)
         done = await store.decide_change_request(ok, "f", WHO, trigger)
         assert done.status is RequestStatus.APPLIED and done.decided_at_ms == NOW
-        now = await store.get_flag(project_id, flag["id"])
-        assert now is not None and now["active"] is False
+        now = await store.get_flag(project_id, flag.id)
+        assert now is not None and now.active is False
         with pytest.raises(Conflict) as twice:
             await store.decide_change_request(ok, "f", WHO, trigger)
         assert twice.value.field == "status"
         pending = await store.list_change_requests(project_id, RequestStatus.PENDING, None, 10, 0)
         assert [r.id for r in pending.results] == [made.id] and pending.count == 1
-        by_flag = await store.list_change_requests(project_id, None, flag["id"], 10, 0)
+        by_flag = await store.list_change_requests(project_id, None, flag.id, 10, 0)
         assert [r.id for r in by_flag.results] == [second.id, made.id]
 
     run(backend, body)
@@ -99,10 +101,10 @@ def test_deliveries_follow_the_activity_and_are_leased_to_one_worker(backend: Fa
 
         # a write that fails writes no activity and enqueues nothing
         with pytest.raises(Conflict):
-            await store.update_flag(project_id, flag["id"], {**flag, "version": 99}, WHO)
+            await store.update_flag(project_id, flag.id, flag, 99, WHO)
         assert (await store.list_deliveries(project_id, hook.id, 10, 0)).count == 0
 
-        await store.update_flag(project_id, flag["id"], {**flag, "name": "x"}, WHO)
+        await store.update_flag(project_id, flag.id, replace(flag, name="x"), 1, WHO)
         page = await store.list_deliveries(project_id, hook.id, 10, 0)
         assert page.count == 1 and page.results[0].event == "feature_flag.updated"
         due = page.results[0].next_attempt_ms
@@ -128,7 +130,7 @@ def test_deliveries_follow_the_activity_and_are_leased_to_one_worker(backend: Fa
 
         # disabled: nothing new is enqueued; deleted: its deliveries go with it
         await store.update_webhook(project_id, hook.id, {"enabled": False}, WHO, NOW)
-        await store.update_flag(project_id, flag["id"], {**flag, "version": 2, "name": "y"}, WHO)
+        await store.update_flag(project_id, flag.id, replace(flag, name="y"), 2, WHO)
         assert (await store.list_deliveries(project_id, hook.id, 10, 0)).count == 1
         assert await store.delete_webhook(project_id, hook.id, WHO, NOW) is True
         assert await store.get_webhook(project_id, hook.id) is None

@@ -3,8 +3,10 @@ the flags it writes are one transaction; survey events are counted once, at inge
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
+from flagstaff.flags.records import FlagDefinition
 from flagstaff.store.base import Conflict, FlagWrite, Store
 from flagstaff.surveys import stats
 from flagstaff.surveys.early_access import EarlyAccessFeature
@@ -16,8 +18,8 @@ __all__ = ["backend"]  # the fixture, parametrised over both engines
 SID = "0193a000-0000-4000-8000-0000000000c1"
 
 
-def _flag(key: str) -> dict:
-    return {**FLAG, "key": key, "deleted": False}
+def _flag(key: str) -> FlagDefinition:
+    return msgspec.structs.replace(FLAG, key=key)
 
 
 def test_a_survey_save_and_its_flags_are_one_transaction(backend: Factory) -> None:
@@ -26,8 +28,8 @@ def test_a_survey_save_and_its_flags_are_one_transaction(backend: Factory) -> No
         v0 = await store.definitions_version(pid)
         survey = Survey(id=SID, name="NPS", type="popover", responses_limit=2)
         writes = [
-            FlagWrite(data=_flag("survey-targeting-a"), target="targeting_flag_id"),
-            FlagWrite(data=_flag("survey-targeting-a-custom"), target="internal_targeting_flag_id"),
+            FlagWrite(flag=_flag("survey-targeting-a"), target="targeting_flag_id"),
+            FlagWrite(flag=_flag("survey-targeting-a-custom"), target="internal_targeting_flag_id"),
         ]
         saved = await store.save_survey(pid, survey, writes, create=True)
         assert saved.targeting_flag_id is not None and saved.internal_targeting_flag_id
@@ -45,13 +47,13 @@ def test_a_survey_save_and_its_flags_are_one_transaction(backend: Factory) -> No
         for writes, name, field in (
             (
                 [
-                    FlagWrite(data=_flag("fresh"), target="targeting_flag_id"),
-                    FlagWrite(data=_flag("taken"), target="internal_targeting_flag_id"),
+                    FlagWrite(flag=_flag("fresh"), target="targeting_flag_id"),
+                    FlagWrite(flag=_flag("taken"), target="internal_targeting_flag_id"),
                 ],
                 "Other",
                 "key",
             ),
-            ([FlagWrite(data=_flag("fresh"), target="targeting_flag_id")], "NPS", "name"),
+            ([FlagWrite(flag=_flag("fresh"), target="targeting_flag_id")], "NPS", "name"),
         ):
             with pytest.raises(Conflict) as err:
                 await store.save_survey(
@@ -95,14 +97,13 @@ def test_a_survey_save_and_its_flags_are_one_transaction(backend: Factory) -> No
         assert (await store.surveys_snapshot(pid)).responses == {SID: 2}
         assert set(await store.survey_aggregates(pid, None)) == {SID}
 
-        gone = {
-            **(await store.get_flag(pid, saved.internal_targeting_flag_id) or {}),
-            "deleted": True,
-        }
-        await store.delete_survey(pid, SID, [FlagWrite(data=gone, flag_id=gone["id"])])
+        internal = await store.get_flag(pid, saved.internal_targeting_flag_id)
+        assert internal is not None
+        gone = msgspec.structs.replace(internal, deleted=True)
+        await store.delete_survey(pid, SID, [FlagWrite(flag=gone, flag_id=gone.id)])
         assert await store.get_survey(pid, SID) is None
         assert await store.survey_aggregates(pid, None) == {}
-        assert (await store.get_flag(pid, gone["id"]) or {})["deleted"] is True
+        assert (await store.get_flag(pid, gone.id) or gone).deleted is True
 
     run(backend, body)
 
@@ -114,7 +115,7 @@ def test_early_access_features_and_their_flag(backend: Factory) -> None:
         saved = await store.save_early_access_feature(
             pid,
             feature,
-            [FlagWrite(data=_flag("dark-mode"), target="feature_flag_id")],
+            [FlagWrite(flag=_flag("dark-mode"), target="feature_flag_id")],
             create=True,
         )
         assert saved.feature_flag_id is not None

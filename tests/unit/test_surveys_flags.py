@@ -13,6 +13,7 @@ from flagstaff.surveys import flags as survey_flags
 from flagstaff.surveys import management, public
 from flagstaff.surveys.model import Survey
 from flagstaff.surveys.validation import survey_from_input
+from tests.stored_flags import stored_flag
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 TARGETING = {"groups": [{"properties": [{"key": "plan", "value": ["pro"], "type": "person"}]}]}
@@ -75,11 +76,11 @@ def test_draft_survey_flags_are_inactive_and_follow_launch_and_stop() -> None:
     draft = launched(start_date=None)
     (internal,) = survey_flags.plan_save(draft, now=NOW)
     assert internal.flag is not None and internal.flag["active"] is False
-    stored = {"id": 5, "key": internal.flag["key"], **internal.flag}
+    stored = stored_flag(internal.flag, 5)
     started = msgspec.structs.replace(draft, start_date=NOW, internal_targeting_flag_id=5)
     (update,) = survey_flags.plan_save(started, now=NOW, internal_flag=stored)
     assert (update.action, update.flag_id, update.flag) == ("update", 5, {"active": True})
-    running = {**stored, "active": True}
+    running = msgspec.structs.replace(stored, active=True)
     assert survey_flags.plan_save(started, now=NOW, internal_flag=running) == []
     stopped = msgspec.structs.replace(started, end_date=NOW)
     (update,) = survey_flags.plan_save(stopped, now=NOW, internal_flag=running)
@@ -88,8 +89,8 @@ def test_draft_survey_flags_are_inactive_and_follow_launch_and_stop() -> None:
 
 def test_targeting_filters_merge_and_removal() -> None:
     survey = launched(targeting_flag_id=3, internal_targeting_flag_id=4)
-    internal = {"id": 4, "filters": survey_flags.internal_filters(survey), "active": True}
-    current = {"id": 3, "filters": {**TARGETING, "payloads": {}}, "active": True}
+    internal = stored_flag({"key": "i", "filters": survey_flags.internal_filters(survey)}, 4)
+    current = stored_flag({"key": "t", "filters": {**TARGETING, "payloads": {}}}, 3)
     new = {"groups": [{"properties": [{"key": "plan", "value": ["team"], "type": "person"}]}]}
     (update,) = survey_flags.plan_save(
         survey, now=NOW, targeting_flag=current, internal_flag=internal, targeting_flag_filters=new
@@ -110,7 +111,7 @@ def test_recurring_survey_uses_iteration_properties() -> None:
     assert survey_flags.interaction_property(survey, "responded") == (
         f"$survey_responded/{survey.id}/1"
     )
-    internal = {"id": 4, "filters": survey_flags.internal_filters(survey), "active": True}
+    internal = stored_flag({"key": "i", "filters": survey_flags.internal_filters(survey)}, 4)
     second = msgspec.structs.replace(survey, current_iteration=2)
     (update,) = survey_flags.plan_save(second, now=NOW, internal_flag=internal)
     keys = [p["key"] for p in update.flag["filters"]["groups"][0]["properties"]]  # type: ignore[index]

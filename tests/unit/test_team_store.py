@@ -12,6 +12,7 @@ import pytest
 
 from flagstaff.accounts.records import Role
 from flagstaff.activity.records import Actor, ChangeSource, Scope
+from flagstaff.flags.records import FlagDefinition
 from flagstaff.store.base import Conflict, NotFound
 from flagstaff.store.rows import WARNINGS_KEPT
 from tests.unit.test_store_contract import TOKEN, Factory, backend, drop, ev, run
@@ -89,7 +90,7 @@ def test_usage_events_per_minute_persons_and_groups(backend: Factory) -> None:
                       "$group_key": "globex", "$group_set": {}}))  # fmt: skip
         await store.ingest(pid, events, [])
         await store.ingest(other, [ev("a", "x", ts=start)], [])
-        await store.create_flag(pid, {"key": "f", "filters": {"groups": []}})
+        await store.create_flag(pid, FlagDefinition(key="f", filters={"groups": []}))
         await store.create_cohort(pid, {"name": "s", "is_static": True, "distinct_ids": ["u1"]})
 
         usage = await store.project_usage(pid, 1000)

@@ -5,12 +5,13 @@ with each change (``activity/``). The use cases return records; the adapters ren
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
 from flagstaff.activity.records import Scope, StoredActivity
 from flagstaff.application.context import Caller
+from flagstaff.flags.records import FeatureFlag
 
 
 class ActivityStore(Protocol):
@@ -51,15 +52,11 @@ class ActivityLog(msgspec.Struct, frozen=True):
 
 
 async def flag_activity(
-    caller: Caller[ActivityStore], flag: dict[str, Any], limit: int, page: int
+    caller: Caller[ActivityStore], flag: FeatureFlag, limit: int, page: int
 ) -> FlagActivity:
     """One page (from 1) of the flag's history, newest first, and how many records it has."""
-    total = await caller.store.count_activity(
-        caller.project_id, Scope.FEATURE_FLAG, str(flag["id"])
-    )
-    rows = await flag_history(
-        caller.store, caller.project_id, flag["id"], limit, (page - 1) * limit
-    )
+    total = await caller.store.count_activity(caller.project_id, Scope.FEATURE_FLAG, str(flag.id))
+    rows = await flag_history(caller.store, caller.project_id, flag.id, limit, (page - 1) * limit)
     return FlagActivity(rows, total)
 
 

@@ -32,6 +32,7 @@ from flagstaff.application.errors import ApiError, existing
 from flagstaff.application.inputs import decode
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
+from flagstaff.flags.records import FeatureFlag, FlagDefinition, flag_json
 from flagstaff.store.base import Conflict, Page
 
 
@@ -74,7 +75,7 @@ class ApprovalReads(Protocol):
         self, project_id: int, request_id: int
     ) -> ChangeRequest | None: ...
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
 
 class ApprovalStore(ApprovalReads, HoldStore, Protocol):
@@ -102,7 +103,7 @@ class Held(msgspec.Struct, frozen=True):
 class Unchanged(msgspec.Struct, frozen=True):
     """Under the policy, a write that would change nothing anyone sees: the flag as it is."""
 
-    flag: dict[str, Any]
+    flag: FeatureFlag
 
 
 class RequestWithFlag(msgspec.Struct, frozen=True):
@@ -110,7 +111,7 @@ class RequestWithFlag(msgspec.Struct, frozen=True):
     request is decided), from which the API shows what approving would change."""
 
     request: ChangeRequest
-    current: dict[str, Any] | None
+    current: FeatureFlag | None
 
 
 class RequestPage(msgspec.Struct, frozen=True):
@@ -159,7 +160,8 @@ def request_json(request: ChangeRequest, current: dict[str, Any] | None) -> dict
 
 
 def request_with_flag_json(shown: RequestWithFlag) -> dict[str, Any]:
-    return request_json(shown.request, shown.current)
+    current = shown.current
+    return request_json(shown.request, flag_json(current) if current is not None else None)
 
 
 def policy_json(policy: approvals.ApprovalPolicy) -> dict[str, Any]:
@@ -196,7 +198,7 @@ async def set_policy(caller: Caller[ApprovalStore], body: ApprovalPolicyInput) -
 
 async def _hold(
     caller: Caller[HoldStore],
-    flag: dict[str, Any],
+    flag: FeatureFlag,
     kind: RequestKind,
     body: dict[str, Any],
     base_version: int | None,
@@ -210,7 +212,7 @@ async def _hold(
     request = ChangeRequest(
         id=0,
         project_id=caller.project_id,
-        flag_id=flag["id"],
+        flag_id=flag.id,
         body=body,
         base_version=base_version,
         author_user_id=principal.user_id,
@@ -219,28 +221,28 @@ async def _hold(
         created_at_ms=clock.now_ms(),
         kind=kind,
     )
-    made = await caller.store.create_change_request(request, flag["key"], caller.source)
-    return Held(request_json(made, flag))
+    made = await caller.store.create_change_request(request, flag.key, caller.source)
+    return Held(request_json(made, flag_json(flag)))
 
 
 async def hold_flag_write(
-    caller: Caller[HoldStore], current: dict[str, Any], flag: dict[str, Any]
+    caller: Caller[HoldStore], current: FeatureFlag, flag: FlagDefinition
 ) -> Held | Unchanged | None:
     """Before a flag update or delete: :class:`Held` when it must wait for approval,
-    :class:`Unchanged` when under the policy it would change nothing anyone sees."""
-    kind = RequestKind.DELETE if flag.get("deleted") and not current["deleted"] else None
-    if not changes_between(Scope.FEATURE_FLAG, current, flag):
+    :class:`Unchanged` when under the policy it would change nothing anyone sees. The request's
+    body is the whole flag to write, with the version it replaces."""
+    kind = RequestKind.DELETE if flag.deleted and not current.deleted else None
+    before = flag_json(current)
+    after = {**before, **flag_json(flag), "version": current.version}
+    if not changes_between(Scope.FEATURE_FLAG, before, after):
         policy = await caller.store.approval_policy(caller.project_id)
         return Unchanged(current) if policy.enabled else None
-    return await _hold(
-        caller, current, kind or RequestKind.UPDATE, {**flag, "version": current["version"]},
-        current["version"],
-    )  # fmt: skip
+    return await _hold(caller, current, kind or RequestKind.UPDATE, after, current.version)
 
 
 async def hold_schedule(
     caller: Caller[HoldStore],
-    flag: dict[str, Any],
+    flag: FeatureFlag,
     operation: Operation,
     payload: dict[str, Any],
     run_at_ms: int,
@@ -254,9 +256,7 @@ async def hold_schedule(
 # change requests ----------------------------------------------------------------------------
 
 
-async def current_flag(
-    caller: Caller[ApprovalStore], request: ChangeRequest
-) -> dict[str, Any] | None:
+async def current_flag(caller: Caller[ApprovalStore], request: ChangeRequest) -> FeatureFlag | None:
     if request.flag_id is None:
         return None
     return await caller.store.get_flag(caller.project_id, request.flag_id)
@@ -274,7 +274,7 @@ async def list_requests(
     page = await caller.store.list_change_requests(
         caller.project_id, status, flag_id, limit, offset
     )
-    flags: dict[int | None, dict[str, Any] | None] = {}
+    flags: dict[int | None, FeatureFlag | None] = {}
     results = []
     for found in page.results:
         if found.status is RequestStatus.PENDING and found.flag_id not in flags:
@@ -299,9 +299,9 @@ def _refused(found: ChangeRequest, problem: str) -> ApiError:
     return ApiError(403, "permission_denied", problem)
 
 
-def _flag_key(found: ChangeRequest, current: dict[str, Any] | None) -> str:
+def _flag_key(found: ChangeRequest, current: FeatureFlag | None) -> str:
     if current is not None:
-        return str(current.get("key"))
+        return current.key
     return str(found.body.get("key", found.flag_id))
 
 
@@ -321,9 +321,9 @@ async def approve(
     comment = body.comment
     found = await existing_request(caller, request_id)
     current = await current_flag(caller, found)
-    live = current if current is not None and not current.get("deleted") else None
+    live = current if current is not None and not current.deleted else None
     now = clock.now_ms()
-    decision = approvals.approve(found, caller.principal, live["version"] if live else None, now)
+    decision = approvals.approve(found, caller.principal, live.version if live else None, now)
     key = _flag_key(found, current)
     if decision.problem is not None:
         if decision.request.status is RequestStatus.STALE:

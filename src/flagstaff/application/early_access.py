@@ -23,7 +23,14 @@ from flagstaff.application import flags as flag_rules
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError, invalid_input
 from flagstaff.application.inputs import UNSET, UnsetType, given
-from flagstaff.application.surveys import FlagStore, flags_shown, record_id, stored_flag
+from flagstaff.application.surveys import (
+    FlagStore,
+    flags_shown,
+    minimal_flag,
+    record_id,
+    stored_flag,
+)
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.records import Conflict, FlagWrite, Page
 from flagstaff.surveys import early_access
 from flagstaff.surveys.early_access import (
@@ -70,7 +77,7 @@ class ShownFeature(msgspec.Struct, frozen=True):
     management API answers of one feature."""
 
     feature: EarlyAccessFeature
-    flag: dict[str, Any] | None
+    flag: FeatureFlag | None
 
 
 class FeaturePage(msgspec.Struct, frozen=True):
@@ -122,7 +129,7 @@ def _now() -> datetime:
 
 async def feature_flag(
     store: FlagStore, project_id: int, feature: EarlyAccessFeature
-) -> dict[str, Any] | None:
+) -> FeatureFlag | None:
     """The feature's flag as stored, None when it has none or it was deleted."""
     return await stored_flag(store, project_id, feature.feature_flag_id)
 
@@ -138,7 +145,8 @@ async def shown_feature(
 
 def feature_json(shown: ShownFeature) -> dict[str, Any]:
     """The feature in the management API's shape, with its flag."""
-    out = early_access.feature_json(shown.feature, shown.flag)
+    flag = minimal_flag(shown.flag) if shown.flag is not None else None
+    out = early_access.feature_json(shown.feature, flag)
     out["created_at"] = format_datetime(shown.feature.created_at)
     return out
 
@@ -185,17 +193,17 @@ def public_stages(values: list[str]) -> tuple[str, ...]:
 # saving ------------------------------------------------------------------------------------
 
 
-def _flag_writes(changes: list[FlagChange], current: dict[str, Any] | None) -> list[FlagWrite]:
+def _flag_writes(changes: list[FlagChange], current: FeatureFlag | None) -> list[FlagWrite]:
     """Each planned change as a whole flag, checked as the flag API checks it."""
     writes = []
     for change in changes:
         if change.action == "create":
-            data = flag_rules.flag_from_input(change.flag)
-            writes.append(FlagWrite(data=data, target="feature_flag_id"))
+            flag = flag_rules.flag_from_input(change.flag)
+            writes.append(FlagWrite(flag=flag, target="feature_flag_id"))
         else:
             assert change.flag_id is not None and current is not None
-            data = flag_rules.flag_from_input(change.flag, current)
-            writes.append(FlagWrite(data=data, flag_id=change.flag_id))
+            flag = flag_rules.flag_from_input(change.flag, current)
+            writes.append(FlagWrite(flag=flag, flag_id=change.flag_id, version=current.version))
     return writes
 
 
@@ -203,7 +211,7 @@ async def _save(
     caller: Caller[EarlyAccessStore],
     feature: EarlyAccessFeature,
     changes: list[FlagChange],
-    flag: dict[str, Any] | None,
+    flag: FeatureFlag | None,
     *,
     create: bool,
 ) -> ShownFeature:
@@ -236,7 +244,7 @@ async def create_feature(
     flag = await stored_flag(store, project_id, fields.get("feature_flag_id"))
     facts = None
     if flag is not None:
-        linked = await store.early_access_feature_of_flag(project_id, flag["id"])
+        linked = await store.early_access_feature_of_flag(project_id, flag.id)
         facts = early_access.flag_facts(flag, linked)
     try:
         feature = early_access.feature_from_input(fields, None, now=_now(), flag=facts)

@@ -48,7 +48,7 @@ from flagstaff.experiments.guardrails import (
     breach_reason,
     breach_record,
     breach_trigger,
-    control_only_flag,
+    control_only_filters,
 )
 from flagstaff.experiments.model import (
     CONTROL_VARIANT_KEY,
@@ -69,6 +69,7 @@ from flagstaff.experiments.model import (
     same_flag_problem,
 )
 from flagstaff.experiments.warm import RESULTS_MODULE
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.ops import logs
 from flagstaff.store.experiment_batch import (
     ExperimentRecord,
@@ -77,7 +78,7 @@ from flagstaff.store.experiment_batch import (
     sum_totals,
     with_holdout,
 )
-from flagstaff.store.records import Page
+from flagstaff.store.records import FlagWrite, Page
 
 if TYPE_CHECKING:
     from flagstaff.experiments.results import ExperimentResults
@@ -216,17 +217,17 @@ class ExperimentReads(HoldoutReads, ResultsStore, Protocol):
         self, project_id: int, experiment_id: int
     ) -> ExperimentRecord | None: ...
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
 
 class StopStore(Protocol):
     """What stopping an experiment writes: its definition and its flag, in one transaction."""
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
     async def update_experiment(
         self, project_id: int, experiment_id: int, definition: ExperimentDefinition, *,
-        deleted: bool = False, flag: dict[str, Any] | None = None,
+        deleted: bool = False, flag: FlagWrite | None = None,
         source: ChangeSource | None = None,
     ) -> ExperimentRecord: ...  # fmt: skip
 
@@ -236,10 +237,10 @@ class ExperimentStore(ExperimentReads, StopStore, Protocol):
 
     async def get_experiment_stats_defaults(self, project_id: int) -> dict[str, Any]: ...
 
-    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None: ...
+    async def get_flag_by_key(self, project_id: int, key: str) -> FeatureFlag | None: ...
 
     async def create_experiment(
-        self, project_id: int, definition: ExperimentDefinition, flag: dict[str, Any], *,
+        self, project_id: int, definition: ExperimentDefinition, flag: FlagWrite, *,
         source: ChangeSource | None = None,
     ) -> ExperimentRecord: ...  # fmt: skip
 
@@ -258,16 +259,16 @@ class GuardrailStore(ResultsStore, StopStore, Protocol):
 # reads --------------------------------------------------------------------------------------
 
 
-def _flag_json(flag: dict[str, Any] | None) -> dict[str, Any] | None:
+def _flag_json(flag: FeatureFlag | None) -> dict[str, Any] | None:
     if flag is None:
         return None
     keys = ("id", "key", "name", "active", "filters", "deleted", "version")
-    return {k: flag.get(k) for k in keys}
+    return {k: getattr(flag, k) for k in keys}
 
 
-def _variants_now(flag: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _variants_now(flag: FeatureFlag | None) -> list[dict[str, Any]]:
     """The variants and split the experiment's flag serves now (its multivariate filters)."""
-    multivariate = ((flag or {}).get("filters") or {}).get("multivariate") or {}
+    multivariate = (flag.filters if flag is not None else {}).get("multivariate") or {}
     variants = multivariate.get("variants") if isinstance(multivariate, dict) else None
     if not isinstance(variants, list):
         return []
@@ -283,7 +284,7 @@ class ExperimentView(msgspec.Struct, frozen=True):
     (None: gone, or none), read once (:func:`experiment_view`)."""
 
     record: ExperimentRecord
-    flag: dict[str, Any] | None
+    flag: FeatureFlag | None
     holdout: HoldoutRecord | None
 
 
@@ -364,18 +365,19 @@ async def _holdout_of(
     return Holdout(name=record.name, filters=record.filters, description=record.description)
 
 
-def _checked_flag(flag: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
-    """The flag validated as the flags API would; errors name the experiment's fields."""
+def _checked_flag(body: dict[str, Any], current: FeatureFlag | None) -> FlagWrite:
+    """The flag write (a new flag from ``body``, or ``current``'s filters and active state
+    from it), validated as the flags API would; errors name the experiment's fields."""
     try:
-        body = flag if current is None else {"filters": flag["filters"], "active": flag["active"]}
-        checked = flag_from_input(body, current)
+        if current is None:
+            return FlagWrite(flag=flag_from_input(body, None))
+        changes = {"filters": body["filters"], "active": body["active"]}
+        checked = flag_from_input(changes, current)
     except ApiError as error:
         raise ApiError(
             400, error.code, f"the experiment's flag is invalid: {error.detail}", "feature_flag_key"
         ) from None
-    if current is not None:
-        checked["id"] = current["id"]
-    return checked
+    return FlagWrite(flag=checked, flag_id=current.id, version=current.version)
 
 
 async def create_experiment(
@@ -392,14 +394,13 @@ async def create_experiment(
         holdout = await _holdout_of(store, project_id, definition)
         existing = await store.get_flag_by_key(project_id, definition.feature_flag_key)
         if existing is not None:
-            definition = link_existing_flag(definition, existing.get("filters") or {})
+            definition = link_existing_flag(definition, existing.filters)
     except ExperimentInvalid as error:
         raise invalid_input(error) from None
     if existing is not None:
         linked = with_holdout(existing, definition.holdout_id, holdout)
-        if definition.start_date is not None:
-            linked["active"] = True
-        flag = _checked_flag(linked, existing)
+        active = linked.active or definition.start_date is not None
+        flag = _checked_flag({"filters": linked.filters, "active": active}, existing)
     else:
         flag = _checked_flag(experiment_flag(definition, definition.holdout_id, holdout), None)
     record = await store.create_experiment(project_id, definition, flag, source=caller.source)
@@ -446,18 +447,16 @@ async def update_experiment(
     current = await store.get_flag(project_id, record.feature_flag_id)
     flag = None
     if current is not None:
-        wanted = dict(current)
+        filters, active = current.filters, current.active
         if not launched and definition.start_date is not None:
-            wanted["active"] = True
+            active = True
         if definition.holdout_id != old.holdout_id:
             holdout = await _holdout_of(store, project_id, definition)
-            wanted = with_holdout(wanted, definition.holdout_id, holdout)
+            filters = with_holdout(current, definition.holdout_id, holdout).filters
         if not launched and new_variants != msgspec.to_builtins(old.variants):
-            filters = dict(wanted.get("filters") or {})
-            filters["multivariate"] = {"variants": new_variants}
-            wanted["filters"] = filters
-        if wanted != current:
-            flag = _checked_flag(wanted, current)
+            filters = {**filters, "multivariate": {"variants": new_variants}}
+        if (filters, active) != (current.filters, current.active):
+            flag = _checked_flag({"filters": filters, "active": active}, current)
     else:
         await _holdout_of(store, project_id, definition)
     updated = await store.update_experiment(
@@ -554,10 +553,10 @@ async def stop_experiment(
     reason in the flag's history."""
     current = await store.get_flag(project_id, record.feature_flag_id)
     flag = None
-    if current is not None and not current.get("deleted"):
-        wanted = control_only_flag(current, CONTROL_VARIANT_KEY)
-        flag = flag_from_input({"filters": wanted["filters"]}, current)
-        flag["id"] = current["id"]
+    if current is not None and not current.deleted:
+        filters = control_only_filters(current.filters, CONTROL_VARIANT_KEY)
+        changed = flag_from_input({"filters": filters}, current)
+        flag = FlagWrite(flag=changed, flag_id=current.id, version=current.version)
     definition = msgspec.structs.replace(
         record.definition,
         end_date=now,

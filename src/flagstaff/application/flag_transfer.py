@@ -20,6 +20,7 @@ from flagstaff.activity.records import ChangeSource, Trigger
 from flagstaff.application.errors import ApiError
 from flagstaff.application.flags import FlagWrites, flag_from_input
 from flagstaff.common.clock import parse_iso, utc_iso
+from flagstaff.flags.records import FeatureFlag, FlagDefinition, flag_json
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict
 from flagstaff.store.records import Page
@@ -27,9 +28,6 @@ from flagstaff.store.rows import group_type_change
 
 Action = Literal["create", "update", "unchanged", "skipped", "rejected"]
 ACTIONS: tuple[Action, ...] = ("create", "update", "unchanged", "skipped", "rejected")
-# Kept by the store, not compared when deciding whether an import changes a flag.
-_BOOKKEEPING = frozenset({"id", "version", "created_at", "updated_at"})
-
 IMPORT_SOURCE = ChangeSource(trigger=Trigger(job_type="flags_import", job_id="cli"))
 """Imported flags are logged as the system's changes, triggered by the import."""
 
@@ -49,8 +47,12 @@ class PlannedFlag:
     label: str
     action: Action
     detail: str = ""
-    flag: dict[str, Any] | None = None
+    flag: FlagDefinition | None = None
     flag_id: int | None = None
+    version: int | None = None
+    """The version of the stored flag an update replaces."""
+    created_at: str | None = None
+    """A created flag's ``created_at``, kept from the export when readable."""
 
 
 @dataclass
@@ -88,7 +90,7 @@ class TransferStore(FlagWrites, Protocol):
 
     async def create_group_type(self, project_id: int, index: int, name: str) -> bool: ...
 
-    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None: ...
+    async def get_flag_by_key(self, project_id: int, key: str) -> FeatureFlag | None: ...
 
     async def list_flags(self, project_id: int, limit: int, offset: int) -> Page: ...
 
@@ -152,10 +154,9 @@ def _created_at(value: Any) -> str | None:
     return None if parsed is None else utc_iso(parsed)
 
 
-def group_indexes(flag: dict[str, Any]) -> set[int]:
-    """Group type indexes a flag aggregates by (the flag's, and any condition's own)."""
-    given = flag.get("filters")
-    filters: dict[str, Any] = given if isinstance(given, dict) else {}
+def group_indexes(filters: dict[str, Any]) -> set[int]:
+    """Group type indexes a flag's ``filters`` aggregate by (the flag's, and any condition's
+    own)."""
     found = [filters.get("aggregation_group_type_index")]
     groups = filters.get("groups")
     if isinstance(groups, list):
@@ -164,7 +165,7 @@ def group_indexes(flag: dict[str, Any]) -> set[int]:
 
 
 def plan_flag(
-    item: Any, position: int, current: dict[str, Any] | None, group_types: dict[int, str]
+    item: Any, position: int, current: FeatureFlag | None, group_types: dict[int, str]
 ) -> PlannedFlag:
     """What importing one exported flag does, given the stored flag with its key (or None)."""
     key = item.get("key") if isinstance(item, dict) else None
@@ -175,7 +176,7 @@ def plan_flag(
         flag = flag_from_input(item, current)
     except ApiError as exc:
         return PlannedFlag(label, "rejected", exc.detail)
-    missing = sorted(group_indexes(flag) - set(group_types))
+    missing = sorted(group_indexes(flag.filters) - set(group_types))
     if missing:
         return PlannedFlag(
             label,
@@ -185,13 +186,11 @@ def plan_flag(
         )
     if current is None:
         created = _created_at(item.get("created_at"))
-        if created is not None:
-            flag["created_at"] = created
-        return PlannedFlag(label, "create", flag=flag)
-    same = all(flag.get(k) == current.get(k) for k in flag.keys() - _BOOKKEEPING)
+        return PlannedFlag(label, "create", flag=flag, created_at=created)
+    same = all(getattr(flag, f) == getattr(current, f) for f in flag.__struct_fields__)
     if same:
-        return PlannedFlag(label, "unchanged", flag_id=current["id"])
-    return PlannedFlag(label, "update", flag=flag, flag_id=current["id"])
+        return PlannedFlag(label, "unchanged", flag_id=current.id)
+    return PlannedFlag(label, "update", flag=flag, flag_id=current.id, version=current.version)
 
 
 # running against a store ----------------------------------------------------------------------
@@ -236,10 +235,12 @@ async def run_import(
         if not dry_run and planned.flag is not None:
             try:
                 if planned.action == "create":
-                    await store.create_flag(project_id, planned.flag, IMPORT_SOURCE)
+                    await store.create_flag(
+                        project_id, planned.flag, IMPORT_SOURCE, planned.created_at
+                    )
                 elif planned.flag_id is not None:
                     await store.update_flag(
-                        project_id, planned.flag_id, planned.flag, IMPORT_SOURCE
+                        project_id, planned.flag_id, planned.flag, planned.version, IMPORT_SOURCE
                     )
             except Conflict as exc:
                 planned = PlannedFlag(planned.label, "rejected", exc.message)
@@ -256,7 +257,7 @@ async def run_export(
     page_size = 500
     while True:
         page = await store.list_flags(project_id, page_size, len(flags))
-        flags.extend(page.results)
+        flags.extend(flag_json(flag) for flag in page.results)
         progress.total = page.count
         progress.update(min(len(flags), page.count))
         if not page.results or len(flags) >= page.count:

@@ -16,6 +16,7 @@ from flagstaff.application.errors import ApiError
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.common.units import DAY_MS
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.ingest.flag_usage import NO_RESPONSE, day_of
 from flagstaff.store.flag_usage import DailyChecks, ValueChecks
 
@@ -143,9 +144,9 @@ def flag_checks(
     )
 
 
-def variant_keys(flag: Mapping[str, Any]) -> list[str]:
-    """The flag's variant keys in order (none for a boolean flag)."""
-    multivariate = (flag.get("filters") or {}).get("multivariate") or {}
+def variant_keys(filters: Mapping[str, Any]) -> list[str]:
+    """The variant keys of a flag's ``filters``, in order (none for a boolean flag)."""
+    multivariate = filters.get("multivariate") or {}
     return [str(v.get("key")) for v in multivariate.get("variants") or [] if v.get("key")]
 
 
@@ -167,14 +168,14 @@ class FlagUsage(msgspec.Struct, frozen=True):
     last_seen_ms: int | None
 
 
-async def flag_usage(caller: Caller[UsageStore], flag: Mapping[str, Any], days: int) -> FlagUsage:
+async def flag_usage(caller: Caller[UsageStore], flag: FeatureFlag, days: int) -> FlagUsage:
     """The flag's checks per UTC day and value over the ``days`` ending today."""
     if not 1 <= days <= MAX_USAGE_DAYS:
         raise ApiError(400, "invalid_input", f"days must be 1-{MAX_USAGE_DAYS}", "days")
     now = clock.now_ms()
-    key = str(flag["key"])
+    key = flag.key
     rows = await caller.store.flag_value_checks(caller.project_id, key, first_day(now, days))
-    checks = flag_checks(rows, now, variant_keys(flag), days)
+    checks = flag_checks(rows, now, variant_keys(flag.filters), days)
     last_seen = (await caller.store.flag_last_seen(caller.project_id, [key])).get(key)
     return FlagUsage(key, days, checks, last_seen)
 

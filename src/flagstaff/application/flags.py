@@ -41,6 +41,7 @@ from flagstaff.common.errors import Conflict, NotFound
 from flagstaff.common.invalid import DefinitionInvalid
 from flagstaff.flags import EvalRequest, validate_flag
 from flagstaff.flags.explain import Explanation, explain
+from flagstaff.flags.records import FeatureFlag, FlagDefinition, flag_json
 from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
 from flagstaff.store.records import Definitions, FlagContext, Page
 
@@ -82,10 +83,10 @@ _FLAG_DEFAULTS: dict[str, Any] = {
 }
 
 
-def flag_from(data: FeatureFlagInput, current: dict[str, Any] | None = None) -> dict[str, Any]:
+def flag_from(data: FeatureFlagInput, current: FlagDefinition | None = None) -> FlagDefinition:
     """The full flag a create (``current`` None) or PATCH body asks for, validated."""
     body = given(data)
-    base = dict(_FLAG_DEFAULTS) if current is None else dict(current)
+    base = dict(_FLAG_DEFAULTS) if current is None else flag_json(current)
     changes = {k: body[k] for k in FLAG_WRITABLE_FIELDS if k in body}
     if "evaluation_contexts" not in changes and "evaluation_tags" in body:
         changes["evaluation_contexts"] = body["evaluation_tags"]
@@ -105,12 +106,10 @@ def flag_from(data: FeatureFlagInput, current: dict[str, Any] | None = None) -> 
     errors = validate_flag(flag)
     if errors:
         raise invalid_input(DefinitionInvalid(errors))
-    if current is not None:
-        flag["version"] = current.get("version")
-    return flag
+    return msgspec.convert(flag, FlagDefinition)
 
 
-def flag_from_input(body: Any, current: dict[str, Any] | None = None) -> dict[str, Any]:
+def flag_from_input(body: Any, current: FlagDefinition | None = None) -> FlagDefinition:
     """:func:`flag_from` of a decoded JSON body (an import, a survey's or an experiment's flag,
     a scheduled change): refused as the API refuses it."""
     return flag_from(decode(FeatureFlagInput, body), current)
@@ -134,13 +133,14 @@ class FlagWrites(Protocol):
     """Writing a flag (the API's writes, an import)."""
 
     async def create_flag(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]: ...
+        self, project_id: int, flag: FlagDefinition, source: ChangeSource | None = None,
+        created_at: str | None = None,
+    ) -> FeatureFlag: ...  # fmt: skip
 
     async def update_flag(
-        self, project_id: int, flag_id: int, data: dict[str, Any],
+        self, project_id: int, flag_id: int, flag: FlagDefinition, version: int | None,
         source: ChangeSource | None = None,
-    ) -> dict[str, Any]: ...  # fmt: skip
+    ) -> FeatureFlag: ...  # fmt: skip
 
 
 class FlagStore(FlagWrites, HoldStore, Protocol):
@@ -150,18 +150,18 @@ class FlagStore(FlagWrites, HoldStore, Protocol):
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
 
 
-FlagWrite = dict[str, Any] | Held | Unchanged
+FlagOutcome = FeatureFlag | Held | Unchanged
 """A write's outcome: the flag as stored, or, under an approval policy, the change request it
 became (:class:`Held`) or the flag as it was (:class:`Unchanged`)."""
 
 
 class FlagReads(Protocol):
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
     async def list_flags(self, project_id: int, limit: int, offset: int) -> Page: ...
 
 
-async def existing_flag(caller: Caller[FlagReads], flag_id: int) -> dict[str, Any]:
+async def existing_flag(caller: Caller[FlagReads], flag_id: int) -> FeatureFlag:
     """The project's flag ``flag_id``; 404 when it has none."""
     return existing(await caller.store.get_flag(caller.project_id, flag_id), "feature flag")
 
@@ -171,54 +171,53 @@ async def list_flags(caller: Caller[FlagReads], limit: int, offset: int) -> Page
     return await caller.store.list_flags(caller.project_id, limit, offset)
 
 
-async def create_flag(caller: Caller[FlagStore], data: FeatureFlagInput) -> dict[str, Any]:
+async def create_flag(caller: Caller[FlagStore], data: FeatureFlagInput) -> FeatureFlag:
     return await caller.store.create_flag(caller.project_id, flag_from(data), caller.source)
 
 
 async def _write(
     caller: Caller[FlagStore],
-    current: dict[str, Any],
-    flag: dict[str, Any],
+    current: FeatureFlag,
+    flag: FlagDefinition,
     source: ChangeSource | None = None,
-) -> FlagWrite:
+) -> FlagOutcome:
     held = await hold_flag_write(caller, current, flag)
     if held is not None:
         return held
     return await caller.store.update_flag(
-        caller.project_id, current["id"], flag, source or caller.source
+        caller.project_id, current.id, flag, current.version, source or caller.source
     )
 
 
 async def update_flag(
-    caller: Caller[FlagStore], current: dict[str, Any], data: FeatureFlagInput
-) -> FlagWrite:
+    caller: Caller[FlagStore], current: FeatureFlag, data: FeatureFlagInput
+) -> FlagOutcome:
     """A PATCH: the fields given change, the others stay."""
     return await _write(caller, current, flag_from(data, current))
 
 
 async def replace_flag(
-    caller: Caller[FlagStore], current: dict[str, Any], data: FeatureFlagInput
-) -> FlagWrite:
+    caller: Caller[FlagStore], current: FeatureFlag, data: FeatureFlagInput
+) -> FlagOutcome:
     """A PUT, a full update as in PostHog's API: fields left out take their defaults."""
-    flag = {**current, **flag_from(data), "version": current.get("version")}
-    return await _write(caller, current, flag)
+    return await _write(caller, current, flag_from(data))
 
 
-async def delete_flag(caller: Caller[FlagStore], current: dict[str, Any]) -> FlagWrite | None:
+async def delete_flag(caller: Caller[FlagStore], current: FeatureFlag) -> FlagOutcome | None:
     """Mark the flag deleted (None: it was already)."""
-    if current["deleted"]:
+    if current.deleted:
         return None
-    return await _write(caller, current, {**current, "deleted": True})
+    return await _write(caller, current, msgspec.structs.replace(current, deleted=True))
 
 
 async def rollback_flag(
-    caller: Caller[FlagStore], current: dict[str, Any], data: RollbackInput
-) -> FlagWrite:
+    caller: Caller[FlagStore], current: FeatureFlag, data: RollbackInput
+) -> FlagOutcome:
     """Restore an earlier version of the flag: an ordinary update (same validation, same
     optimistic version check) recorded as ``rolled_back``."""
-    history = await caller.store.flag_versions(caller.project_id, current["id"])
+    history = await caller.store.flag_versions(caller.project_id, current.id)
     try:
-        plan = plan_rollback(current["id"], history, current, data.version)
+        plan = plan_rollback(current.id, history, flag_json(current), data.version)
     except RollbackError as exc:
         raise ApiError(400, "invalid_input", str(exc), exc.field) from None
     flag = flag_from_input(plan.body, current)
@@ -257,7 +256,7 @@ def scheduled_change_input(body: Any) -> ScheduledChangeInput:
 class ScheduleStore(FlagStore, Protocol):
     """What scheduling reads and writes: the flag, and the scheduled changes."""
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
     async def create_scheduled_change(
         self, project_id: int, flag_id: int, operation: Operation, payload: dict[str, Any],
@@ -303,7 +302,7 @@ async def create_scheduled_change(
             raise ApiError(400, *_SCHEDULE_WORDING["record_id"], "record_id")
         record = int(record)
     flag = await caller.store.get_flag(caller.project_id, record)
-    if flag is None or flag.get("deleted"):
+    if flag is None or flag.deleted:
         raise ApiError(400, "invalid_input", "no such feature flag", "record_id")
     run_at = iso_to_ms(data.scheduled_at)
     try:
@@ -316,7 +315,7 @@ async def create_scheduled_change(
         return held
     return await caller.store.create_scheduled_change(
         caller.project_id,
-        flag["id"],
+        flag.id,
         operation,
         data.payload,
         run_at,
@@ -334,12 +333,12 @@ async def delete_scheduled_change(caller: Caller[ScheduleStore], change_id: int)
 class DueChangeStore(Protocol):
     """What running a due change reads and writes: the flag."""
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
     async def update_flag(
-        self, project_id: int, flag_id: int, data: dict[str, Any],
+        self, project_id: int, flag_id: int, flag: FlagDefinition, version: int | None,
         source: ChangeSource | None = None,
-    ) -> dict[str, Any]: ...  # fmt: skip
+    ) -> FeatureFlag: ...  # fmt: skip
 
 
 async def run_scheduled_change(store: DueChangeStore, change: ScheduledChange) -> str | None:
@@ -347,14 +346,15 @@ async def run_scheduled_change(store: DueChangeStore, change: ScheduledChange) -
     the activity record with a ``scheduled_change`` trigger, not held: it was approved when
     scheduled); the reason it failed, or None."""
     current = await store.get_flag(change.project_id, change.flag_id)
-    if current is None or current.get("deleted"):
+    if current is None or current.deleted:
         return "the flag was deleted"
     try:
-        flag = flag_from_input(scheduled.update_body(change, current), current)
+        flag = flag_from_input(scheduled.update_body(change, flag_json(current)), current)
         await store.update_flag(
             change.project_id,
             change.flag_id,
             flag,
+            current.version,
             ChangeSource(trigger=scheduled.trigger_for(change)),
         )
     except scheduled.ScheduleError as exc:

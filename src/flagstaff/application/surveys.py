@@ -28,6 +28,7 @@ from flagstaff.application import flags as flag_rules
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError, existing, invalid_input
 from flagstaff.application.inputs import UNSET, UnsetType, given
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.records import Conflict, FlagWrite, Page
 from flagstaff.surveys import flags as survey_flags
 from flagstaff.surveys import stats
@@ -104,7 +105,7 @@ class ShownSurvey(msgspec.Struct, frozen=True):
     that exist, minimal, by id): what the management API answers of one survey."""
 
     survey: Survey
-    flags: dict[int, dict[str, Any]]
+    flags: dict[int, FeatureFlag]
 
 
 class SurveyPage(msgspec.Struct, frozen=True):
@@ -142,7 +143,7 @@ class SurveyAnswers(msgspec.Struct, frozen=True):
 class FlagStore(Protocol):
     """What reading the flags a survey or feature shows needs."""
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
 
 class SurveyStore(FlagStore, Protocol):
@@ -185,39 +186,37 @@ def _now() -> datetime:
 # the flags a survey or feature shows ----------------------------------------------------------
 
 
-def minimal_flag(flag: dict[str, Any]) -> dict[str, Any]:
+def minimal_flag(flag: FeatureFlag) -> dict[str, Any]:
     """The flag as a survey or feature shows it (PostHog's ``MinimalFeatureFlagSerializer``)."""
     return {
-        "id": flag["id"],
-        "key": flag["key"],
-        "name": flag.get("name", ""),
-        "filters": flag.get("filters") or {},
-        "active": flag.get("active", True),
-        "deleted": flag.get("deleted", False),
-        "ensure_experience_continuity": flag.get("ensure_experience_continuity", False),
+        "id": flag.id,
+        "key": flag.key,
+        "name": flag.name,
+        "filters": flag.filters,
+        "active": flag.active,
+        "deleted": flag.deleted,
+        "ensure_experience_continuity": flag.ensure_experience_continuity,
     }
 
 
-async def stored_flag(
-    store: FlagStore, project_id: int, flag_id: int | None
-) -> dict[str, Any] | None:
+async def stored_flag(store: FlagStore, project_id: int, flag_id: int | None) -> FeatureFlag | None:
     """Flag ``flag_id`` as stored, None when there is none or it is deleted."""
     if flag_id is None:
         return None
     flag = await store.get_flag(project_id, flag_id)
-    return None if flag is None or flag.get("deleted") else flag
+    return None if flag is None or flag.deleted else flag
 
 
 async def flags_shown(
     store: FlagStore, project_id: int, ids: list[int | None]
-) -> dict[int, dict[str, Any]]:
-    """The minimal flags of ``ids`` that exist, by id."""
-    found: dict[int, dict[str, Any]] = {}
+) -> dict[int, FeatureFlag]:
+    """The flags of ``ids`` that exist, by id."""
+    found: dict[int, FeatureFlag] = {}
     for flag_id in ids:
         if flag_id is not None and flag_id not in found:
             flag = await stored_flag(store, project_id, flag_id)
             if flag is not None:
-                found[flag_id] = minimal_flag(flag)
+                found[flag_id] = flag
     return found
 
 
@@ -241,7 +240,8 @@ async def shown_survey(store: FlagStore, project_id: int, survey: Survey) -> Sho
 
 def survey_json(shown: ShownSurvey) -> dict[str, Any]:
     """The survey in the management API's shape, with its flags."""
-    return survey_shape(shown.survey, shown.flags)
+    flags = {flag_id: minimal_flag(flag) for flag_id, flag in shown.flags.items()}
+    return survey_shape(shown.survey, flags)
 
 
 async def find_survey(store: SurveyStore, project_id: int, survey_id: str) -> Survey:
@@ -266,20 +266,21 @@ async def list_surveys(caller: Caller[SurveyStore], limit: int, offset: int) -> 
 
 
 def _flag_writes(
-    changes: list[survey_flags.FlagChange], current: dict[int, dict[str, Any]]
+    changes: list[survey_flags.FlagChange], current: dict[int, FeatureFlag]
 ) -> list[FlagWrite]:
     """Each planned change as a whole flag, checked as the flag API checks it."""
     writes = []
     for change in changes:
         if change.action == "create":
-            data = flag_rules.flag_from_input(change.flag)
-            writes.append(FlagWrite(data=data, target=_ROLE_FIELD[change.role]))
+            flag = flag_rules.flag_from_input(change.flag)
+            writes.append(FlagWrite(flag=flag, target=_ROLE_FIELD[change.role]))
         else:
             assert change.flag_id is not None
             before = current[change.flag_id]
             body = {"deleted": True} if change.action == "delete" else change.flag or {}
-            data = flag_rules.flag_from_input(body, before)
-            writes.append(FlagWrite(data=data, flag_id=change.flag_id))
+            flag = flag_rules.flag_from_input(body, before)
+            write = FlagWrite(flag=flag, flag_id=change.flag_id, version=before.version)
+            writes.append(write)
     return writes
 
 
@@ -309,7 +310,7 @@ async def _save(
         targeting_flag_filters=targeting_flag_filters,
         remove_targeting_flag=remove_targeting_flag,
     )
-    current = {f["id"]: f for f in (targeting, internal) if f is not None}
+    current = {f.id: f for f in (targeting, internal) if f is not None}
     writes = _flag_writes(changes, current)
     if remove_targeting_flag and targeting is not None:
         survey = msgspec.structs.replace(survey, targeting_flag_id=None)
@@ -331,10 +332,10 @@ async def _context(
     linked = None
     flag = await stored_flag(store, project_id, linked_id)
     if flag is not None:
-        variants = (flag.get("filters") or {}).get("multivariate") or {}
+        variants = flag.filters.get("multivariate") or {}
         linked = LinkedFlag(
-            id=flag["id"],
-            key=flag["key"],
+            id=flag.id,
+            key=flag.key,
             variants=tuple(v["key"] for v in variants.get("variants") or [] if isinstance(v, dict)),
         )
     names = await store.survey_names(project_id)
@@ -396,7 +397,7 @@ async def delete_survey(caller: Caller[SurveyStore], survey_id: str) -> None:
     for flag_id in (survey.targeting_flag_id, survey.internal_targeting_flag_id):
         flag = await stored_flag(store, project_id, flag_id)
         if flag is not None:
-            current[flag["id"]] = flag
+            current[flag.id] = flag
     changes = [c for c in survey_flags.plan_delete(survey) if c.flag_id in current]
     await store.delete_survey(
         project_id, survey.id, _flag_writes(changes, current), source=caller.source

@@ -4,7 +4,7 @@ Decisions are made by ``static/approvals.js`` calling the documented management 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -15,6 +15,7 @@ from flagstaff.application.approvals import ApprovalReads
 from flagstaff.console import review_views
 from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
+from flagstaff.flags.records import FeatureFlag
 
 MAX_PENDING = 200
 
@@ -28,7 +29,7 @@ class ApprovalData(Protocol):
         """Newest first."""
         ...
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
 
 class StoreApprovalData:
@@ -47,7 +48,7 @@ class StoreApprovalData:
         page = await self.store.list_change_requests(project_id, status, None, limit, 0)
         return list(page.results)
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
         return await self.store.get_flag(project_id, flag_id)
 
 
@@ -62,7 +63,7 @@ def approval_routes(pages: ConsolePages, data: ApprovalData) -> list[BaseRoute]:
             for r in await data.change_requests(project.id, None, review_views.RECENT_DECIDED * 2)
             if r.status is not RequestStatus.PENDING
         ][: review_views.RECENT_DECIDED]
-        flags: dict[int, dict[str, Any] | None] = {}
+        flags: dict[int, FeatureFlag | None] = {}
         for found in pending + recent:
             if found.flag_id is not None and found.flag_id not in flags:
                 flags[found.flag_id] = await data.get_flag(project.id, found.flag_id)

@@ -7,7 +7,7 @@ Changes are made by ``static/early_access.js`` through the management API."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 from starlette.requests import Request
@@ -21,6 +21,7 @@ from flagstaff.application.surveys import stored_flag
 from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.base import Enrolled, Store
 from flagstaff.surveys.early_access import EarlyAccessFeature, flag_facts, link_problem
 
@@ -52,7 +53,7 @@ class EarlyAccessData(Protocol):
 
     async def feature(self, project_id: int, feature_id: str) -> EarlyAccessFeature | None: ...
 
-    async def flag(self, project_id: int, flag_id: int | None) -> dict[str, Any] | None: ...
+    async def flag(self, project_id: int, flag_id: int | None) -> FeatureFlag | None: ...
 
     async def boolean_flags(self, project_id: int) -> list[tuple[int, str]]:
         """(id, key) of the flags a feature can take: boolean and person-based."""
@@ -78,16 +79,13 @@ class StoreEarlyAccessData:
         except ApiError:
             return None
 
-    async def flag(self, project_id: int, flag_id: int | None) -> dict[str, Any] | None:
+    async def flag(self, project_id: int, flag_id: int | None) -> FeatureFlag | None:
         return await stored_flag(self.store, project_id, flag_id)
 
     async def boolean_flags(self, project_id: int) -> list[tuple[int, str]]:
+        flags = msgspec.convert(await self.console.list_flags(project_id), list[FeatureFlag])
         return sorted(
-            (
-                (int(f["id"]), str(f["key"]))
-                for f in await self.console.list_flags(project_id)
-                if not f.get("deleted") and link_problem(flag_facts(f)) is None
-            ),
+            ((f.id, f.key) for f in flags if not f.deleted and link_problem(flag_facts(f)) is None),
             key=lambda item: item[1],
         )
 
@@ -104,7 +102,7 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
         found = []
         for feature in await data.features(project.id):
             flag = await data.flag(project.id, feature.feature_flag_id)
-            found.append((feature, str(flag["key"]) if flag else ""))
+            found.append((feature, flag.key if flag else ""))
         counts = await data.enrolled_counts(project.id, [key for _, key in found if key])
         rows = [
             FeatureRow(
@@ -138,7 +136,7 @@ def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[Base
         if feature is None:
             return page.not_found("No such early access feature.")
         flag = await data.flag(project.id, feature.feature_flag_id)
-        enrolled = await data.enrolled(project.id, str(flag["key"])) if flag else Enrolled(0, [])
+        enrolled = await data.enrolled(project.id, flag.key) if flag else Enrolled(0, [])
         return page.render(
             "early_access_feature.html",
             "early_access",

@@ -28,6 +28,7 @@ from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
 from flagstaff.console.store_data import StoreConsoleData
 from flagstaff.experiments.exposure import ExperimentSpec
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.base import EventQuery, Store
 from flagstaff.store.experiment_batch import ExperimentRecord
 
@@ -70,7 +71,7 @@ class ExperimentData(Protocol):
         """The results endpoint's body and the exposure days, from one read of the totals."""
         ...
 
-    async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
     async def multivariate_flags(self, project_id: int) -> list[str]:
         """Keys of the flags an experiment can use: control first and two variants or more."""
@@ -118,7 +119,7 @@ class StoreExperimentData:
         results = await experiments.experiment_results(self.store, record, summary)
         return Results(experiments.results_json(record.id, results), summary.exposure_days)
 
-    async def flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+    async def flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
         return await self.store.get_flag(project_id, flag_id)
 
     async def multivariate_flags(self, project_id: int) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from starlette.requests import Request
@@ -132,19 +132,29 @@ PageView = Callable[[Request, Page], Awaitable[Response]]
 """A page's own part: what it shows once its :class:`Page` is open."""
 
 
+class Stored(Protocol):
+    """A stored thing a page shows (a flag, a cohort): deleted ones are not found."""
+
+    @property
+    def deleted(self) -> bool: ...
+
+
+S = TypeVar("S", bound=Stored)
+
+
 async def found_numbered(
     request: Request,
     page: Page,
     param: str,
-    read: Callable[[int, int], Awaitable[dict[str, Any] | None]],
+    read: Callable[[int, int], Awaitable[S | None]],
     missing: str,
-) -> dict[str, Any] | Response:
-    """The stored object (the management API's JSON) whose id the path gives in ``param``,
-    read by ``read(project_id, id)``; or the 404 page saying ``missing`` when that is not a
-    number, or the project has no such object, or it is deleted."""
+) -> S | Response:
+    """The stored record whose id the path gives in ``param``, read by
+    ``read(project_id, id)``; or the 404 page saying ``missing`` when that is not a number, or
+    the project has no such record, or it is deleted."""
     raw = request.path_params.get(param, "")
     found = await read(page.project.id, int(raw)) if raw.isdigit() else None
-    if found is None or found.get("deleted"):
+    if found is None or found.deleted:
         return page.not_found(missing)
     return found
 

@@ -20,6 +20,7 @@ from flagstaff.activity.readable import DiffLine, readable_diff
 from flagstaff.activity.records import Scope
 from flagstaff.activity.webhooks import Delivery, Webhook
 from flagstaff.console.views import describe_scheduled
+from flagstaff.flags.records import FeatureFlag, flag_json
 
 KIND_LABELS = {
     RequestKind.UPDATE: "Change",
@@ -63,24 +64,25 @@ def _who(user_id: int | None, emails: dict[int, str]) -> str:
 
 def request_row(
     request: ChangeRequest,
-    current: dict[str, Any] | None,
+    current: FeatureFlag | None,
     emails: dict[int, str],
     viewer: Principal,
     now_ms: int,
 ) -> RequestRow:
     """One request as the page shows it; ``current`` is its flag now (None: gone)."""
-    key = str((current or request.body).get("key") or request.flag_id)
+    key = current.key if current is not None else str(request.body.get("key") or request.flag_id)
     lines: list[DiffLine] = []
     schedule, run_at = "", None
     if request.kind is RequestKind.SCHEDULE:
         schedule = describe_scheduled(request.body.get("payload") or {})
         run_at = int(request.body.get("run_at_ms") or 0)
     elif request.status is RequestStatus.PENDING:
-        lines = readable_diff(_shown(current), _shown(request.body))
+        shown = _shown(flag_json(current) if current is not None else None)
+        lines = readable_diff(shown, _shown(request.body))
     stale = ""
     if request.status is RequestStatus.PENDING:
-        live = current if current is not None and not current.get("deleted") else None
-        stale = stale_reason(request, live["version"] if live else None, now_ms) or ""
+        live = current if current is not None and not current.deleted else None
+        stale = stale_reason(request, live.version if live else None, now_ms) or ""
     return RequestRow(
         id=request.id,
         flag_id=request.flag_id,

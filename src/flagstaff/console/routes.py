@@ -42,13 +42,14 @@ from flagstaff.console.page import (
 )
 from flagstaff.flags.explain import Explanation
 from flagstaff.flags.explain import render as render_explanation
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.base import Person
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_FORM_BYTES = 16_384
 VIEWERS_CANNOT_CREATE = "Viewers cannot create feature flags."
 
-FlagView = Callable[[Request, Page, dict[str, Any]], Awaitable[Response]]
+FlagView = Callable[[Request, Page, FeatureFlag], Awaitable[Response]]
 """A flag page's own part: what it shows of the path's flag (the management API's JSON)."""
 
 
@@ -59,7 +60,7 @@ class ConsoleData(Protocol):
 
     async def list_flags(self, project_id: int) -> list[dict[str, Any]]: ...
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None: ...
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
     async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
         """The last check of each of these flags (never checked: left out)."""
@@ -72,7 +73,7 @@ class ConsoleData(Protocol):
         ``$feature_flag_called`` events."""
         ...
 
-    async def flag_checks(self, project_id: int, flag: dict[str, Any], now_ms: int) -> FlagChecks:
+    async def flag_checks(self, project_id: int, flag: FeatureFlag, now_ms: int) -> FlagChecks:
         """The flag's checks per day and value over the last 30 days."""
         ...
 
@@ -326,12 +327,12 @@ class ConsolePages:
             tags=views.all_tags(flags),
         )
 
-    async def _editor(self, page: Page, flag: dict[str, Any] | None) -> Response:
+    async def _editor(self, page: Page, flag: FeatureFlag | None) -> Response:
         project = page.project
         flags = await self.data.list_flags(project.id)
         cohorts = await self.data.list_cohorts(project.id)
         group_types = await self.data.group_types(project.id)
-        flag_id = flag.get("id") if flag else None
+        flag_id = flag.id if flag else None
         builder = {
             "group_types": sorted(group_types.items()),
             "cohorts": [c for c in cohorts if not c.get("deleted")],
@@ -345,7 +346,7 @@ class ConsolePages:
         charts = None
         if flag is not None:
             checks = await self.data.flag_checks(project.id, flag, self.clock())
-            charts = usage.flag_charts(str(flag.get("key")), checks)
+            charts = usage.flag_charts(flag.key, checks)
         return page.render(
             "flag_edit.html",
             "flags",
@@ -369,7 +370,7 @@ class ConsolePages:
 
         return opened
 
-    async def edit_flag(self, request: Request, page: Page, flag: dict[str, Any]) -> Response:
+    async def edit_flag(self, request: Request, page: Page, flag: FeatureFlag) -> Response:
         return await self._editor(page, flag)
 
     async def _account_page(
@@ -446,8 +447,8 @@ class ConsolePages:
             distinct_id_filter=distinct_id,
         )
 
-    async def flag_schedule(self, request: Request, page: Page, flag: dict[str, Any]) -> Response:
-        changes = await self.data.scheduled_changes(page.project.id, flag["id"])
+    async def flag_schedule(self, request: Request, page: Page, flag: FeatureFlag) -> Response:
+        changes = await self.data.scheduled_changes(page.project.id, flag.id)
         rows = [
             views.ScheduledRow(
                 c.id, c.run_at_ms, views.describe_scheduled(c.payload), c.executed_at_ms, c.failure
@@ -478,7 +479,7 @@ class ConsolePages:
             events=events,
         )
 
-    async def test_user(self, request: Request, page: Page, flag: dict[str, Any]) -> Response:
+    async def test_user(self, request: Request, page: Page, flag: FeatureFlag) -> Response:
         """The "test a user" panel: a read-only form (GET) evaluating the flag step by step."""
         query = request.query_params
         distinct_id = query.get("distinct_id", "")[:200]
@@ -490,7 +491,7 @@ class ConsolePages:
                 person_properties = views.json_object(raw_properties, "Person properties")
                 groups = views.json_object(raw_groups, "Groups")
                 explanation = await self.data.explain_flag(
-                    page.project.id, flag["key"], distinct_id, person_properties, groups
+                    page.project.id, flag.key, distinct_id, person_properties, groups
                 )
             except ValueError as exc:
                 problem = str(exc)
@@ -507,14 +508,14 @@ class ConsolePages:
             problem=problem,
         )
 
-    async def flag_history(self, request: Request, page: Page, flag: dict[str, Any]) -> Response:
-        activities = await self.data.flag_activity(page.project.id, flag["id"])
-        versions = await self.data.flag_versions(page.project.id, flag["id"])
+    async def flag_history(self, request: Request, page: Page, flag: FeatureFlag) -> Response:
+        activities = await self.data.flag_activity(page.project.id, flag.id)
+        versions = await self.data.flag_versions(page.project.id, flag.id)
         return page.render(
             "flag_history.html",
             "flags",
             flag=flag,
-            entries=views.history_entries(activities, versions, flag["version"]),
+            entries=views.history_entries(activities, versions, flag.version),
         )
 
 

@@ -25,6 +25,7 @@ from flagstaff.console.page import ProjectInfo
 from flagstaff.console.views import EventRow, FlagUsage, PersonFlag, event_summary
 from flagstaff.flags import CompiledFlags, compile_flags, evaluate
 from flagstaff.flags.explain import Explanation, explain_many
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.base import Definitions, Person, Store
 from flagstaff.store.records import EventQuery
 
@@ -54,7 +55,7 @@ class StoreConsoleData:
     async def list_flags(self, project_id: int) -> list[dict[str, Any]]:
         return (await self.definitions(project_id)).flags
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
         return await self.store.get_flag(project_id, flag_id)
 
     async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
@@ -68,10 +69,10 @@ class StoreConsoleData:
         )
         return usage.usage_by_flag(rows, {}, now_ms)
 
-    async def flag_checks(self, project_id: int, flag: dict[str, Any], now_ms: int) -> FlagChecks:
-        key = str(flag.get("key", ""))
+    async def flag_checks(self, project_id: int, flag: FeatureFlag, now_ms: int) -> FlagChecks:
+        key = flag.key
         rows = await self.store.flag_value_checks(project_id, key, flag_usage.first_day(now_ms))
-        checks = flag_usage.flag_checks(rows, now_ms, flag_usage.variant_keys(flag))
+        checks = flag_usage.flag_checks(rows, now_ms, flag_usage.variant_keys(flag.filters))
         if checks.last_seen_ms is None:
             seen = await self.store.flag_last_seen(project_id, [key])
             checks = msgspec.structs.replace(checks, last_seen_ms=seen.get(key))

@@ -29,6 +29,7 @@ from flagstaff.flags.operators import (
     SET_OPERATORS,
     TEXT_OPERATORS,
 )
+from flagstaff.flags.records import FeatureFlag, FlagDefinition
 
 STALE_AFTER_MS = 30 * DAY_MS
 
@@ -428,11 +429,14 @@ def filter_model(prop: Mapping[str, Any]) -> FilterModel:
     )
 
 
-def editor_model(flag: Mapping[str, Any] | None) -> EditorModel:
-    """The editor's fields for ``flag`` (None: a new flag, on for everyone)."""
-    if flag is None:
-        flag = {"key": "", "active": True, "filters": {"groups": [{"properties": []}]}}
-    filters = flag.get("filters") or {}
+_NEW_FLAG = FlagDefinition(key="", filters={"groups": [{"properties": []}]})
+"""What the editor shows for a new flag: on for everyone."""
+
+
+def editor_model(stored: FeatureFlag | None) -> EditorModel:
+    """The editor's fields for the ``stored`` flag (None: a new flag)."""
+    flag: FlagDefinition = _NEW_FLAG if stored is None else stored
+    filters = flag.filters
     multivariate = filters.get("multivariate") or {}
     payloads = filters.get("payloads") or {}
     holdout = filters.get("holdout") or {}
@@ -455,22 +459,22 @@ def editor_model(flag: Mapping[str, Any] | None) -> EditorModel:
     ]
     index = filters.get("aggregation_group_type_index")
     return EditorModel(
-        id=flag.get("id"),
-        key=str(flag.get("key", "")),
-        name=str(flag.get("name") or ""),
-        active=bool(flag.get("active", True)),
-        tags=", ".join(str(t) for t in flag.get("tags") or []),
+        id=stored.id if stored is not None else None,
+        key=flag.key,
+        name=flag.name,
+        active=flag.active,
+        tags=", ".join(flag.tags),
         conditions=conditions,
         variants=variants,
         boolean_payload=payload_text(payloads.get("true")),
         holdout_id=_number_text(holdout.get("id")),
         holdout_exclusion=_number_text(holdout.get("exclusion_percentage")),
         aggregation_group_type_index=index if isinstance(index, int) else None,
-        evaluation_runtime=str(flag.get("evaluation_runtime") or "all"),
-        evaluation_contexts=", ".join(str(c) for c in flag.get("evaluation_contexts") or []),
-        ensure_experience_continuity=bool(flag.get("ensure_experience_continuity")),
-        bucketing_identifier=str(flag.get("bucketing_identifier") or "distinct_id"),
-        version=flag.get("version"),
+        evaluation_runtime=flag.evaluation_runtime or "all",
+        evaluation_contexts=", ".join(flag.evaluation_contexts),
+        ensure_experience_continuity=flag.ensure_experience_continuity,
+        bucketing_identifier=flag.bucketing_identifier or "distinct_id",
+        version=stored.version if stored is not None else None,
     )
 
 

@@ -29,7 +29,7 @@ __all__ = [
     "breach_reason",
     "breach_record",
     "breach_trigger",
-    "control_only_flag",
+    "control_only_filters",
     "guardrail_state",
 ]
 
@@ -99,14 +99,14 @@ def breach_record(
     )
 
 
-def control_only_flag(flag: dict[str, Any], control_key: str) -> dict[str, Any]:
-    """The experiment's flag serving the control variant to every enrolled person (as a kill
-    switch would end the test): the control at 100%, every other variant at 0%."""
-    filters = dict(flag.get("filters") or {})
+def control_only_filters(flag_filters: dict[str, Any], control_key: str) -> dict[str, Any]:
+    """The experiment's flag's filters serving the control variant to every enrolled person
+    (as a kill switch would end the test): the control at 100%, every other variant at 0%."""
+    filters = dict(flag_filters)
     multivariate = dict(filters.get("multivariate") or {})
     multivariate["variants"] = [
         {**variant, "rollout_percentage": 100 if variant.get("key") == control_key else 0}
         for variant in multivariate.get("variants") or []
     ]
     filters["multivariate"] = multivariate
-    return {**flag, "filters": filters}
+    return filters

@@ -33,6 +33,7 @@ from flagstaff.application.errors import ApiError
 from flagstaff.application.inputs import decode
 from flagstaff.common.clock import iso_to_ms
 from flagstaff.common.clock import ms_to_iso as _ms_to_iso
+from flagstaff.flags.records import flag_json
 from flagstaff.http import (
     admin_approvals,
     admin_experiments,
@@ -103,17 +104,18 @@ async def list_flags(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
     page = await flag_rules.list_flags(ctx, limit, offset)
-    return _paginated(request, page.count, page.results, limit, offset)
+    flags = [flag_json(flag) for flag in page.results]
+    return _paginated(request, page.count, flags, limit, offset)
 
 
-def _written(outcome: flag_rules.FlagWrite) -> Any:
+def _written(outcome: flag_rules.FlagOutcome) -> Any:
     """A flag write's answer: the flag; 202 with the change request it became; under the
     approval policy, the flag as it was when nothing would change."""
     if isinstance(outcome, Held):
         return 202, outcome.request
     if isinstance(outcome, Unchanged):
-        return outcome.flag
-    return outcome
+        return flag_json(outcome.flag)
+    return flag_json(outcome)
 
 
 async def _flag_input(request: Request) -> flag_rules.FeatureFlagInput:
@@ -121,14 +123,14 @@ async def _flag_input(request: Request) -> flag_rules.FeatureFlagInput:
 
 
 async def create_flag(ctx: Caller[Store], request: Request) -> Any:
-    return 201, await flag_rules.create_flag(ctx, await _flag_input(request))
+    return 201, flag_json(await flag_rules.create_flag(ctx, await _flag_input(request)))
 
 
 _existing_flag = existing_flag
 
 
 async def get_flag(ctx: Caller[Store], request: Request) -> Any:
-    return await _existing_flag(ctx, request)
+    return flag_json(await _existing_flag(ctx, request))
 
 
 async def update_flag(ctx: Caller[Store], request: Request) -> Any:

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from flagstaff.application import flags
 from flagstaff.application.accounts import project_json
 from flagstaff.application.context import Caller
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.http.rest import path_int
 from flagstaff.store.base import Store
 
@@ -19,6 +20,6 @@ __all__ = ["Caller", "Handler", "existing_flag", "project_json"]
 Handler = Callable[[Caller[Store], Request], Awaitable[Any]]
 
 
-async def existing_flag(ctx: Caller[Store], request: Request) -> dict[str, Any]:
+async def existing_flag(ctx: Caller[Store], request: Request) -> FeatureFlag:
     """The flag named by the path's ``flag_id``; 404 when the project has none."""
     return await flags.existing_flag(ctx, path_int(request, "flag_id"))

@@ -622,7 +622,7 @@ async def remote_config_endpoint(svc: Services, request: Request) -> Response:
     flag = await svc.store.get_flag_by_key(key.project_id, parts[5])
     if flag is None:
         raise ApiError(404, "not_found", "no such feature flag")
-    payload = (flag.get("filters") or {}).get("payloads", {}).get("true")
+    payload = (flag.filters.get("payloads") or {}).get("true")
     # As PostHog answers: the stored payload (JSON text) as a JSON string, which
     # posthog-python returns as is and posthog-node parses; null when the flag has none
     # (an error body would reach posthog-node's caller as if it were the payload).

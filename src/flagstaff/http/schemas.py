@@ -13,6 +13,8 @@ from typing import Any
 import msgspec
 from msgspec import field
 
+from flagstaff.flags.records import FeatureFlag
+
 
 class Error(msgspec.Struct):
     """Every error answer: a status code and this body naming the problem."""
@@ -132,23 +134,6 @@ class CaptureResponse(msgspec.Struct):
 
 
 # management API ---------------------------------------------------------------------------------
-
-
-class FeatureFlag(msgspec.Struct):
-    id: int
-    key: str
-    name: str
-    active: bool
-    deleted: bool
-    filters: dict[str, Any]
-    version: int
-    created_at: str
-    updated_at: str
-    ensure_experience_continuity: bool
-    evaluation_runtime: str
-    evaluation_contexts: list[str]
-    bucketing_identifier: str
-    tags: list[str]
 
 
 class Cohort(msgspec.Struct):

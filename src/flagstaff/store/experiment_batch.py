@@ -41,6 +41,7 @@ from flagstaff.experiments.model import (
     holdout_flag_filters,
     holdout_variant_key,
 )
+from flagstaff.flags.records import FlagDefinition
 from flagstaff.ingest import persons as person_rules
 from flagstaff.ingest.event_names import FLAG_PROPERTY
 from flagstaff.ingest.model import Event
@@ -679,9 +680,8 @@ def needs_recompute(old: ExperimentRecord, definition: ExperimentDefinition, del
 
 
 def with_holdout(
-    flag: dict[str, Any], holdout_id: int | None, holdout: Holdout | None
-) -> dict[str, Any]:
+    flag: FlagDefinition, holdout_id: int | None, holdout: Holdout | None
+) -> FlagDefinition:
     """The flag with its ``filters.holdout`` set for the experiment's holdout (or cleared)."""
-    filters = dict(flag.get("filters") or {})
-    filters.update(holdout_flag_filters(holdout_id, holdout))
-    return {**flag, "filters": filters}
+    filters = {**flag.filters, **holdout_flag_filters(holdout_id, holdout)}
+    return msgspec.structs.replace(flag, filters=filters)

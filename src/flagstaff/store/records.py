@@ -11,6 +11,7 @@ import msgspec
 from flagstaff.common.errors import Conflict as Conflict  # re-exported: the stores' errors
 from flagstaff.common.errors import NotFound as NotFound
 from flagstaff.common.errors import StoreError as StoreError
+from flagstaff.flags.records import FlagDefinition
 from flagstaff.surveys.early_access import EarlyAccessFeature
 from flagstaff.surveys.model import Survey
 
@@ -144,17 +145,21 @@ class Page(msgspec.Struct):
 
 
 class FlagWrite(msgspec.Struct, frozen=True, kw_only=True):
-    """A flag a survey or early access feature save writes in its own transaction.
+    """A flag to write in the transaction of another record (a survey, an early access
+    feature, an experiment or holdout, an approved change request).
 
-    ``data`` is the whole flag as the flag API makes it. Without ``flag_id`` the flag is
-    created and its id stored on the saved record's field named ``target``
-    (``targeting_flag_id``, ``internal_targeting_flag_id``, ``feature_flag_id``); with it, flag
-    ``flag_id`` is replaced by ``data`` (``data["version"]`` checked, ``deleted`` honoured).
+    Without ``flag_id`` ``flag`` is created, and its id is stored on the saved record's field
+    named ``target`` (``targeting_flag_id``, ``internal_targeting_flag_id``,
+    ``feature_flag_id``); with it, flag ``flag_id`` is replaced by ``flag`` (``deleted``
+    honoured), refused if it is no longer at ``version`` (when given).
     """
 
-    data: dict[str, Any]
+    flag: FlagDefinition
     flag_id: int | None = None
+    version: int | None = None
     target: str | None = None
+    created_at: str | None = None
+    """Kept from an export on import (else the time of the write)."""
 
 
 class SurveysSnapshot(msgspec.Struct, frozen=True):

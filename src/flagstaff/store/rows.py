@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from flagstaff.common.clock import utc_iso
+from flagstaff.flags.records import FeatureFlag, FlagDefinition, flag_json
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ingest.model import Drop
 from flagstaff.store.records import Conflict, Definitions, Group, StoredEvent, Warning
@@ -74,8 +75,9 @@ def cohort_body(data: dict[str, Any]) -> CohortBody:
     return CohortBody(body, bool(data.get("is_static")), members)
 
 
-def flag_record(row: Sequence[Any]) -> dict[str, Any]:
-    """A flag as the API shows it, from a row of :data:`FLAG_COLUMNS`."""
+def flag_dict(row: Sequence[Any]) -> dict[str, Any]:
+    """A flag as PostHog's JSON, from a row of :data:`FLAG_COLUMNS`: what the flag engine
+    reads (:func:`definitions_record`)."""
     flag_id, key, version, deleted, data, created_at, updated_at = row
     flag: dict[str, Any] = _decode(data)
     flag.update(
@@ -87,6 +89,16 @@ def flag_record(row: Sequence[Any]) -> dict[str, Any]:
         updated_at=updated_at,
     )
     return flag
+
+
+def flag_record(row: Sequence[Any]) -> FeatureFlag:
+    """A stored flag, from a row of :data:`FLAG_COLUMNS`."""
+    return msgspec.convert(flag_dict(row), FeatureFlag)
+
+
+def flag_body(flag: FlagDefinition) -> dict[str, Any]:
+    """What is stored as a flag's JSON body (the fields not kept in columns)."""
+    return definition_body(flag_json(flag))
 
 
 def cohort_record(row: Sequence[Any]) -> dict[str, Any]:
@@ -114,7 +126,7 @@ def definitions_record(
     """One project's definitions from rows read in one snapshot (flags ordered by key)."""
     cohorts = {str(c["id"]): c for c in (cohort_record(r) for r in cohort_rows)}
     mapping = {str(index): name for index, name in group_type_rows}
-    return Definitions(int(version or 0), [flag_record(r) for r in flag_rows], cohorts, mapping)
+    return Definitions(int(version or 0), [flag_dict(r) for r in flag_rows], cohorts, mapping)
 
 
 def group_record(row: Sequence[Any]) -> Group:

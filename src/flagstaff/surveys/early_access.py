@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 import msgspec
 
 from flagstaff.common.invalid import DefinitionInvalid, Errors
+from flagstaff.flags.records import FeatureFlag
 
 Stage = Literal["draft", "concept", "alpha", "beta", "general-availability", "archived"]
 STAGES: tuple[str, ...] = get_args(Stage)
@@ -112,12 +113,12 @@ def _check_url(value: str | None, errors: Errors) -> None:
         )
 
 
-def flag_facts(flag: dict[str, Any], linked_feature_id: str | None = None) -> FlagFacts:
+def flag_facts(flag: FeatureFlag, linked_feature_id: str | None = None) -> FlagFacts:
     """What linking the stored ``flag`` to a feature is checked against."""
-    filters = flag.get("filters") or {}
+    filters = flag.filters
     return FlagFacts(
-        id=flag["id"],
-        key=flag["key"],
+        id=flag.id,
+        key=flag.key,
         variant_count=len((filters.get("multivariate") or {}).get("variants") or []),
         aggregation_group_type_index=filters.get("aggregation_group_type_index"),
         linked_feature_id=linked_feature_id,
@@ -195,7 +196,7 @@ def feature_from_input(
 
 
 def plan_create(
-    feature: EarlyAccessFeature, linked_flag: dict[str, Any] | None = None
+    feature: EarlyAccessFeature, linked_flag: FeatureFlag | None = None
 ) -> list[FlagChange]:
     """Creating a feature: a new flag when none is linked, else the linked flag gets the
     enrollment condition when the stage is a release stage."""
@@ -220,36 +221,33 @@ def plan_create(
         ]
     if not release:
         return []
-    filters = {
-        **(linked_flag.get("filters") or {}),
-        "super_groups": enrollment_super_groups(linked_flag["key"]),
-    }
-    return [FlagChange(action="update", flag_id=linked_flag["id"], flag={"filters": filters})]
+    filters = {**linked_flag.filters, "super_groups": enrollment_super_groups(linked_flag.key)}
+    return [FlagChange(action="update", flag_id=linked_flag.id, flag={"filters": filters})]
 
 
 def plan_update(
-    before: EarlyAccessFeature, after: EarlyAccessFeature, flag: dict[str, Any] | None
+    before: EarlyAccessFeature, after: EarlyAccessFeature, flag: FeatureFlag | None
 ) -> list[FlagChange]:
     """A stage change into the release stages adds the enrollment condition; out of them
     clears it."""
     if flag is None or before.stage == after.stage:
         return []
     if before.stage not in RELEASE_STAGES and after.stage in RELEASE_STAGES:
-        groups: list[dict[str, Any]] | None = enrollment_super_groups(flag["key"])
+        groups: list[dict[str, Any]] | None = enrollment_super_groups(flag.key)
     elif after.stage not in RELEASE_STAGES:
         groups = None
     else:
         return []
-    filters = {**(flag.get("filters") or {}), "super_groups": groups}
-    return [FlagChange(action="update", flag_id=flag["id"], flag={"filters": filters})]
+    filters = {**flag.filters, "super_groups": groups}
+    return [FlagChange(action="update", flag_id=flag.id, flag={"filters": filters})]
 
 
-def plan_delete(flag: dict[str, Any] | None) -> list[FlagChange]:
+def plan_delete(flag: FeatureFlag | None) -> list[FlagChange]:
     """Deleting a feature clears the enrollment condition of its flag and keeps the flag."""
     if flag is None:
         return []
-    filters = {**(flag.get("filters") or {}), "super_groups": None}
-    return [FlagChange(action="update", flag_id=flag["id"], flag={"filters": filters})]
+    filters = {**flag.filters, "super_groups": None}
+    return [FlagChange(action="update", flag_id=flag.id, flag={"filters": filters})]
 
 
 def feature_json(feature: EarlyAccessFeature, flag: dict[str, Any] | None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from flagstaff.flags.records import FeatureFlag
 from flagstaff.surveys.model import Survey, is_launched
 
 TARGETING_FLAG_PREFIX = "survey-targeting-"
@@ -108,23 +109,23 @@ def plan_save(
     survey: Survey,
     *,
     now: datetime,
-    targeting_flag: dict[str, Any] | None = None,
-    internal_flag: dict[str, Any] | None = None,
+    targeting_flag: FeatureFlag | None = None,
+    internal_flag: FeatureFlag | None = None,
     targeting_flag_filters: dict[str, Any] | None = None,
     remove_targeting_flag: bool = False,
     key_factory: Any = new_flag_key,
 ) -> list[FlagChange]:
     """The flag changes a saved survey needs.
 
-    ``targeting_flag`` / ``internal_flag``: the survey's current flags as stored (dicts with at
-    least ``id``, ``filters``, ``active``; None when it has none). ``targeting_flag_filters`` /
+    ``targeting_flag`` / ``internal_flag``: the survey's current flags as stored (None when it
+    has none). ``targeting_flag_filters`` /
     ``remove_targeting_flag``: from the body (``SurveySave``). Updates list only changed
     fields; nothing is returned for a flag that is already right.
     """
     active = flags_active(survey, now)
     changes: list[FlagChange] = []
     if remove_targeting_flag and targeting_flag is not None:
-        changes.append(FlagChange(role="targeting", action="delete", flag_id=targeting_flag["id"]))
+        changes.append(FlagChange(role="targeting", action="delete", flag_id=targeting_flag.id))
         targeting_flag = None
     if targeting_flag_filters:
         if targeting_flag is None:
@@ -141,14 +142,14 @@ def plan_save(
                 )
             )
         else:
-            merged = {**(targeting_flag.get("filters") or {}), **targeting_flag_filters}
+            merged = {**targeting_flag.filters, **targeting_flag_filters}
             update = _diff(targeting_flag, {"filters": merged, "active": active})
             if update:
                 changes.append(
                     FlagChange(
                         role="targeting",
                         action="update",
-                        flag_id=targeting_flag["id"],
+                        flag_id=targeting_flag.id,
                         flag=update,
                     )
                 )
@@ -157,7 +158,7 @@ def plan_save(
         if update:
             changes.append(
                 FlagChange(
-                    role="targeting", action="update", flag_id=targeting_flag["id"], flag=update
+                    role="targeting", action="update", flag_id=targeting_flag.id, flag=update
                 )
             )
     wanted = internal_filters(survey)
@@ -175,14 +176,14 @@ def plan_save(
             )
         )
     else:
-        merged = {**(internal_flag.get("filters") or {}), **wanted}
+        merged = {**internal_flag.filters, **wanted}
         update = _diff(internal_flag, {"filters": merged, "active": active})
         if update:
             changes.append(
                 FlagChange(
                     role="internal_targeting",
                     action="update",
-                    flag_id=internal_flag["id"],
+                    flag_id=internal_flag.id,
                     flag=update,
                 )
             )
@@ -208,5 +209,5 @@ def plan_delete(survey: Survey) -> list[FlagChange]:
     return changes
 
 
-def _diff(current: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
-    return {name: value for name, value in wanted.items() if current.get(name) != value}
+def _diff(current: FeatureFlag, wanted: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in wanted.items() if getattr(current, name) != value}

@@ -25,7 +25,7 @@ from flagstaff.store.records import Conflict, Page
 from flagstaff.store.rows import now_iso
 from flagstaff.store.sql.activity import insert_scheduled_change, write_change
 from flagstaff.store.sql.db import Db, Tx, by_id, json_arg, page
-from flagstaff.store.sql.flag_writes import write_flag
+from flagstaff.store.sql.flag_writes import flag_write_of, write_flag
 
 
 async def _request_in(tx: Tx, request_id: int) -> ChangeRequest:
@@ -162,9 +162,8 @@ class ApprovalMethods(Protocol):
                     )  # fmt: skip
                     await insert_scheduled_change(tx, change)
                 else:
-                    await write_flag(
-                        tx, decided.project_id, decided.body, now, apply_source, decided.flag_id
-                    )
+                    write = flag_write_of(decided.body, decided.flag_id)
+                    await write_flag(tx, decided.project_id, write, now, apply_source)
             before, after = decision_activity(decided, flag_key)
             await write_change(
                 tx, decided.project_id, Scope.CHANGE_REQUEST, decided.id, source, before, after,

@@ -7,7 +7,7 @@ the engine's own (:meth:`ExperimentMethods.recompute_in`), as the aggregates are
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from flagstaff.activity.records import ActivityRecord, ChangeSource
 from flagstaff.experiments.exposure import ExperimentSpec, ExperimentTotals
@@ -26,7 +26,7 @@ from flagstaff.store.experiment_batch import (
     sum_totals,
     with_holdout,
 )
-from flagstaff.store.records import Conflict, NotFound, Page
+from flagstaff.store.records import Conflict, FlagWrite, NotFound, Page
 from flagstaff.store.rows import FLAG_COLUMNS, flag_record, now_iso
 from flagstaff.store.sql.activity import write_activity
 from flagstaff.store.sql.db import Db, Reader, Row, Tx, by_id, insert_id, page
@@ -38,12 +38,9 @@ _INSERT_HOLDOUT = (
 )
 
 
-async def _write_flag(
-    tx: Tx, project_id: int, flag: dict[str, Any], source: ChangeSource | None
-) -> int:
-    """Create a new flag (no ``id``) or rewrite the linked one, logged; returns its id."""
-    written = await write_flag(tx, project_id, flag, now_iso(), source, flag.get("id"))
-    return int(written["id"])
+async def _write_flag(tx: Tx, project_id: int, flag: FlagWrite, source: ChangeSource | None) -> int:
+    """Create a new flag (no ``flag_id``) or rewrite the linked one, logged; returns its id."""
+    return (await write_flag(tx, project_id, flag, now_iso(), source)).id
 
 
 async def _row(
@@ -98,12 +95,12 @@ class ExperimentMethods(Protocol):
         self,
         project_id: int,
         definition: ExperimentDefinition,
-        flag: dict[str, Any],
+        flag: FlagWrite,
         *,
         source: ChangeSource | None = None,
     ) -> ExperimentRecord:
-        """Insert the experiment and, in the same transaction, its flag: ``flag`` without an
-        ``id`` is created, with one it is the linked flag, rewritten. A started experiment's
+        """Insert the experiment and, in the same transaction, its flag: ``flag`` without a
+        ``flag_id`` is created, with one it is the linked flag, rewritten. A started experiment's
         aggregates are computed from the stored events."""
         now = now_iso()
 
@@ -135,7 +132,7 @@ class ExperimentMethods(Protocol):
         definition: ExperimentDefinition,
         *,
         deleted: bool = False,
-        flag: dict[str, Any] | None = None,
+        flag: FlagWrite | None = None,
         source: ChangeSource | None = None,
     ) -> ExperimentRecord:
         """Replace the definition (and rewrite the linked ``flag`` when given), recomputing the
@@ -300,8 +297,10 @@ class ExperimentMethods(Protocol):
                 holdout_id,
             )
             for row in rows:
-                flag = with_holdout(flag_record(row), holdout_id, holdout)
-                await _write_flag(tx, project_id, flag, source)
+                current = flag_record(row)
+                flag = with_holdout(current, holdout_id, holdout)
+                write = FlagWrite(flag=flag, flag_id=current.id, version=current.version)
+                await _write_flag(tx, project_id, write, source)
             await tx.bump_definitions(project_id)
             return await _holdout_row(tx, project_id, holdout_id)
 

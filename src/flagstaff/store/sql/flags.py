@@ -7,7 +7,8 @@ from typing import Any, Protocol
 
 from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.common import clock
-from flagstaff.store.records import Conflict, NotFound, Page
+from flagstaff.flags.records import FeatureFlag, FlagDefinition
+from flagstaff.store.records import Conflict, FlagWrite, NotFound, Page
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
@@ -53,11 +54,11 @@ class FlagMethods(Protocol):
             limit, offset, flag_record,
         )  # fmt: skip
 
-    async def get_flag(self, project_id: int, flag_id: int) -> dict[str, Any] | None:
+    async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
         row = await by_id(self.sql, "feature_flags", FLAG_COLUMNS, project_id, flag_id)
         return flag_record(row) if row else None
 
-    async def get_flag_by_key(self, project_id: int, key: str) -> dict[str, Any] | None:
+    async def get_flag_by_key(self, project_id: int, key: str) -> FeatureFlag | None:
         row = await self.sql.fetchrow(
             f"SELECT {FLAG_COLUMNS} FROM feature_flags "
             "WHERE project_id = $1 AND key = $2 AND NOT deleted",
@@ -67,23 +68,29 @@ class FlagMethods(Protocol):
         return flag_record(row) if row else None
 
     async def create_flag(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]:
+        self,
+        project_id: int,
+        flag: FlagDefinition,
+        source: ChangeSource | None = None,
+        created_at: str | None = None,
+    ) -> FeatureFlag:
+        """Create the flag (``created_at``: kept from an export, else now)."""
+        write = FlagWrite(flag=flag, created_at=created_at)
         now = now_iso()
-        return await self.sql.write(lambda tx: write_flag(tx, project_id, data, now, source))
+        return await self.sql.write(lambda tx: write_flag(tx, project_id, write, now, source))
 
     async def update_flag(
         self,
         project_id: int,
         flag_id: int,
-        data: dict[str, Any],
+        flag: FlagDefinition,
+        version: int | None,
         source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        """Replace the flag with ``data``; ``data["version"]`` must be the current version."""
+    ) -> FeatureFlag:
+        """Replace the flag with ``flag``, if it is still at ``version`` (None: unchecked)."""
+        write = FlagWrite(flag=flag, flag_id=flag_id, version=version)
         now = now_iso()
-        return await self.sql.write(
-            lambda tx: write_flag(tx, project_id, data, now, source, flag_id)
-        )
+        return await self.sql.write(lambda tx: write_flag(tx, project_id, write, now, source))
 
     # cohorts -------------------------------------------------------------------------------
 

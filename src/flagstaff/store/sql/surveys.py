@@ -64,9 +64,9 @@ async def apply_flag_writes(
     """Write (and log) each flag; returns the ids of created flags by their ``target`` field."""
     created: dict[str, int] = {}
     for w in writes:
-        flag = await write_flag(tx, project_id, w.data, now, source, w.flag_id)
+        flag = await write_flag(tx, project_id, w, now, source)
         if w.flag_id is None and w.target is not None:
-            created[w.target] = int(flag["id"])
+            created[w.target] = flag.id
     return created
 
 
