@@ -17,9 +17,10 @@ from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
 from flagstaff.console import team_views, views
-from flagstaff.console.page import Page, found_numbered, page_route
+from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages, redirect
 from flagstaff.console.team_data import GROUPS_PER_PAGE, WARNINGS_PER_PAGE, TeamData
+from flagstaff.store.records import Cohort
 from flagstaff.store.rows import WARNINGS_KEPT
 
 MAX_QUERY = 200
@@ -66,7 +67,7 @@ class TeamPages:
         cohorts = await self.data.cohorts(project_id)
         return {
             "group_types": sorted((await self.data.group_types(project_id)).items()),
-            "cohorts": [c for c in cohorts if c.get("id") != cohort_id],
+            "cohorts": [c for c in cohorts if c.id != cohort_id],
             "other_flags": [],
             "property_keys": sorted(await self.pages.data.property_keys(project_id)),
         }
@@ -83,27 +84,34 @@ class TeamPages:
             count="",
         )
 
+    async def _found_cohort(self, request: Request, page: Page) -> Cohort | Response:
+        """The path's cohort; the 404 page when the id is not a number, or the project has no
+        such cohort, or it is deleted."""
+        raw = request.path_params.get("cohort_id", "")
+        cohort = await self.data.cohort(page.project.id, int(raw)) if raw.isdigit() else None
+        if cohort is None or cohort.deleted:
+            return page.not_found("There is no such cohort.")
+        return cohort
+
     async def cohort(self, request: Request, page: Page) -> Response:
         project = page.project
-        cohort = await found_numbered(
-            request, page, "cohort_id", self.data.cohort, "There is no such cohort."
-        )
+        cohort = await self._found_cohort(request, page)
         if isinstance(cohort, Response):
             return cohort
         members: list[str] = []
         count = ""
-        if cohort.get("is_static"):
-            members = await self.data.static_members(project.id, cohort["id"])
+        if cohort.is_static:
+            members = await self.data.static_members(project.id, cohort.id)
             count = team_views.count_text(cohort, team_views.NO_COUNTS)
         else:
             everything = await self.data.cohorts(project.id)
-            counts = await self.data.dynamic_counts(project.id, everything, [cohort["id"]])
+            counts = await self.data.dynamic_counts(project.id, everything, [cohort.id])
             count = team_views.count_text(cohort, counts)
         return page.render(
             "cohort_edit.html",
             "cohorts",
             cohort=team_views.cohort_editor_model(cohort),
-            ctx=await self._builder(project.id, cohort["id"]),
+            ctx=await self._builder(project.id, cohort.id),
             filter_types=team_views.COHORT_FILTER_TYPES,
             members=members,
             count=count,

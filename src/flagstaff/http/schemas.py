@@ -4,6 +4,8 @@ Structs their handlers decode with, in ``application/`` and ``http/flags.py``).
 These types document the wire format (PostHog's); handlers build their answers with faster
 means (pre-encoded fragments, dicts), and the API tests hold both to the same shapes. Fields
 whose names are not identifiers (``$anon_distinct_id``) are renamed with ``msgspec.field``.
+Where the answer is a store record rendered as is, the record is its schema (a cohort:
+:class:`~flagstaff.store.records.Cohort`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 
 import msgspec
 from msgspec import field
+
+from flagstaff.store.records import Cohort
 
 
 class Error(msgspec.Struct):
@@ -149,19 +153,6 @@ class FeatureFlag(msgspec.Struct):
     evaluation_contexts: list[str]
     bucketing_identifier: str
     tags: list[str]
-
-
-class Cohort(msgspec.Struct):
-    id: int
-    name: str
-    description: str
-    is_static: bool
-    deleted: bool
-    filters: dict[str, Any] | None
-    version: int
-    count: int
-    created_at: str
-    updated_at: str
 
 
 class Project(msgspec.Struct):
