@@ -16,6 +16,7 @@ from starlette.requests import Request
 from flagstaff.http import schemas
 from flagstaff.http.docs import ASSETS, BUNDLE, docs_routes
 from flagstaff.http.flags import FlagsRequest
+from flagstaff.store.records import Cohort
 from tests.server import PROJECT_TOKEN, Api
 
 P = "/api/projects/@current"
@@ -40,7 +41,7 @@ def test_answers_match_their_documented_schemas(api: Api, http: httpx.Client) ->
     _conforms(api.get(f"{P}/events/").json(), schemas.EventPage)
     _conforms(api.get(f"{P}/ingestion_warnings/").json(), schemas.WarningPage)
     cohort = api.post(f"{P}/cohorts/", json={"name": "doc", "is_static": True}).json()
-    _conforms(cohort, schemas.Cohort)
+    _conforms(cohort, Cohort)
 
     body = {"api_key": PROJECT_TOKEN, "distinct_id": "doc-user"}
     _conforms(body, FlagsRequest)

@@ -14,6 +14,7 @@ import pytest
 
 from flagstaff.http import schemas
 from flagstaff.http import team_schemas as t
+from flagstaff.store.records import Cohort
 from flagstaff.store.rows import WARNINGS_KEPT
 from tests.api.test_accounts_api import key_client, log_in
 from tests.server import PROJECT_TOKEN, Server
@@ -136,7 +137,7 @@ def test_a_static_cohort_from_a_csv_answers_flags(api: httpx.Client, server: Ser
     made = api.post(f"{P}/cohorts/", **_csv_upload("Beta list", b"ann\r\nbob\r\n\r\nann\r\n"))
     assert made.status_code == 201, made.text
     cohort = made.json()
-    msgspec.convert(cohort, schemas.Cohort)
+    msgspec.convert(cohort, Cohort)
     assert cohort["is_static"] is True and cohort["count"] == 2 and cohort["name"] == "Beta list"
     flag = api.post(
         f"{P}/feature_flags/",

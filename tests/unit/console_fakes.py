@@ -27,7 +27,24 @@ from flagstaff.console.views import EventRow, FlagUsage, PersonFlag
 from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.base import Group, Page, Project, Usage, Warning
 from flagstaff.store.flag_usage import ValueChecks
+from flagstaff.store.records import Cohort
 from tests.stored_flags import stored_flag
+
+
+def cohort(cohort_id: int, **fields: Any) -> Cohort:
+    """A stored cohort: a dynamic one named after its id unless ``fields`` say otherwise."""
+    shown: dict[str, Any] = {
+        "name": f"Cohort {cohort_id}",
+        "description": "",
+        "is_static": False,
+        "deleted": False,
+        "filters": None,
+        "version": 1,
+        "count": 0,
+        "created_at": "",
+        "updated_at": "",
+    }
+    return Cohort(id=cohort_id, **{**shown, **fields})
 
 
 class MemoryAccounts:
@@ -252,7 +269,7 @@ class MemoryTeamData:
 
     def __init__(self) -> None:
         self.projects = {1: Project(1, "uuid-1", "Default project", "phc_public_token", "")}
-        self.cohort_list: list[dict[str, Any]] = []
+        self.cohort_list: list[Cohort] = []
         self.group_list: list[Group] = []
         self.flags: list[PersonFlag] = []
         self.warning_list: list[Warning] = []
@@ -276,14 +293,14 @@ class MemoryTeamData:
     def quotas(self) -> tuple[int, int]:
         return (600, 0)
 
-    async def cohorts(self, project_id: int) -> list[dict[str, Any]]:
+    async def cohorts(self, project_id: int) -> list[Cohort]:
         return self.cohort_list
 
-    async def cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
-        return next((c for c in self.cohort_list if c["id"] == cohort_id), None)
+    async def cohort(self, project_id: int, cohort_id: int) -> Cohort | None:
+        return next((c for c in self.cohort_list if c.id == cohort_id), None)
 
     async def dynamic_counts(
-        self, project_id: int, cohorts: list[dict[str, Any]], only: list[int] | None = None
+        self, project_id: int, cohorts: list[Cohort], only: list[int] | None = None
     ) -> DynamicCounts:
         return self.counts
 

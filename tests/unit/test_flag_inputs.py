@@ -84,7 +84,7 @@ def test_cohort_and_members_bodies_keep_their_words() -> None:
         "distinct_ids",
     )
     static = cohorts.cohort_from(cohorts.cohort_input({"is_static": True, "distinct_ids": [1]}))
-    assert static["distinct_ids"] == ["1"] and static["filters"] is None
+    assert static.distinct_ids == ["1"] and static.filters is None
     for body in ({}, {"distinct_ids": []}, {"distinct_ids": "a"}):
         assert _refusal(cohorts.distinct_ids_input, body) == (
             "invalid_input",

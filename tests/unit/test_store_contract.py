@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
+import msgspec
 import pytest
 from msgspec.structs import replace
 
@@ -21,7 +22,7 @@ from flagstaff.store import schema_files
 from flagstaff.store.base import Conflict, IngestResult, NotFound, Store
 from flagstaff.store.postgres.pool import split_url
 from flagstaff.store.postgres.store import PostgresStore
-from flagstaff.store.records import EventQuery
+from flagstaff.store.records import CohortDefinition, EventQuery
 from flagstaff.store.sqlite.store import SQLiteStore
 from tests import pg
 from tests.events import T0, event
@@ -210,47 +211,59 @@ def test_cohorts_and_static_members(backend: Factory) -> None:
     async def body(store: Store) -> None:
         pid = (await store.create_project("P", TOKEN)).id
         v0 = await store.definitions_version(pid)
+        filters = {"properties": {"type": "AND", "values": []}}
         dynamic = await store.create_cohort(
-            pid, {"name": "Dyn", "filters": {"properties": {"type": "AND", "values": []}}}
+            pid, CohortDefinition(name="Dyn", description="", filters=filters)
         )
-        assert dynamic["is_static"] is False and dynamic["count"] == 0
-        assert dynamic["version"] == 1 and dynamic["name"] == "Dyn"
+        assert dynamic.is_static is False and dynamic.count == 0
+        assert dynamic.version == 1 and dynamic.name == "Dyn" and dynamic.filters == filters
         static = await store.create_cohort(
-            pid, {"name": "S", "is_static": True, "distinct_ids": ["b", "a", "a"]}
-        )
-        assert static["is_static"] is True and static["count"] == 2
-        assert "distinct_ids" not in static
+            pid,
+            CohortDefinition(
+                name="S", description=None, filters=None, is_static=True,
+                distinct_ids=["b", "a", "a"],
+            ),
+        )  # fmt: skip
+        assert static.is_static is True and static.count == 2 and static.description is None
         assert await store.definitions_version(pid) == v0 + 2
-        assert await store.list_static_members(pid, static["id"]) == ["a", "b"]
+        assert await store.list_static_members(pid, static.id) == ["a", "b"]
 
-        changed = await store.change_static_members(pid, static["id"], ["c", "a"], ["b", "zz"])
-        assert changed["count"] == 2 and changed["version"] == 2
-        assert await store.list_static_members(pid, static["id"]) == ["a", "c"]
+        changed = await store.change_static_members(pid, static.id, ["c", "a"], ["b", "zz"])
+        assert changed.count == 2 and changed.version == 2
+        assert await store.list_static_members(pid, static.id) == ["a", "c"]
         assert await store.definitions_version(pid) == v0 + 2
         with pytest.raises(Conflict):
-            await store.change_static_members(pid, dynamic["id"], ["x"], [])
+            await store.change_static_members(pid, dynamic.id, ["x"], [])
         with pytest.raises(NotFound):
             await store.change_static_members(pid, 999, ["x"], [])
 
-        renamed = await store.update_cohort(pid, dynamic["id"], {**dynamic, "name": "Dyn 2"})
-        assert renamed["name"] == "Dyn 2" and renamed["version"] == 2
+        rename = CohortDefinition(name="Dyn 2", description="", filters=filters)
+        renamed = await store.update_cohort(pid, dynamic.id, rename)
+        assert renamed.name == "Dyn 2" and renamed.version == 2
         assert await store.definitions_version(pid) == v0 + 3
         with pytest.raises(NotFound):
-            await store.update_cohort(pid, 999, {"name": "x"})
-        assert await store.get_cohort(pid, dynamic["id"]) == renamed
-        assert await store.get_cohort(pid + 1, dynamic["id"]) is None
+            await store.update_cohort(pid, 999, rename)
+        assert await store.get_cohort(pid, dynamic.id) == renamed
+        assert await store.get_cohort(pid + 1, dynamic.id) is None
 
         page = await store.list_cohorts(pid, 10, 0)
-        assert page.count == 2 and [c["id"] for c in page.results] == [static["id"], dynamic["id"]]
-        await store.update_cohort(pid, dynamic["id"], {**renamed, "deleted": True})
+        assert page.count == 2 and [c.id for c in page.results] == [static.id, dynamic.id]
+        deleted = msgspec.structs.replace(rename, deleted=True)
+        assert (await store.update_cohort(pid, dynamic.id, deleted)).deleted is True
         assert (await store.list_cohorts(pid, 10, 0)).count == 1
         with pytest.raises(NotFound):
-            await store.change_static_members(pid, dynamic["id"], ["x"], [])
+            await store.change_static_members(pid, dynamic.id, ["x"], [])
         definitions = await store.definitions(pid)
-        assert list(definitions.cohorts) == [str(static["id"])]
-        assert definitions.cohorts[str(static["id"])]["count"] == 2
+        assert list(definitions.cohorts) == [str(static.id)]
+        assert definitions.cohorts[str(static.id)]["count"] == 2
 
     run(backend, body)
+
+
+def _static_cohort(name: str, distinct_ids: list[str]) -> CohortDefinition:
+    return CohortDefinition(
+        name=name, description="", filters=None, is_static=True, distinct_ids=distinct_ids
+    )
 
 
 # what /flags reads --------------------------------------------------------------------------
@@ -264,12 +277,8 @@ def test_flag_context_reads_person_overrides_cohorts_and_groups(backend: Factory
         assert empty.group_properties == {} and empty.hash_key_overrides == {}
         await store.add_hash_key_overrides(pid, "nobody", "anon", ["beta"])
 
-        static = await store.create_cohort(
-            pid, {"name": "S", "is_static": True, "distinct_ids": ["anon-1", "loner"]}
-        )
-        other = await store.create_cohort(
-            pid, {"name": "T", "is_static": True, "distinct_ids": ["user-1"]}
-        )
+        static = await store.create_cohort(pid, _static_cohort("S", ["anon-1", "loner"]))
+        other = await store.create_cohort(pid, _static_cohort("T", ["user-1"]))
         await store.ingest(
             pid,
             [
@@ -290,14 +299,14 @@ def test_flag_context_reads_person_overrides_cohorts_and_groups(backend: Factory
         assert person is not None and ctx.person_id == person.id
         assert ctx.person_properties == {"plan": "free", "email": "u@x.io"}
         assert ctx.hash_key_overrides == {"beta": "anon-1", "gamma": "anon-1", "delta": "other"}
-        assert ctx.static_cohort_ids == frozenset({static["id"], other["id"]})
+        assert ctx.static_cohort_ids == frozenset({static.id, other.id})
         assert ctx.group_properties == {"0": {"size": 10}, "1": {"color": "red"}}
 
         plain = await store.flag_context(pid, "anon-1", {})
         assert plain.person_id == person.id and plain.hash_key_overrides == {}
         assert plain.static_cohort_ids == frozenset() and plain.group_properties == {}
         lone = await store.flag_context(pid, "loner", {}, static_cohorts=True)
-        assert lone.person_id is None and lone.static_cohort_ids == frozenset({static["id"]})
+        assert lone.person_id is None and lone.static_cohort_ids == frozenset({static.id})
         assert (await store.flag_context(pid + 1, "user-1", {})).person_id is None
 
     run(backend, body)

@@ -19,7 +19,7 @@ from flagstaff.console.routes import ConsoleSettings, console_routes
 from flagstaff.console.team_pages import team_routes
 from flagstaff.console.views import PersonFlag
 from flagstaff.store.base import Group, PersonRow, Usage, Warning
-from tests.unit.console_fakes import MemoryAccounts, MemoryData, MemoryTeamData
+from tests.unit.console_fakes import MemoryAccounts, MemoryData, MemoryTeamData, cohort
 from tests.unit.test_console import EVIL, FAST, NOW, PASSWORD, _check_accessible, _Clock, _login
 
 MINUTE = 60_000
@@ -50,10 +50,10 @@ def test_member_rows_sorted_with_you_and_admin_count() -> None:
 
 
 def test_cohort_sizes_static_dynamic_partial_and_failed() -> None:
-    static = {"id": 1, "name": "b", "is_static": True, "count": 1234}
-    dynamic = {"id": 2, "name": "A", "is_static": False}
-    broken = {"id": 3, "name": "c", "is_static": False}
-    gone = {"id": 4, "name": "d", "deleted": True}
+    static = cohort(1, name="b", is_static=True, count=1234)
+    dynamic = cohort(2, name="A")
+    broken = cohort(3, name="c")
+    gone = cohort(4, name="d", deleted=True)
     complete = team_views.DynamicCounts({2: 5, 3: 0}, frozenset({3}), 10, True)
     rows = team_views.cohort_rows([static, dynamic, broken, gone], complete)
     assert [(r.id, r.count) for r in rows] == [(2, "5"), (1, "1,234"), (3, "cannot be evaluated")]
@@ -67,11 +67,11 @@ def test_cohort_sizes_static_dynamic_partial_and_failed() -> None:
 def test_cohort_editor_model_reads_condition_sets_or_falls_back_to_json() -> None:
     new = team_views.cohort_editor_model(None)
     assert new.id is None and new.conditions == [[]] and new.editable
-    or_of_ands = {
-        "id": 5,
-        "name": "Pros",
-        "version": 2,
-        "filters": {
+    or_of_ands = cohort(
+        5,
+        name="Pros",
+        version=2,
+        filters={
             "properties": {
                 "type": "OR",
                 "values": [
@@ -80,22 +80,22 @@ def test_cohort_editor_model_reads_condition_sets_or_falls_back_to_json() -> Non
                 ],
             }
         },
-    }
+    )
     model = team_views.cohort_editor_model(or_of_ands)
     assert model.editable and [len(s) for s in model.conditions] == [2, 1]
     assert model.conditions[0][1].operator == "gt" and model.conditions[0][1].value == "30"
     assert model.conditions[1][0].type == "cohort" and model.conditions[1][0].value == "9"
-    flat_and = {"id": 6, "filters": {"properties": {"type": "AND", "values": [_rule("a", "b")]}}}
+    flat_and = cohort(6, filters={"properties": {"type": "AND", "values": [_rule("a", "b")]}})
     assert [len(s) for s in team_views.cohort_editor_model(flat_and).conditions] == [1]
-    flat_or = {"id": 7, "filters": {"properties": {"type": "OR", "values": [
-        _rule("a", "b"), _rule("c", "d")]}}}  # fmt: skip
+    flat_or = cohort(7, filters={"properties": {"type": "OR", "values": [
+        _rule("a", "b"), _rule("c", "d")]}})  # fmt: skip
     assert [len(s) for s in team_views.cohort_editor_model(flat_or).conditions] == [1, 1]
-    negated = {"id": 8, "filters": {"properties": {"type": "AND", "values": [
-        {**_rule("a", "b"), "negation": True}]}}}  # fmt: skip
-    deep = {"id": 9, "filters": {"properties": {"type": "AND", "values": [
-        {"type": "OR", "values": [_rule("a", "b")]}, _rule("c", "d")]}}}  # fmt: skip
-    for cohort in (negated, deep):
-        model = team_views.cohort_editor_model(cohort)
+    negated = cohort(8, filters={"properties": {"type": "AND", "values": [
+        {**_rule("a", "b"), "negation": True}]}})  # fmt: skip
+    deep = cohort(9, filters={"properties": {"type": "AND", "values": [
+        {"type": "OR", "values": [_rule("a", "b")]}, _rule("c", "d")]}})  # fmt: skip
+    for shown in (negated, deep):
+        model = team_views.cohort_editor_model(shown)
         assert not model.editable and '"values"' in model.filters_json
 
 
@@ -219,14 +219,12 @@ def _client(role: Role = Role.ADMIN) -> tuple[TestClient, MemoryTeamData, Memory
     client = TestClient(Starlette(routes=routes), base_url="http://console.test")
     assert _login(client).status_code == 303
     team.cohort_list = [
-        {"id": 1, "name": EVIL, "is_static": True, "count": 2, "description": "", "version": 1},
-        {
-            "id": 2,
-            "name": "Pros",
-            "is_static": False,
-            "version": 1,
-            "filters": {"properties": {"type": "AND", "values": [_rule("plan", EVIL)]}},
-        },
+        cohort(1, name=EVIL, is_static=True, count=2),
+        cohort(
+            2,
+            name="Pros",
+            filters={"properties": {"type": "AND", "values": [_rule("plan", EVIL)]}},
+        ),
     ]
     team.members = {1: ["ann", EVIL]}
     team.group_list = [Group(0, "company", "acme/eu", {"size": 3, "name": EVIL}, NOW)]

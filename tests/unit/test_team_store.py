@@ -14,6 +14,7 @@ from flagstaff.accounts.records import Role
 from flagstaff.activity.records import Actor, ChangeSource, Scope
 from flagstaff.flags.records import FlagDefinition
 from flagstaff.store.base import Conflict, NotFound
+from flagstaff.store.records import CohortDefinition
 from flagstaff.store.rows import WARNINGS_KEPT
 from tests.unit.test_store_contract import TOKEN, Factory, backend, drop, ev, run
 
@@ -91,7 +92,12 @@ def test_usage_events_per_minute_persons_and_groups(backend: Factory) -> None:
         await store.ingest(pid, events, [])
         await store.ingest(other, [ev("a", "x", ts=start)], [])
         await store.create_flag(pid, FlagDefinition(key="f", filters={"groups": []}))
-        await store.create_cohort(pid, {"name": "s", "is_static": True, "distinct_ids": ["u1"]})
+        await store.create_cohort(
+            pid,
+            CohortDefinition(
+                name="s", description="", filters=None, is_static=True, distinct_ids=["u1"]
+            ),
+        )
 
         usage = await store.project_usage(pid, 1000)
         assert (usage.events, usage.persons, usage.flags, usage.cohorts) == (9, 7, 1, 1)
@@ -118,7 +124,7 @@ def test_usage_events_per_minute_persons_and_groups(backend: Factory) -> None:
         assert await store.list_groups(pid, index, "nothing", 10, 0) == []
 
         cohort = (await store.list_cohorts(pid, 10, 0)).results[0]
-        assert await store.static_member_sample(pid, cohort["id"], 5) == ["u1"]
+        assert await store.static_member_sample(pid, cohort.id, 5) == ["u1"]
         renamed = await store.rename_project(pid, "Renamed")
         assert renamed.name == "Renamed" and (await store.get_project(pid)).name == "Renamed"
         assert await store.rename_project(999_999, "x") is None

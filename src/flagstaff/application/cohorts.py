@@ -1,5 +1,9 @@
-"""Cohorts: their bodies as PostHog writes them (:class:`CohortInput`, shaped and checked once,
-from JSON or from the CSV upload's form), their writes, and the members of static cohorts.
+"""Cohorts: their bodies as PostHog writes them (:class:`CohortInput` from JSON,
+:class:`CohortCsvInput` from the CSV upload's form; shaped and checked once by
+:func:`cohort_from` into the store's :class:`~flagstaff.store.records.CohortDefinition`),
+their writes, and the members of static cohorts. The use cases return the store's
+:class:`~flagstaff.store.records.Cohort` records, which the adapters render with
+:func:`cohort_json`.
 
 A dynamic cohort's ``filters.properties`` is a property group (``AND``/``OR`` of property
 filters or nested groups); each leaf filter is judged by the flag rules, as a flag condition
@@ -17,16 +21,19 @@ from flagstaff.application.errors import ApiError, existing
 from flagstaff.application.inputs import UNSET, UnsetType, given
 from flagstaff.application.wording import decode_worded
 from flagstaff.flags import validate_flag
-from flagstaff.store.records import Page
+from flagstaff.store.records import Cohort, CohortDefinition, Page
 
 __all__ = [
+    "CohortCsvInput",
     "CohortInput",
     "CohortStore",
     "DistinctIds",
     "add_members",
     "cohort_from",
     "cohort_input",
+    "cohort_json",
     "create_cohort",
+    "csv_cohort_input",
     "delete_cohort",
     "distinct_ids_input",
     "existing_cohort",
@@ -76,37 +83,63 @@ def distinct_ids_input(body: Any) -> list[str]:
     return [str(d) for d in data.distinct_ids]
 
 
-def cohort_from(data: CohortInput, current: dict[str, Any] | None = None) -> dict[str, Any]:
+class CohortCsvInput(msgspec.Struct, omit_defaults=True):
+    """A static cohort from a CSV file (``multipart/form-data``). The file's first column holds
+    distinct ids, one per row, or the column headed ``distinct_id``; at most 200,000 ids and
+    10 MB. On PATCH the ids are added to the static cohort."""
+
+    csv: Annotated[str, msgspec.Meta(extra_json_schema={"format": "binary"})] | UnsetType = UNSET
+    """The CSV file (its text, once read as UTF-8)."""
+    name: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    is_static: bool | UnsetType = UNSET
+
+
+def csv_cohort_input(form: CohortCsvInput, distinct_ids: list[str] | None) -> CohortInput:
+    """The cohort body an upload's form stands for: its fields, and with a CSV (its
+    ``distinct_ids``), a static cohort of those ids."""
+    fields = given(form)
+    fields.pop("csv", None)
+    if distinct_ids is not None:
+        fields.update(is_static=True, distinct_ids=list(distinct_ids))
+    return CohortInput(**fields)
+
+
+def cohort_from(data: CohortInput, current: Cohort | None = None) -> CohortDefinition:
     """The full cohort a create (``current`` None) or PATCH body asks for, validated."""
     body = given(data)
-    base: dict[str, Any] = (
-        {"name": "", "description": "", "is_static": False, "deleted": False, "filters": None}
-        if current is None
-        else dict(current)
-    )
-    for name in ("name", "description", "filters", "deleted"):
-        if name in body:
-            base[name] = body[name]
     if current is None:
-        base["is_static"] = body.get("is_static", False)
-        base["distinct_ids"] = [str(d) for d in body.get("distinct_ids", [])]
-    if base["is_static"]:
-        base["filters"] = None
+        base = CohortDefinition(
+            name="",
+            description="",
+            filters=None,
+            is_static=body.get("is_static", False),
+            distinct_ids=[str(d) for d in body.get("distinct_ids", [])],
+        )
     else:
-        filters = base.get("filters")
-        if not isinstance(filters, dict) or "properties" not in filters:
-            raise ApiError(
-                400,
-                "invalid_input",
-                "a dynamic cohort needs filters.properties, a property group",
-                "filters",
-            )
-        problem = _property_group_problem(filters["properties"], "filters.properties")
-        if problem is not None:
-            raise ApiError(400, "invalid_input", problem[1], problem[0])
-    if current is not None:
-        base["version"] = current.get("version")
-    return base
+        base = CohortDefinition(
+            name=current.name,
+            description=current.description,
+            filters=current.filters,
+            deleted=current.deleted,
+            is_static=current.is_static,
+        )
+    changes = {k: body[k] for k in ("name", "description", "filters", "deleted") if k in body}
+    cohort = msgspec.structs.replace(base, **changes)
+    if cohort.is_static:
+        return msgspec.structs.replace(cohort, filters=None)
+    filters = cohort.filters
+    if not isinstance(filters, dict) or "properties" not in filters:
+        raise ApiError(
+            400,
+            "invalid_input",
+            "a dynamic cohort needs filters.properties, a property group",
+            "filters",
+        )
+    problem = _property_group_problem(filters["properties"], "filters.properties")
+    if problem is not None:
+        raise ApiError(400, "invalid_input", problem[1], problem[0])
+    return cohort
 
 
 def _property_group_problem(group: Any, path: str) -> tuple[str, str] | None:
@@ -145,90 +178,99 @@ class CohortStore(Protocol):
 
     async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page: ...
 
-    async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None: ...
+    async def get_cohort(self, project_id: int, cohort_id: int) -> Cohort | None: ...
 
     async def create_cohort(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]: ...
+        self, project_id: int, cohort: CohortDefinition, source: ChangeSource | None = None
+    ) -> Cohort: ...
 
     async def update_cohort(
-        self, project_id: int, cohort_id: int, data: dict[str, Any],
+        self, project_id: int, cohort_id: int, cohort: CohortDefinition,
         source: ChangeSource | None = None,
-    ) -> dict[str, Any]: ...  # fmt: skip
+    ) -> Cohort: ...  # fmt: skip
 
     async def list_static_members(self, project_id: int, cohort_id: int) -> list[str]: ...
 
     async def change_static_members(
         self, project_id: int, cohort_id: int, add: list[str], remove: list[str],
         source: ChangeSource | None = None,
-    ) -> dict[str, Any]: ...  # fmt: skip
+    ) -> Cohort: ...  # fmt: skip
+
+
+def cohort_json(cohort: Cohort) -> dict[str, Any]:
+    """The cohort in PostHog's shape (the API's answer)."""
+    return msgspec.to_builtins(cohort)
 
 
 async def list_cohorts(caller: Caller[CohortStore], limit: int, offset: int) -> Page:
+    """A page of the project's cohorts (:class:`Cohort` records), newest first."""
     return await caller.store.list_cohorts(caller.project_id, limit, offset)
 
 
-async def existing_cohort(caller: Caller[CohortStore], cohort_id: int) -> dict[str, Any]:
+async def existing_cohort(caller: Caller[CohortStore], cohort_id: int) -> Cohort:
     """The project's cohort ``cohort_id``; 404 when it has none."""
     return existing(await caller.store.get_cohort(caller.project_id, cohort_id), "cohort")
 
 
-async def create_cohort(caller: Caller[CohortStore], data: CohortInput) -> dict[str, Any]:
+async def create_cohort(caller: Caller[CohortStore], data: CohortInput) -> Cohort:
     cohort = cohort_from(data)
     return await caller.store.create_cohort(caller.project_id, cohort, caller.source)
 
 
-async def update_cohort(
-    caller: Caller[CohortStore], current: dict[str, Any], data: CohortInput
-) -> dict[str, Any]:
+async def update_cohort(caller: Caller[CohortStore], current: Cohort, data: CohortInput) -> Cohort:
     """A PATCH: the fields given change, the others stay."""
     cohort = cohort_from(data, current)
-    return await caller.store.update_cohort(caller.project_id, current["id"], cohort, caller.source)
+    return await caller.store.update_cohort(caller.project_id, current.id, cohort, caller.source)
 
 
 async def upload_members(
     caller: Caller[CohortStore],
-    current: dict[str, Any],
-    data: CohortInput,
+    current: Cohort,
+    form: CohortCsvInput,
     distinct_ids: list[str] | None,
-) -> dict[str, Any]:
+) -> Cohort:
     """A PATCH by the CSV upload's form: its fields change (``is_static`` is not one), then
     the CSV's distinct ids (None: no file) join the cohort, which must be static."""
-    if not current["is_static"] and distinct_ids is not None:
+    if not current.is_static and distinct_ids is not None:
         raise ApiError(400, "invalid_input", "only a static cohort takes a CSV", "csv")
-    changes = msgspec.structs.replace(data, is_static=UNSET, distinct_ids=UNSET)
+    changes = csv_cohort_input(msgspec.structs.replace(form, is_static=UNSET), None)
     if given(changes):
         current = await update_cohort(caller, current, changes)
     if distinct_ids:
         current = await caller.store.change_static_members(
-            caller.project_id, current["id"], distinct_ids, [], caller.source
+            caller.project_id, current.id, distinct_ids, [], caller.source
         )
     return current
 
 
-async def delete_cohort(caller: Caller[CohortStore], current: dict[str, Any]) -> None:
+async def delete_cohort(caller: Caller[CohortStore], current: Cohort) -> None:
     """Mark the cohort deleted."""
-    await caller.store.update_cohort(
-        caller.project_id, current["id"], {**current, "deleted": True}, caller.source
+    cohort = CohortDefinition(
+        name=current.name,
+        description=current.description,
+        filters=current.filters,
+        deleted=True,
+        is_static=current.is_static,
     )
+    await caller.store.update_cohort(caller.project_id, current.id, cohort, caller.source)
 
 
-async def list_members(caller: Caller[CohortStore], cohort: dict[str, Any]) -> list[str]:
+async def list_members(caller: Caller[CohortStore], cohort: Cohort) -> list[str]:
     """A static cohort's distinct ids."""
-    return await caller.store.list_static_members(caller.project_id, cohort["id"])
+    return await caller.store.list_static_members(caller.project_id, cohort.id)
 
 
 async def add_members(
-    caller: Caller[CohortStore], cohort: dict[str, Any], distinct_ids: list[str]
-) -> dict[str, Any]:
+    caller: Caller[CohortStore], cohort: Cohort, distinct_ids: list[str]
+) -> Cohort:
     return await caller.store.change_static_members(
-        caller.project_id, cohort["id"], distinct_ids, [], caller.source
+        caller.project_id, cohort.id, distinct_ids, [], caller.source
     )
 
 
 async def remove_members(
-    caller: Caller[CohortStore], cohort: dict[str, Any], distinct_ids: list[str]
-) -> dict[str, Any]:
+    caller: Caller[CohortStore], cohort: Cohort, distinct_ids: list[str]
+) -> Cohort:
     return await caller.store.change_static_members(
-        caller.project_id, cohort["id"], [], distinct_ids, caller.source
+        caller.project_id, cohort.id, [], distinct_ids, caller.source
     )

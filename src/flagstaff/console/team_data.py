@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from flagstaff.application.cohorts import cohort_json
 from flagstaff.application.flags import request_from_store
 from flagstaff.console.cohort_counts import COUNT_BATCH, COUNT_SCAN_LIMIT, CohortCounter
 from flagstaff.console.team_views import NO_COUNTS, DynamicCounts
 from flagstaff.console.views import PersonFlag
 from flagstaff.flags.explain import explain
 from flagstaff.store.base import Group, Page, Project, Store, Usage
+from flagstaff.store.records import Cohort
 
 USAGE_COUNT_CAP = 1_000_000
 """Events and persons counted for the settings page at most (a walk of the index, in a thread
@@ -21,7 +23,7 @@ WARNINGS_PER_PAGE = 100
 
 
 class TeamData(Protocol):
-    """The team pages' reads. Cohorts are the management API's JSON objects."""
+    """The team pages' reads."""
 
     async def project(self, project_id: int) -> Project | None: ...
 
@@ -39,12 +41,12 @@ class TeamData(Protocol):
         """The node's (flag requests, events) per minute and project; 0 is no quota."""
         ...
 
-    async def cohorts(self, project_id: int) -> list[dict[str, Any]]: ...
+    async def cohorts(self, project_id: int) -> list[Cohort]: ...
 
-    async def cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None: ...
+    async def cohort(self, project_id: int, cohort_id: int) -> Cohort | None: ...
 
     async def dynamic_counts(
-        self, project_id: int, cohorts: list[dict[str, Any]], only: list[int] | None = None
+        self, project_id: int, cohorts: list[Cohort], only: list[int] | None = None
     ) -> DynamicCounts:
         """Persons in the dynamic cohorts among ``cohorts`` (all the project's, so references
         resolve), or in those of ``only``."""
@@ -89,19 +91,20 @@ class StoreTeamData:
     def quotas(self) -> tuple[int, int]:
         return self._quotas
 
-    async def cohorts(self, project_id: int) -> list[dict[str, Any]]:
+    async def cohorts(self, project_id: int) -> list[Cohort]:
         return list((await self.store.list_cohorts(project_id, 10_000, 0)).results)
 
-    async def cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
+    async def cohort(self, project_id: int, cohort_id: int) -> Cohort | None:
         return await self.store.get_cohort(project_id, cohort_id)
 
     async def dynamic_counts(
-        self, project_id: int, cohorts: list[dict[str, Any]], only: list[int] | None = None
+        self, project_id: int, cohorts: list[Cohort], only: list[int] | None = None
     ) -> DynamicCounts:
         """Persons in each dynamic cohort: every cohort matched in one pass over the persons
         in id order, :data:`COUNT_BATCH` at a time with a turn of the event loop between
-        batches, and at most :data:`COUNT_SCAN_LIMIT` persons (then lower bounds)."""
-        counter = CohortCounter(cohorts, only)
+        batches, and at most :data:`COUNT_SCAN_LIMIT` persons (then lower bounds). The flag
+        engine's matchers read the cohorts in PostHog's JSON shape."""
+        counter = CohortCounter([cohort_json(c) for c in cohorts], only)
         if counter.empty:
             counter.close()
             return NO_COUNTS

@@ -66,7 +66,7 @@ class TeamPages:
         cohorts = await self.data.cohorts(project_id)
         return {
             "group_types": sorted((await self.data.group_types(project_id)).items()),
-            "cohorts": [c for c in cohorts if c.get("id") != cohort_id],
+            "cohorts": [c for c in cohorts if c.id != cohort_id],
             "other_flags": [],
             "property_keys": sorted(await self.pages.data.property_keys(project_id)),
         }
@@ -92,18 +92,18 @@ class TeamPages:
             return cohort
         members: list[str] = []
         count = ""
-        if cohort.get("is_static"):
-            members = await self.data.static_members(project.id, cohort["id"])
+        if cohort.is_static:
+            members = await self.data.static_members(project.id, cohort.id)
             count = team_views.count_text(cohort, team_views.NO_COUNTS)
         else:
             everything = await self.data.cohorts(project.id)
-            counts = await self.data.dynamic_counts(project.id, everything, [cohort["id"]])
+            counts = await self.data.dynamic_counts(project.id, everything, [cohort.id])
             count = team_views.count_text(cohort, counts)
         return page.render(
             "cohort_edit.html",
             "cohorts",
             cohort=team_views.cohort_editor_model(cohort),
-            ctx=await self._builder(project.id, cohort["id"]),
+            ctx=await self._builder(project.id, cohort.id),
             filter_types=team_views.COHORT_FILTER_TYPES,
             members=members,
             count=count,

@@ -4,7 +4,7 @@ settings), computed from plain data. No I/O, no HTML."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -13,6 +13,7 @@ from flagstaff.accounts.records import Membership, Role, User
 from flagstaff.console.views import FilterModel, filter_model
 from flagstaff.ingest import validate
 from flagstaff.store.base import Usage, Warning
+from flagstaff.store.records import Cohort
 
 # members -----------------------------------------------------------------------------------
 
@@ -84,12 +85,12 @@ def _number(n: int) -> str:
     return f"{n:,}"
 
 
-def count_text(cohort: Mapping[str, Any], dynamic: DynamicCounts) -> str:
+def count_text(cohort: Cohort, dynamic: DynamicCounts) -> str:
     """A cohort's size as the list shows it: stored members for a static cohort, matching
     persons for a dynamic one (a lower bound when not every person was checked)."""
-    if cohort.get("is_static"):
-        return _number(int(cohort.get("count") or 0))
-    cohort_id = int(cohort["id"])
+    if cohort.is_static:
+        return _number(cohort.count)
+    cohort_id = cohort.id
     if cohort_id in dynamic.failed:
         return "cannot be evaluated"
     n = dynamic.counts.get(cohort_id)
@@ -100,18 +101,18 @@ def count_text(cohort: Mapping[str, Any], dynamic: DynamicCounts) -> str:
     return f"at least {_number(n)} (first {_number(dynamic.scanned)} persons checked)"
 
 
-def cohort_rows(cohorts: Iterable[Mapping[str, Any]], dynamic: DynamicCounts) -> list[CohortRow]:
+def cohort_rows(cohorts: Iterable[Cohort], dynamic: DynamicCounts) -> list[CohortRow]:
     """Cohorts not deleted, by name."""
     rows = [
         CohortRow(
-            id=int(c["id"]),
-            name=str(c.get("name") or f"Cohort {c['id']}"),
-            description=str(c.get("description") or ""),
-            is_static=bool(c.get("is_static")),
+            id=c.id,
+            name=c.name or f"Cohort {c.id}",
+            description=c.description or "",
+            is_static=c.is_static,
             count=count_text(c, dynamic),
         )
         for c in cohorts
-        if not c.get("deleted")
+        if not c.deleted
     ]
     return sorted(rows, key=lambda r: (r.name.lower(), r.id))
 
@@ -166,23 +167,23 @@ def _condition_sets(group: Any) -> list[list[dict[str, Any]]] | None:
     return sets
 
 
-def cohort_editor_model(cohort: Mapping[str, Any] | None) -> CohortEditorModel:
+def cohort_editor_model(cohort: Cohort | None) -> CohortEditorModel:
     """The cohort editor's fields (None: a new dynamic cohort with one empty condition set)."""
     if cohort is None:
         return CohortEditorModel(None, "", "", False, [[]], True, "", None)
-    filters = cohort.get("filters") or {}
-    group = filters.get("properties") if isinstance(filters, dict) else None
+    filters = cohort.filters or {}
+    group = filters.get("properties")
     sets = _condition_sets(group)
     conditions = [[filter_model(p) for p in s] for s in sets or []]
     return CohortEditorModel(
-        id=cohort.get("id"),
-        name=str(cohort.get("name") or ""),
-        description=str(cohort.get("description") or ""),
-        is_static=bool(cohort.get("is_static")),
+        id=cohort.id,
+        name=cohort.name,
+        description=cohort.description or "",
+        is_static=cohort.is_static,
         conditions=conditions or [[]],
         editable=sets is not None,
         filters_json=msgspec.json.format(msgspec.json.encode(group)).decode() if group else "",
-        version=cohort.get("version"),
+        version=cohort.version,
     )
 
 

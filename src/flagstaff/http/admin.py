@@ -59,7 +59,7 @@ from flagstaff.http.rest import path_int as _path_int
 from flagstaff.http.unavailable import RETRY_AFTER, store_unavailable
 from flagstaff.ops import logs
 from flagstaff.store.base import Conflict, NotFound, Store
-from flagstaff.store.records import EventQuery
+from flagstaff.store.records import Cohort, EventQuery
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -263,27 +263,26 @@ async def list_cohorts(ctx: Caller[Store], request: Request) -> Any:
     limit = _int_param(request, "limit", 100, 1000)
     offset = _int_param(request, "offset", 0)
     page = await cohorts.list_cohorts(ctx, limit, offset)
-    return _paginated(request, page.count, page.results, limit, offset)
+    results = [cohorts.cohort_json(c) for c in page.results]
+    return _paginated(request, page.count, results, limit, offset)
 
 
 async def create_cohort(ctx: Caller[Store], request: Request) -> Any:
     """JSON, or a multipart form with a ``csv`` of distinct ids: a static cohort of them."""
     if cohort_csv.is_multipart(request):
         form = await cohort_csv.read_form(request)
-        body: Any = dict(form.fields)
-        if form.distinct_ids is not None:
-            body.update(is_static=True, distinct_ids=form.distinct_ids)
+        data = cohorts.csv_cohort_input(form.fields, form.distinct_ids)
     else:
-        body = await _body(request)
-    return 201, await cohorts.create_cohort(ctx, cohorts.cohort_input(body))
+        data = cohorts.cohort_input(await _body(request))
+    return 201, cohorts.cohort_json(await cohorts.create_cohort(ctx, data))
 
 
-async def _existing_cohort(ctx: Caller[Store], request: Request) -> dict[str, Any]:
+async def _existing_cohort(ctx: Caller[Store], request: Request) -> Cohort:
     return await cohorts.existing_cohort(ctx, _path_int(request, "cohort_id"))
 
 
 async def get_cohort(ctx: Caller[Store], request: Request) -> Any:
-    return await _existing_cohort(ctx, request)
+    return cohorts.cohort_json(await _existing_cohort(ctx, request))
 
 
 async def update_cohort(ctx: Caller[Store], request: Request) -> Any:
@@ -291,10 +290,10 @@ async def update_cohort(ctx: Caller[Store], request: Request) -> Any:
     current = await _existing_cohort(ctx, request)
     if not cohort_csv.is_multipart(request):
         data = cohorts.cohort_input(await _body(request))
-        return await cohorts.update_cohort(ctx, current, data)
+        return cohorts.cohort_json(await cohorts.update_cohort(ctx, current, data))
     form = await cohort_csv.read_form(request)
-    data = cohorts.cohort_input(dict(form.fields))
-    return await cohorts.upload_members(ctx, current, data, form.distinct_ids)
+    changed = await cohorts.upload_members(ctx, current, form.fields, form.distinct_ids)
+    return cohorts.cohort_json(changed)
 
 
 async def delete_cohort(ctx: Caller[Store], request: Request) -> Any:
@@ -310,13 +309,13 @@ async def list_cohort_members(ctx: Caller[Store], request: Request) -> Any:
 async def add_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
     ids = cohorts.distinct_ids_input(await _body(request))
-    return await cohorts.add_members(ctx, cohort, ids)
+    return cohorts.cohort_json(await cohorts.add_members(ctx, cohort, ids))
 
 
 async def remove_cohort_members(ctx: Caller[Store], request: Request) -> Any:
     cohort = await _existing_cohort(ctx, request)
     ids = cohorts.distinct_ids_input(await _body(request))
-    return await cohorts.remove_members(ctx, cohort, ids)
+    return cohorts.cohort_json(await cohorts.remove_members(ctx, cohort, ids))
 
 
 # read views -------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ The CSV's first column holds the distinct ids, one per row (PostHog's rule); whe
 row is a header naming a ``distinct_id`` column, that column is read instead. Ids are
 stripped, blank ones skipped, repeats kept once. The form is parsed here with the standard
 library (no multipart dependency): the body is split on its boundary, each part's headers read
-by :mod:`email`.
+by :mod:`email`; its fields become the one form Struct,
+:class:`~flagstaff.application.cohorts.CohortCsvInput` (which the OpenAPI document shows).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import csv
 import io
 from email.message import Message
 from email.parser import BytesHeaderParser
-from typing import Any
 
 import msgspec
 from starlette.requests import Request
 
+from flagstaff.application.cohorts import CohortCsvInput
 from flagstaff.application.errors import ApiError
 from flagstaff.http.rest import MAX_BODY_BYTES
 from flagstaff.ingest.normalize import MAX_DISTINCT_ID_LENGTH
@@ -32,9 +33,9 @@ MULTIPART = "multipart/form-data"
 
 
 class CohortForm(msgspec.Struct, frozen=True):
-    """A multipart cohort body: its text fields and the CSV's distinct ids (None: no file)."""
+    """A multipart cohort body: its fields and the CSV's distinct ids (None: no file)."""
 
-    fields: dict[str, Any]
+    fields: CohortCsvInput
     distinct_ids: list[str] | None
 
 
@@ -81,12 +82,19 @@ def form_parts(content_type: str, body: bytes) -> dict[str, tuple[str | None, by
     return parts
 
 
-def distinct_ids_from_csv(data: bytes) -> list[str]:
-    """The distinct ids of a CSV file (see the module); ValueError names the problem."""
+def read_csv(data: bytes) -> tuple[str, list[str]]:
+    """A CSV file's text (UTF-8, a byte order mark dropped) and its distinct ids; ValueError
+    names the problem."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ValueError("the CSV must be UTF-8 text") from None
+    return text, distinct_ids_from_csv(text)
+
+
+def distinct_ids_from_csv(text: str) -> list[str]:
+    """The distinct ids of a CSV file's text (see the module); ValueError names the
+    problem."""
     rows = csv.reader(io.StringIO(text, newline=""))
     column = 0
     ids: dict[str, None] = {}
@@ -131,7 +139,7 @@ async def read_form(request: Request) -> CohortForm:
         parts = await asyncio.to_thread(form_parts, request.headers.get("content-type", ""), body)
     except ValueError as exc:
         raise ApiError(400, "parse_error", str(exc)) from None
-    fields: dict[str, Any] = {}
+    fields: dict[str, str | bool] = {}
     for name in TEXT_FIELDS:
         if name in parts:
             try:
@@ -146,9 +154,9 @@ async def read_form(request: Request) -> CohortForm:
         if len(data) > MAX_CSV_BYTES:
             raise ApiError(400, "invalid_input", f"the CSV is over {MAX_CSV_BYTES} bytes", "csv")
         try:  # about 1 ms of CPU per 1,000 ids: read in a thread, not on the event loop
-            ids = await asyncio.to_thread(distinct_ids_from_csv, data)
+            fields["csv"], ids = await asyncio.to_thread(read_csv, data)
         except ValueError as exc:
             raise ApiError(400, "invalid_input", str(exc), "csv") from None
         if fields.get("is_static") is False:
             raise ApiError(400, "invalid_input", "a CSV makes a static cohort", "is_static")
-    return CohortForm(fields, ids)
+    return CohortForm(msgspec.convert(fields, CohortCsvInput), ids)

@@ -5,7 +5,8 @@ a route cannot be served without appearing here. Request bodies are the Structs 
 decode them with: the use cases' inputs in ``application/`` (``FeatureFlagInput``...) and the
 public ones (``http/flags.py``'s ``FlagsRequest``, ``http/ofrep_schemas.py``'s
 ``OfrepEvaluationRequest``). Response bodies are the Structs of the ``http/*schemas.py``
-modules. msgspec turns both into JSON Schema components.
+modules, or the store record the answer renders (``store/records.py``'s ``Cohort``). msgspec
+turns both into JSON Schema components.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
 from flagstaff.http import team_schemas as t
 from flagstaff.http import usage_schemas as us
+from flagstaff.store.records import Cohort
 
 _REF = "#/components/schemas/{name}"
 
@@ -107,13 +109,13 @@ _ADMIN: dict[str, Doc] = {
     "replace_flag": Doc("", s.FeatureFlag, fl.FeatureFlagInput, alternates=_HELD),
     "delete_flag": Doc("", None, status=204, alternates=_HELD),
     "list_cohorts": Doc("", s.CohortPage, query=_PAGING),
-    "create_cohort": Doc("", s.Cohort, co.CohortInput, 201, form=t.CohortCsvInput),
-    "get_cohort": Doc("", s.Cohort),
-    "update_cohort": Doc("", s.Cohort, co.CohortInput, form=t.CohortCsvInput),
+    "create_cohort": Doc("", Cohort, co.CohortInput, 201, form=co.CohortCsvInput),
+    "get_cohort": Doc("", Cohort),
+    "update_cohort": Doc("", Cohort, co.CohortInput, form=co.CohortCsvInput),
     "delete_cohort": Doc("", None, status=204),
     "list_cohort_members": Doc("", s.DistinctIdPage),
-    "add_cohort_members": Doc("", s.Cohort, co.DistinctIds),
-    "remove_cohort_members": Doc("", s.Cohort, co.DistinctIds),
+    "add_cohort_members": Doc("", Cohort, co.DistinctIds),
+    "remove_cohort_members": Doc("", Cohort, co.DistinctIds),
     "find_person": Doc(
         "", s.PersonPage, query=(Param("distinct_id", "string", "a distinct id of the person"),)
     ),

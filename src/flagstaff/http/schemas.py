@@ -4,6 +4,8 @@ Structs their handlers decode with, in ``application/`` and ``http/flags.py``).
 These types document the wire format (PostHog's); handlers build their answers with faster
 means (pre-encoded fragments, dicts), and the API tests hold both to the same shapes. Fields
 whose names are not identifiers (``$anon_distinct_id``) are renamed with ``msgspec.field``.
+Where the answer is a store record rendered as is, the record is its schema (a cohort:
+:class:`~flagstaff.store.records.Cohort`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import msgspec
 from msgspec import field
 
 from flagstaff.flags.records import FeatureFlag
+from flagstaff.store.records import Cohort
 
 
 class Error(msgspec.Struct):
@@ -134,19 +137,6 @@ class CaptureResponse(msgspec.Struct):
 
 
 # management API ---------------------------------------------------------------------------------
-
-
-class Cohort(msgspec.Struct):
-    id: int
-    name: str
-    description: str
-    is_static: bool
-    deleted: bool
-    filters: dict[str, Any] | None
-    version: int
-    count: int
-    created_at: str
-    updated_at: str
 
 
 class Project(msgspec.Struct):

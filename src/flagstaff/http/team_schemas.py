@@ -1,9 +1,8 @@
-"""OpenAPI bodies of the team routes (members, groups) and the cohort CSV upload (see
-:mod:`flagstaff.http.schemas`)."""
+"""OpenAPI bodies of the team routes (members, groups; see :mod:`flagstaff.http.schemas`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 import msgspec
 
@@ -50,14 +49,3 @@ class GroupPage(msgspec.Struct):
     next: str | None
     previous: str | None
     results: list[Group]
-
-
-class CohortCsvInput(msgspec.Struct, omit_defaults=True):
-    """A static cohort from a CSV file (``multipart/form-data``). The file's first column holds
-    distinct ids, one per row, or the column headed ``distinct_id``; at most 200,000 ids and
-    10 MB. On PATCH the ids are added to the static cohort."""
-
-    csv: Annotated[str, msgspec.Meta(extra_json_schema={"format": "binary"})]
-    name: str | None = None
-    description: str | None = None
-    is_static: bool | None = None

@@ -115,6 +115,41 @@ class PersonRow(msgspec.Struct):
     static_cohort_ids: frozenset[int]
 
 
+# A stored cohort as the management API answers it, and the answer's OpenAPI schema (its
+# docstring is the schema's description): the fields of its stored JSON body (name,
+# description, filters) and those kept in columns. The flag engine reads cohorts as PostHog's
+# JSON objects instead (Definitions.cohorts).
+class Cohort(msgspec.Struct, frozen=True):
+    """A cohort: dynamic (``filters`` say which persons belong) or static (``count`` distinct
+    ids, listed by its ``persons`` route)."""
+
+    id: int
+    name: str
+    description: str | None
+    is_static: bool
+    deleted: bool
+    filters: dict[str, Any] | None
+    """A dynamic cohort's ``{"properties": <property group>}``; null for a static one."""
+    version: int
+    count: int
+    """A static cohort's members (distinct ids); 0 for a dynamic one."""
+    created_at: str
+    updated_at: str
+
+
+class CohortDefinition(msgspec.Struct, frozen=True, kw_only=True):
+    """A cohort to write, as the cohort use cases checked it. An update writes ``name``,
+    ``description``, ``filters`` and ``deleted``; ``is_static`` and ``distinct_ids`` (a
+    static cohort's first members) are read on create only."""
+
+    name: str
+    description: str | None
+    filters: dict[str, Any] | None
+    deleted: bool = False
+    is_static: bool = False
+    distinct_ids: list[str] = msgspec.field(default_factory=list)
+
+
 class Enrolled(msgspec.Struct, frozen=True):
     """Persons enrolled in an early access feature: how many, and a distinct id of the newest."""
 

@@ -17,7 +17,15 @@ from flagstaff.common.clock import utc_iso
 from flagstaff.flags.records import FeatureFlag, FlagDefinition, flag_json
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.ingest.model import Drop
-from flagstaff.store.records import Conflict, Definitions, Group, StoredEvent, Warning
+from flagstaff.store.records import (
+    Cohort,
+    CohortDefinition,
+    Conflict,
+    Definitions,
+    Group,
+    StoredEvent,
+    Warning,
+)
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -59,20 +67,21 @@ def definition_body(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in COLUMN_FIELDS}
 
 
-class CohortBody(msgspec.Struct, frozen=True):
-    """A cohort as the management API sends it, split into what goes where."""
+class CohortBody(msgspec.Struct):
+    """What is stored as a cohort's JSON body (the rest is kept in columns)."""
 
-    body: dict[str, Any]
-    is_static: bool
-    members: list[str]
-    """Distinct ids of a static cohort's initial members (not part of the body)."""
+    name: str = ""
+    description: str | None = ""
+    filters: dict[str, Any] | None = None
 
 
-def cohort_body(data: dict[str, Any]) -> CohortBody:
-    body = definition_body(data)
-    body.pop("distinct_ids", None)
-    members = [str(d) for d in data.get("distinct_ids") or []]
-    return CohortBody(body, bool(data.get("is_static")), members)
+_cohort_body_decoder = msgspec.json.Decoder(CohortBody)
+
+
+def cohort_body(cohort: CohortDefinition) -> CohortBody:
+    """The JSON body stored for ``cohort`` (``is_static``, ``deleted`` and the first members
+    are columns and rows of their own)."""
+    return CohortBody(cohort.name, cohort.description, cohort.filters)
 
 
 def flag_dict(row: Sequence[Any]) -> dict[str, Any]:
@@ -102,7 +111,8 @@ def flag_body(flag: FlagDefinition) -> dict[str, Any]:
 
 
 def cohort_record(row: Sequence[Any]) -> dict[str, Any]:
-    """A cohort as the API shows it, from a row of :data:`COHORT_COLUMNS`."""
+    """A cohort as the flag engine reads it (PostHog's JSON object, as local evaluation sends
+    it), from a row of :data:`COHORT_COLUMNS`; the management side reads :func:`stored_cohort`."""
     cohort_id, is_static, deleted, version, data, created_at, updated_at, count = row
     cohort: dict[str, Any] = _decode(data)
     cohort.update(
@@ -115,6 +125,24 @@ def cohort_record(row: Sequence[Any]) -> dict[str, Any]:
         count=count,
     )
     return cohort
+
+
+def stored_cohort(row: Sequence[Any]) -> Cohort:
+    """A cohort as the management API shows it, from a row of :data:`COHORT_COLUMNS`."""
+    cohort_id, is_static, deleted, version, data, created_at, updated_at, count = row
+    body = _cohort_body_decoder.decode(data)
+    return Cohort(
+        id=cohort_id,
+        name=body.name,
+        description=body.description,
+        is_static=bool(is_static),
+        deleted=bool(deleted),
+        filters=body.filters,
+        version=version,
+        count=count,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
 
 
 def definitions_record(

@@ -3,19 +3,28 @@ what ``/flags`` reads of them is the engines' own."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+import msgspec
 
 from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.common import clock
 from flagstaff.flags.records import FeatureFlag, FlagDefinition
-from flagstaff.store.records import Conflict, FlagWrite, NotFound, Page
+from flagstaff.store.records import (
+    Cohort,
+    CohortDefinition,
+    Conflict,
+    FlagWrite,
+    NotFound,
+    Page,
+)
 from flagstaff.store.rows import (
     COHORT_COLUMNS,
     FLAG_COLUMNS,
     cohort_body,
-    cohort_record,
     flag_record,
     now_iso,
+    stored_cohort,
 )
 from flagstaff.store.sql.activity import write_change
 from flagstaff.store.sql.db import Db, Tx, by_id, insert_id, json_arg, page
@@ -27,11 +36,27 @@ _MEMBERS = (
 )
 
 
-async def _cohort_in(tx: Tx, cohort_id: int) -> dict[str, Any]:
+async def _cohort_in(tx: Tx, cohort_id: int) -> Cohort:
     row = await tx.fetchrow(f"SELECT {COHORT_COLUMNS} FROM cohorts WHERE id = $1", cohort_id)
     if row is None:
         raise LookupError(f"cohort {cohort_id} is not in this transaction")
-    return cohort_record(row)
+    return stored_cohort(row)
+
+
+async def _cohort_change(
+    tx: Tx, project_id: int, source: ChangeSource | None, before: Cohort | None, after: Cohort
+) -> None:
+    """The activity record of a cohort's change (its JSON shapes compared)."""
+    await write_change(
+        tx,
+        project_id,
+        Scope.COHORT,
+        after.id,
+        source,
+        None if before is None else msgspec.to_builtins(before),
+        msgspec.to_builtins(after),
+        clock.now_ms(),
+    )
 
 
 class FlagMethods(Protocol):
@@ -97,36 +122,34 @@ class FlagMethods(Protocol):
     async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page:
         return await page(
             self.sql, "cohorts WHERE project_id = $1 AND NOT deleted", COHORT_COLUMNS,
-            "id DESC", (project_id,), limit, offset, cohort_record,
+            "id DESC", (project_id,), limit, offset, stored_cohort,
         )  # fmt: skip
 
-    async def get_cohort(self, project_id: int, cohort_id: int) -> dict[str, Any] | None:
+    async def get_cohort(self, project_id: int, cohort_id: int) -> Cohort | None:
         row = await by_id(self.sql, "cohorts", COHORT_COLUMNS, project_id, cohort_id)
-        return cohort_record(row) if row else None
+        return stored_cohort(row) if row else None
 
     async def create_cohort(
-        self, project_id: int, data: dict[str, Any], source: ChangeSource | None = None
-    ) -> dict[str, Any]:
-        cohort = cohort_body(data)
+        self, project_id: int, cohort: CohortDefinition, source: ChangeSource | None = None
+    ) -> Cohort:
+        body = cohort_body(cohort)
         now = now_iso()
 
-        async def write(tx: Tx) -> dict[str, Any]:
+        async def write(tx: Tx) -> Cohort:
             cohort_id = await insert_id(
                 tx,
                 "INSERT INTO cohorts (project_id, is_static, deleted, version, data, "
                 "created_at, updated_at) VALUES ($1, $2, false, 1, $3, $4, $5) RETURNING id",
                 project_id,
                 cohort.is_static,
-                json_arg(cohort.body),
+                json_arg(body),
                 now,
                 now,
             )
-            await self.add_members_in(tx, project_id, cohort_id, list(cohort.members))
+            await self.add_members_in(tx, project_id, cohort_id, list(cohort.distinct_ids))
             await tx.bump_definitions(project_id)
             after = await _cohort_in(tx, cohort_id)
-            await write_change(
-                tx, project_id, Scope.COHORT, after["id"], source, None, after, clock.now_ms()
-            )
+            await _cohort_change(tx, project_id, source, None, after)
             return after
 
         return await self.sql.write(write)
@@ -135,13 +158,14 @@ class FlagMethods(Protocol):
         self,
         project_id: int,
         cohort_id: int,
-        data: dict[str, Any],
+        cohort: CohortDefinition,
         source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        body = cohort_body(data).body
-        deleted = bool(data.get("deleted"))
+    ) -> Cohort:
+        """Write ``cohort``'s body and ``deleted`` (its kind and members stay)."""
+        body = cohort_body(cohort)
+        deleted = cohort.deleted
 
-        async def write(tx: Tx) -> dict[str, Any]:
+        async def write(tx: Tx) -> Cohort:
             exists = await tx.fetchval(
                 "SELECT 1 FROM cohorts WHERE project_id = $1 AND id = $2 FOR UPDATE",
                 project_id,
@@ -161,9 +185,7 @@ class FlagMethods(Protocol):
                 raise NotFound(f"cohort {cohort_id}")
             await tx.bump_definitions(project_id)
             after = await _cohort_in(tx, cohort_id)
-            await write_change(
-                tx, project_id, Scope.COHORT, after["id"], source, before, after, clock.now_ms()
-            )
+            await _cohort_change(tx, project_id, source, before, after)
             return after
 
         return await self.sql.write(write)
@@ -175,8 +197,8 @@ class FlagMethods(Protocol):
         add: list[str],
         remove: list[str],
         source: ChangeSource | None = None,
-    ) -> dict[str, Any]:
-        async def write(tx: Tx) -> dict[str, Any]:
+    ) -> Cohort:
+        async def write(tx: Tx) -> Cohort:
             is_static = await tx.fetchval(
                 "SELECT is_static FROM cohorts WHERE project_id = $1 AND id = $2 "
                 "AND NOT deleted FOR UPDATE",
@@ -202,9 +224,7 @@ class FlagMethods(Protocol):
                 cohort_id,
             )
             after = await _cohort_in(tx, cohort_id)
-            await write_change(
-                tx, project_id, Scope.COHORT, after["id"], source, before, after, clock.now_ms()
-            )
+            await _cohort_change(tx, project_id, source, before, after)
             return after
 
         return await self.sql.write(write)
