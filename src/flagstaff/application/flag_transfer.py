@@ -20,7 +20,7 @@ from flagstaff.activity.records import ChangeSource, Trigger
 from flagstaff.application.errors import ApiError
 from flagstaff.application.flags import FlagWrites, flag_from_input
 from flagstaff.common.clock import parse_iso, utc_iso
-from flagstaff.flags.records import FeatureFlag, FlagDefinition, flag_json
+from flagstaff.flags.records import FeatureFlag, FlagDefinition
 from flagstaff.ingest.groups import MAX_GROUP_TYPES
 from flagstaff.store.base import Conflict
 from flagstaff.store.records import Page
@@ -249,22 +249,26 @@ async def run_import(
     return report
 
 
-async def run_export(
-    store: TransferStore, project_id: int, progress: ProgressSink
-) -> dict[str, Any]:
+class FlagExport(msgspec.Struct, frozen=True):
+    """What ``flags export`` writes: PostHog's list of flags (what ``flags import`` and
+    PostHog's own import read), with the group types the flags may refer to."""
+
+    count: int
+    results: list[FeatureFlag]
+    group_type_mapping: dict[str, str]
+
+
+async def run_export(store: TransferStore, project_id: int, progress: ProgressSink) -> FlagExport:
     """Every live flag, oldest first, with the group types they may refer to."""
-    flags: list[dict[str, Any]] = []
+    flags: list[FeatureFlag] = []
     page_size = 500
     while True:
         page = await store.list_flags(project_id, page_size, len(flags))
-        flags.extend(flag_json(flag) for flag in page.results)
+        flags.extend(page.results)
         progress.total = page.count
         progress.update(min(len(flags), page.count))
         if not page.results or len(flags) >= page.count:
             break
     types = await store.list_group_types(project_id)
-    return {
-        "count": len(flags),
-        "results": sorted(flags, key=lambda f: f["id"]),
-        "group_type_mapping": {str(i): name for i, name in sorted(types.items())},
-    }
+    mapping = {str(i): name for i, name in sorted(types.items())}
+    return FlagExport(len(flags), sorted(flags, key=lambda f: f.id), mapping)

@@ -266,7 +266,7 @@ def cmd_flags_export(args: argparse.Namespace) -> int:
     settings = _settings(args)
     progress = transfer.Progress("exporting", 0, _show_progress(args))
 
-    async def run(store: Store) -> dict[str, Any]:
+    async def run(store: Store) -> flag_transfer.FlagExport:
         project_id = await _project_id(store, args.project)
         return await flag_transfer.run_export(store, project_id, progress)
 
