@@ -47,6 +47,7 @@ __all__ = [
     "MemberRoleInput",
     "PersonalApiKeyInput",
     "ProjectInput",
+    "ProjectReads",
     "ProjectSettings",
     "ProjectStore",
     "ProjectUpdate",
@@ -59,6 +60,9 @@ __all__ = [
     "created_key_json",
     "created_project_json",
     "end_sessions",
+    "event_retention",
+    "experiment_stats_defaults",
+    "find_project",
     "join_project",
     "list_keys",
     "list_members",
@@ -115,20 +119,24 @@ class MemberRoleInput(msgspec.Struct):
 # what the use cases need of the store ----------------------------------------------------------
 
 
-class ProjectStore(Protocol):
+class ProjectReads(Protocol):
+    """A project and its settings, as they are."""
+
+    async def get_project(self, project_id: int) -> Project | None: ...
+
+    async def get_event_retention(self, project_id: int) -> int | None: ...
+
+    async def get_experiment_stats_defaults(self, project_id: int) -> dict[str, Any]: ...
+
+
+class ProjectStore(ProjectReads, Protocol):
     """A project and its settings."""
 
     async def create_project(self, name: str) -> Project: ...
 
-    async def get_project(self, project_id: int) -> Project | None: ...
-
     async def rename_project(self, project_id: int, name: str) -> Project | None: ...
 
-    async def get_event_retention(self, project_id: int) -> int | None: ...
-
     async def set_event_retention(self, project_id: int, days: int | None) -> bool: ...
-
-    async def get_experiment_stats_defaults(self, project_id: int) -> dict[str, Any]: ...
 
     async def set_experiment_stats_defaults(
         self, project_id: int, defaults: dict[str, Any]
@@ -265,24 +273,39 @@ async def create_project(caller: Caller[ProjectStore], body: ProjectInput) -> Cr
     return CreatedProject(project, secret)
 
 
+async def find_project(store: ProjectReads, project_id: int) -> Project | None:
+    """Project ``project_id``, if there is one."""
+    return await store.get_project(project_id)
+
+
+async def event_retention(store: ProjectReads, project_id: int) -> int | None:
+    """Days the project keeps events; None: forever."""
+    return await store.get_event_retention(project_id)
+
+
+async def experiment_stats_defaults(store: ProjectReads, project_id: int) -> dict[str, Any]:
+    """The ``stats_config`` fields a new experiment of the project takes when it leaves them
+    out ({}: PostHog's)."""
+    return await store.get_experiment_stats_defaults(project_id)
+
+
 async def list_projects(caller: Caller[ProjectStore]) -> list[Project]:
     """The caller's project (a principal acts in one)."""
-    project = await caller.store.get_project(caller.project_id)
+    project = await find_project(caller.store, caller.project_id)
     return [project] if project is not None else []
 
 
 async def project_settings(caller: Caller[ProjectStore]) -> ProjectSettings:
     """The project with its settings (event retention, experiments' stats defaults)."""
-    project = existing(await caller.store.get_project(caller.project_id), "project")
+    project = existing(await find_project(caller.store, caller.project_id), "project")
     return await _settings(caller, project)
 
 
 async def _settings(caller: Caller[ProjectStore], project: Project) -> ProjectSettings:
-    store = caller.store
     return ProjectSettings(
         project,
-        await store.get_event_retention(caller.project_id),
-        await store.get_experiment_stats_defaults(caller.project_id),
+        await event_retention(caller.store, caller.project_id),
+        await experiment_stats_defaults(caller.store, caller.project_id),
     )
 
 

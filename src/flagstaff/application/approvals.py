@@ -182,8 +182,26 @@ def policy_input(body: Any) -> ApprovalPolicyInput:
         raise ApiError(400, "required", "enabled (true or false) is required", "enabled") from None
 
 
+async def current_policy(store: ApprovalReads, project_id: int) -> ApprovalPolicy:
+    """The project's approval policy, as it is."""
+    return await store.approval_policy(project_id)
+
+
+async def change_requests(
+    store: ApprovalReads,
+    project_id: int,
+    status: RequestStatus | None,
+    flag_id: int | None,
+    limit: int,
+    offset: int,
+) -> Page:
+    """The project's change requests, newest first (``status`` and ``flag_id`` filtering):
+    how many, and one page, as stored."""
+    return await store.list_change_requests(project_id, status, flag_id, limit, offset)
+
+
 async def get_policy(caller: Caller[ApprovalStore]) -> ApprovalPolicy:
-    return await caller.store.approval_policy(caller.project_id)
+    return await current_policy(caller.store, caller.project_id)
 
 
 async def set_policy(caller: Caller[ApprovalStore], body: ApprovalPolicyInput) -> ApprovalPolicy:
@@ -271,9 +289,7 @@ async def list_requests(
 ) -> RequestPage:
     """Newest first, ``status`` and ``flag_id`` filtering: the total and one page, pending
     requests with their flag as it is now (what approving would change)."""
-    page = await caller.store.list_change_requests(
-        caller.project_id, status, flag_id, limit, offset
-    )
+    page = await change_requests(caller.store, caller.project_id, status, flag_id, limit, offset)
     flags: dict[int | None, FeatureFlag | None] = {}
     results = []
     for found in page.results:

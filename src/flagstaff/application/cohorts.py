@@ -26,19 +26,24 @@ from flagstaff.store.records import Cohort, CohortDefinition, Page
 __all__ = [
     "CohortCsvInput",
     "CohortInput",
+    "CohortReads",
     "CohortStore",
     "DistinctIds",
+    "MemberSampleReads",
     "add_members",
     "cohort_from",
     "cohort_input",
     "cohort_json",
+    "cohorts_page",
     "create_cohort",
     "csv_cohort_input",
     "delete_cohort",
     "distinct_ids_input",
     "existing_cohort",
+    "find_cohort",
     "list_cohorts",
     "list_members",
+    "member_sample",
     "remove_members",
     "update_cohort",
     "upload_members",
@@ -173,12 +178,24 @@ def _property_group_problem(group: Any, path: str) -> tuple[str, str] | None:
 # use cases ----------------------------------------------------------------------------------
 
 
-class CohortStore(Protocol):
-    """What the cohort use cases read and write."""
+class CohortReads(Protocol):
+    """The project's cohorts, as they are."""
 
     async def list_cohorts(self, project_id: int, limit: int, offset: int) -> Page: ...
 
     async def get_cohort(self, project_id: int, cohort_id: int) -> Cohort | None: ...
+
+
+class MemberSampleReads(Protocol):
+    """The first distinct ids of a static cohort."""
+
+    async def static_member_sample(
+        self, project_id: int, cohort_id: int, limit: int
+    ) -> list[str]: ...
+
+
+class CohortStore(CohortReads, Protocol):
+    """What the cohort use cases read and write."""
 
     async def create_cohort(
         self, project_id: int, cohort: CohortDefinition, source: ChangeSource | None = None
@@ -202,14 +219,31 @@ def cohort_json(cohort: Cohort) -> dict[str, Any]:
     return msgspec.to_builtins(cohort)
 
 
+async def cohorts_page(store: CohortReads, project_id: int, limit: int, offset: int) -> Page:
+    """A page of the project's cohorts (:class:`Cohort` records), newest first."""
+    return await store.list_cohorts(project_id, limit, offset)
+
+
+async def find_cohort(store: CohortReads, project_id: int, cohort_id: int) -> Cohort | None:
+    """The project's cohort ``cohort_id`` as stored, if any."""
+    return await store.get_cohort(project_id, cohort_id)
+
+
+async def member_sample(
+    store: MemberSampleReads, project_id: int, cohort_id: int, limit: int
+) -> list[str]:
+    """The first ``limit`` distinct ids of a static cohort, in order."""
+    return await store.static_member_sample(project_id, cohort_id, limit)
+
+
 async def list_cohorts(caller: Caller[CohortStore], limit: int, offset: int) -> Page:
     """A page of the project's cohorts (:class:`Cohort` records), newest first."""
-    return await caller.store.list_cohorts(caller.project_id, limit, offset)
+    return await cohorts_page(caller.store, caller.project_id, limit, offset)
 
 
 async def existing_cohort(caller: Caller[CohortStore], cohort_id: int) -> Cohort:
     """The project's cohort ``cohort_id``; 404 when it has none."""
-    return existing(await caller.store.get_cohort(caller.project_id, cohort_id), "cohort")
+    return existing(await find_cohort(caller.store, caller.project_id, cohort_id), "cohort")
 
 
 async def create_cohort(caller: Caller[CohortStore], data: CohortInput) -> Cohort:

@@ -31,7 +31,7 @@ from flagstaff.application.surveys import (
     stored_flag,
 )
 from flagstaff.flags.records import FeatureFlag
-from flagstaff.store.records import Conflict, FlagWrite, Page
+from flagstaff.store.records import Conflict, Enrolled, FlagWrite, Page
 from flagstaff.surveys import early_access
 from flagstaff.surveys.early_access import (
     EarlyAccessFeature,
@@ -44,13 +44,18 @@ from flagstaff.surveys.model import format_datetime
 __all__ = [
     "EarlyAccessFeatureInput",
     "EarlyAccessStore",
+    "EnrollmentReads",
     "FeaturePage",
+    "FeatureReads",
     "ShownFeature",
     "create_feature",
     "delete_feature",
+    "enrolled_persons",
+    "enrollment_counts",
     "feature_flag",
     "feature_json",
     "feature_of",
+    "features_page",
     "find_feature",
     "list_features",
     "public_stages",
@@ -87,8 +92,8 @@ class FeaturePage(msgspec.Struct, frozen=True):
     results: list[ShownFeature]
 
 
-class EarlyAccessStore(FlagStore, Protocol):
-    """What the early access use cases need of the store."""
+class FeatureReads(Protocol):
+    """The project's features, as they are."""
 
     async def list_early_access_features(
         self, project_id: int, limit: int, offset: int
@@ -97,6 +102,18 @@ class EarlyAccessStore(FlagStore, Protocol):
     async def get_early_access_feature(
         self, project_id: int, feature_id: str
     ) -> EarlyAccessFeature | None: ...
+
+
+class EnrollmentReads(Protocol):
+    """Who opted in to a feature (``person_enrollments``, kept by ingestion)."""
+
+    async def enrolled_persons(self, project_id: int, flag_key: str, limit: int) -> Enrolled: ...
+
+    async def enrollment_counts(self, project_id: int, flag_keys: list[str]) -> dict[str, int]: ...
+
+
+class EarlyAccessStore(FlagStore, FeatureReads, Protocol):
+    """What the early access use cases need of the store."""
 
     async def early_access_feature_of_flag(self, project_id: int, flag_id: int) -> str | None: ...
 
@@ -151,15 +168,33 @@ def feature_json(shown: ShownFeature) -> dict[str, Any]:
     return out
 
 
-async def find_feature(
-    store: EarlyAccessStore, project_id: int, feature_id: str
-) -> EarlyAccessFeature:
+async def find_feature(store: FeatureReads, project_id: int, feature_id: str) -> EarlyAccessFeature:
     """Feature ``feature_id`` of the project, or a 404."""
     what = "early access feature"
     feature = await store.get_early_access_feature(project_id, record_id(feature_id, what))
     if feature is None:
         raise ApiError(404, "not_found", f"no such {what}")
     return feature
+
+
+async def features_page(store: FeatureReads, project_id: int, limit: int, offset: int) -> Page:
+    """A page of the project's features (:class:`EarlyAccessFeature` records), newest first."""
+    return await store.list_early_access_features(project_id, limit, offset)
+
+
+async def enrolled_persons(
+    store: EnrollmentReads, project_id: int, flag_key: str, limit: int
+) -> Enrolled:
+    """Persons enrolled through the feature's flag ``flag_key``: how many, and a distinct id
+    of each of the newest ``limit``."""
+    return await store.enrolled_persons(project_id, flag_key, limit)
+
+
+async def enrollment_counts(
+    store: EnrollmentReads, project_id: int, flag_keys: list[str]
+) -> dict[str, int]:
+    """Per flag key, how many persons are enrolled (0 for none)."""
+    return await store.enrollment_counts(project_id, flag_keys)
 
 
 async def feature_of(caller: Caller[EarlyAccessStore], feature_id: str) -> ShownFeature:
@@ -170,7 +205,7 @@ async def feature_of(caller: Caller[EarlyAccessStore], feature_id: str) -> Shown
 
 async def list_features(caller: Caller[EarlyAccessStore], limit: int, offset: int) -> FeaturePage:
     """A page of the project's features, newest first, with their flags."""
-    page = await caller.store.list_early_access_features(caller.project_id, limit, offset)
+    page = await features_page(caller.store, caller.project_id, limit, offset)
     shown = [await shown_feature(caller.store, caller.project_id, f) for f in page.results]
     return FeaturePage(page.count, shown)
 

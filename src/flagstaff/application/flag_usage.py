@@ -150,12 +150,47 @@ def variant_keys(filters: Mapping[str, Any]) -> list[str]:
     return [str(v.get("key")) for v in multivariate.get("variants") or [] if v.get("key")]
 
 
-class UsageStore(Protocol):
+class LastSeenReads(Protocol):
+    async def flag_last_seen(self, project_id: int, keys: list[str]) -> dict[str, int]: ...
+
+
+class UsageStore(LastSeenReads, Protocol):
     async def flag_value_checks(
         self, project_id: int, flag_key: str, since_day: int
     ) -> list[ValueChecks]: ...
 
-    async def flag_last_seen(self, project_id: int, keys: list[str]) -> dict[str, int]: ...
+
+class DailyReads(Protocol):
+    async def flag_daily_checks(
+        self, project_id: int, since_day: int, keys: list[str]
+    ) -> list[DailyChecks]: ...
+
+
+async def last_seen(store: LastSeenReads, project_id: int, keys: Sequence[str]) -> dict[str, int]:
+    """The last check ever of each of these flags (never checked: left out)."""
+    return await store.flag_last_seen(project_id, list(keys))
+
+
+async def daily_checks(
+    store: DailyReads, project_id: int, keys: Sequence[str], now_ms: int
+) -> list[DailyChecks]:
+    """These flags' checks per UTC day over the :data:`WINDOW_DAYS` days ending today, values
+    added together (the rollup rows; :func:`daily_counts` adds them up)."""
+    return await store.flag_daily_checks(project_id, first_day(now_ms), list(keys))
+
+
+async def window_checks(
+    store: UsageStore, project_id: int, flag: FeatureFlag, now_ms: int
+) -> FlagChecks:
+    """The flag's checks per value over the :data:`WINDOW_DAYS` days ending today; its last
+    check is read apart (any time) only when the window has none."""
+    key = flag.key
+    rows = await store.flag_value_checks(project_id, key, first_day(now_ms))
+    checks = flag_checks(rows, now_ms, variant_keys(flag.filters))
+    if checks.last_seen_ms is None:
+        seen = await last_seen(store, project_id, [key])
+        checks = msgspec.structs.replace(checks, last_seen_ms=seen.get(key))
+    return checks
 
 
 class FlagUsage(msgspec.Struct, frozen=True):

@@ -143,11 +143,15 @@ class FlagWrites(Protocol):
     ) -> FeatureFlag: ...  # fmt: skip
 
 
-class FlagStore(FlagWrites, HoldStore, Protocol):
-    """What the flag writes use: the flags, their versions, and what the approval hold reads
-    (the policy) and writes (a change request)."""
+class VersionReads(Protocol):
+    """A flag's stored versions (what rollback restores)."""
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]: ...
+
+
+class FlagStore(FlagWrites, VersionReads, HoldStore, Protocol):
+    """What the flag writes use: the flags, their versions, and what the approval hold reads
+    (the policy) and writes (a change request)."""
 
 
 FlagOutcome = FeatureFlag | Held | Unchanged
@@ -155,15 +159,48 @@ FlagOutcome = FeatureFlag | Held | Unchanged
 became (:class:`Held`) or the flag as it was (:class:`Unchanged`)."""
 
 
-class FlagReads(Protocol):
+class FlagLookup(Protocol):
+    """Reading one flag."""
+
     async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
+
+class FlagReads(FlagLookup, Protocol):
     async def list_flags(self, project_id: int, limit: int, offset: int) -> Page: ...
+
+
+async def find_flag(store: FlagLookup, project_id: int, flag_id: int) -> FeatureFlag | None:
+    """The project's flag ``flag_id`` as stored (a deleted one too), None when it has none."""
+    return await store.get_flag(project_id, flag_id)
 
 
 async def existing_flag(caller: Caller[FlagReads], flag_id: int) -> FeatureFlag:
     """The project's flag ``flag_id``; 404 when it has none."""
-    return existing(await caller.store.get_flag(caller.project_id, flag_id), "feature flag")
+    return existing(await find_flag(caller.store, caller.project_id, flag_id), "feature flag")
+
+
+async def flag_versions(store: VersionReads, project_id: int, flag_id: int) -> list[FlagVersion]:
+    """The flag's stored versions (the console's history page; rollback reads them too)."""
+    return await store.flag_versions(project_id, flag_id)
+
+
+class DefinitionReads(Protocol):
+    """The project's definitions as /flags compiles them (flags, cohorts and group types in
+    PostHog's JSON), and the version every flag, cohort and group type write moves."""
+
+    async def definitions_version(self, project_id: int) -> int: ...
+
+    async def definitions(self, project_id: int) -> Definitions: ...
+
+
+async def definitions_version(store: DefinitionReads, project_id: int) -> int:
+    """The project's definitions version (moved by every flag, cohort and group type write)."""
+    return await store.definitions_version(project_id)
+
+
+async def project_definitions(store: DefinitionReads, project_id: int) -> Definitions:
+    """The project's flags, cohorts and group types as /flags compiles them."""
+    return await store.definitions(project_id)
 
 
 async def list_flags(caller: Caller[FlagReads], limit: int, offset: int) -> Page:
@@ -215,7 +252,7 @@ async def rollback_flag(
 ) -> FlagOutcome:
     """Restore an earlier version of the flag: an ordinary update (same validation, same
     optimistic version check) recorded as ``rolled_back``."""
-    history = await caller.store.flag_versions(caller.project_id, current.id)
+    history = await flag_versions(caller.store, caller.project_id, current.id)
     try:
         plan = plan_rollback(current.id, history, flag_json(current), data.version)
     except RollbackError as exc:
@@ -253,7 +290,15 @@ def scheduled_change_input(body: Any) -> ScheduledChangeInput:
     return decode_worded(ScheduledChangeInput, body, _SCHEDULE_WORDING)
 
 
-class ScheduleStore(FlagStore, Protocol):
+class ScheduleReads(Protocol):
+    """The project's scheduled changes."""
+
+    async def list_scheduled_changes(
+        self, project_id: int, flag_id: int | None
+    ) -> list[ScheduledChange]: ...
+
+
+class ScheduleStore(FlagStore, ScheduleReads, Protocol):
     """What scheduling reads and writes: the flag, and the scheduled changes."""
 
     async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
@@ -262,10 +307,6 @@ class ScheduleStore(FlagStore, Protocol):
         self, project_id: int, flag_id: int, operation: Operation, payload: dict[str, Any],
         run_at_ms: int, created_by: int | None, now_ms: int,
     ) -> ScheduledChange: ...  # fmt: skip
-
-    async def list_scheduled_changes(
-        self, project_id: int, flag_id: int | None
-    ) -> list[ScheduledChange]: ...
 
     async def delete_scheduled_change(self, project_id: int, change_id: int) -> bool: ...
 
@@ -285,11 +326,18 @@ def scheduled_json(change: ScheduledChange) -> dict[str, Any]:
     }
 
 
+async def scheduled_changes(
+    store: ScheduleReads, project_id: int, flag_id: int | None
+) -> list[ScheduledChange]:
+    """The project's scheduled changes (of one flag unless None), soonest first."""
+    return await store.list_scheduled_changes(project_id, flag_id)
+
+
 async def list_scheduled_changes(
     caller: Caller[ScheduleStore], flag_id: int | None
 ) -> list[ScheduledChange]:
     """The project's scheduled changes (of one flag unless None), soonest first."""
-    return await caller.store.list_scheduled_changes(caller.project_id, flag_id)
+    return await scheduled_changes(caller.store, caller.project_id, flag_id)
 
 
 async def create_scheduled_change(

@@ -14,31 +14,52 @@ from flagstaff.application.errors import ApiError, existing
 from flagstaff.application.wording import decode_worded
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.common.limits import MAX_GROUP_TYPES
-from flagstaff.store.records import EventQuery, Group, Page, Person, StoredEvent, Warning
+from flagstaff.store.records import (
+    EventQuery,
+    Group,
+    Page,
+    Person,
+    PersonRow,
+    StoredEvent,
+    Usage,
+    Warning,
+)
 
 __all__ = [
+    "CountReads",
     "EventsPage",
     "GroupPage",
     "GroupType",
     "GroupTypeInput",
     "MappedGroupType",
+    "PeopleReads",
     "PeopleStore",
+    "PersonScan",
     "WarningPage",
     "create_group_type",
     "event_cursor",
     "event_json",
     "events_page",
+    "events_per_minute",
     "find_group",
     "find_person",
     "group_json",
     "group_type_input",
     "group_type_json",
+    "group_type_names",
     "list_group_types",
     "list_groups",
     "list_warnings",
+    "matching_groups",
+    "newest_events",
     "parse_event_cursor",
     "person_json",
+    "persons_after",
+    "project_usage",
+    "stored_group",
+    "stored_person",
     "warning_json",
+    "warnings_page",
 ]
 
 
@@ -132,9 +153,8 @@ def group_type_input(body: Any) -> GroupTypeInput:
 # use cases ----------------------------------------------------------------------------------
 
 
-class PeopleStore(Protocol):
-    """What the persons, groups, group types, events and warnings views read (and the group
-    type mapping writes)."""
+class PeopleReads(Protocol):
+    """What the persons, groups, group types, events and warnings views read."""
 
     async def get_person(self, project_id: int, distinct_id: str) -> Person | None: ...
 
@@ -143,8 +163,6 @@ class PeopleStore(Protocol):
     ) -> Group | None: ...
 
     async def list_group_types(self, project_id: int) -> dict[int, str]: ...
-
-    async def create_group_type(self, project_id: int, index: int, name: str) -> bool: ...
 
     async def list_events(self, project_id: int, query: EventQuery) -> list[StoredEvent]: ...
 
@@ -155,14 +173,93 @@ class PeopleStore(Protocol):
     ) -> list[Group]: ...
 
 
+class PeopleStore(PeopleReads, Protocol):
+    """The views' reads, and the group type mapping's write."""
+
+    async def create_group_type(self, project_id: int, index: int, name: str) -> bool: ...
+
+
+class CountReads(Protocol):
+    """The counts the console's settings and live events pages show."""
+
+    async def project_usage(self, project_id: int, cap: int) -> Usage: ...
+
+    async def events_per_minute(
+        self, project_id: int, start_ms: int, minutes: int, cap: int
+    ) -> list[int]: ...
+
+
+class PersonScan(Protocol):
+    """The persons in id order (what counting a dynamic cohort's members walks)."""
+
+    async def scan_persons(
+        self, project_id: int, after_id: int, limit: int, static_cohorts: bool
+    ) -> list[PersonRow]: ...
+
+
+async def stored_person(store: PeopleReads, project_id: int, distinct_id: str) -> Person | None:
+    """The person behind ``distinct_id``, if any."""
+    return await store.get_person(project_id, distinct_id)
+
+
+async def stored_group(store: PeopleReads, project_id: int, index: int, key: str) -> Group | None:
+    """The group of type ``index`` with that key, if any."""
+    return await store.get_group(project_id, index, key)
+
+
+async def group_type_names(store: PeopleReads, project_id: int) -> dict[int, str]:
+    """The project's group type names by index."""
+    return await store.list_group_types(project_id)
+
+
+async def matching_groups(
+    store: PeopleReads, project_id: int, index: int, search: str, limit: int, offset: int
+) -> list[Group]:
+    """Up to ``limit`` groups of type ``index`` by key from ``offset``, those whose key
+    contains ``search`` (any case)."""
+    return await store.list_groups(project_id, index, search, limit, offset)
+
+
+async def newest_events(
+    store: PeopleReads, project_id: int, query: EventQuery
+) -> list[StoredEvent]:
+    """The events ``query`` selects, newest first, at most ``query.limit``."""
+    return await store.list_events(project_id, query)
+
+
+async def warnings_page(store: PeopleReads, project_id: int, limit: int, offset: int) -> Page:
+    """How many ingestion warnings the project has, and one page of them, newest first."""
+    return await store.list_warnings(project_id, limit, offset)
+
+
+async def project_usage(store: CountReads, project_id: int, cap: int) -> Usage:
+    """Counts of the project's data; events and persons counted up to ``cap``."""
+    return await store.project_usage(project_id, cap)
+
+
+async def events_per_minute(
+    store: CountReads, project_id: int, start_ms: int, minutes: int, cap: int
+) -> list[int]:
+    """Events by timestamp in each minute from ``start_ms``, each counted up to ``cap``."""
+    return await store.events_per_minute(project_id, start_ms, minutes, cap)
+
+
+async def persons_after(
+    store: PersonScan, project_id: int, after_id: int, limit: int, static_cohorts: bool
+) -> list[PersonRow]:
+    """Up to ``limit`` persons with an id above ``after_id``, in id order (with their static
+    cohorts when ``static_cohorts``)."""
+    return await store.scan_persons(project_id, after_id, limit, static_cohorts)
+
+
 async def find_person(caller: Caller[PeopleStore], distinct_id: str) -> Person | None:
     """The person behind ``distinct_id``, if any."""
-    return await caller.store.get_person(caller.project_id, distinct_id)
+    return await stored_person(caller.store, caller.project_id, distinct_id)
 
 
 async def find_group(caller: Caller[PeopleStore], index: int, key: str) -> Group:
     """The group of type ``index`` with that key; a 404 when there is none."""
-    return existing(await caller.store.get_group(caller.project_id, index, key), "group")
+    return existing(await stored_group(caller.store, caller.project_id, index, key), "group")
 
 
 MAX_GROUP_SEARCH = 400
@@ -184,13 +281,13 @@ async def list_groups(
         raise ApiError(
             400, "invalid_input", f"search has at most {MAX_GROUP_SEARCH} characters", "search"
         )
-    rows = await caller.store.list_groups(caller.project_id, index, search, limit + 1, offset)
+    rows = await matching_groups(caller.store, caller.project_id, index, search, limit + 1, offset)
     return GroupPage(rows[:limit], len(rows) > limit)
 
 
 async def list_group_types(caller: Caller[PeopleStore]) -> list[GroupType]:
     """The project's group types by index."""
-    types = await caller.store.list_group_types(caller.project_id)
+    types = await group_type_names(caller.store, caller.project_id)
     return [GroupType(i, name) for i, name in sorted(types.items())]
 
 
@@ -251,8 +348,8 @@ class EventsPage(msgspec.Struct, frozen=True):
 async def events_page(caller: Caller[PeopleStore], query: EventQuery) -> EventsPage:
     """One page of events, newest first (at most ``query.limit``), and the cursor of the next
     page."""
-    rows = await caller.store.list_events(
-        caller.project_id, msgspec.structs.replace(query, limit=query.limit + 1)
+    rows = await newest_events(
+        caller.store, caller.project_id, msgspec.structs.replace(query, limit=query.limit + 1)
     )
     more = len(rows) > query.limit
     rows = rows[: query.limit]
@@ -268,5 +365,5 @@ class WarningPage(msgspec.Struct, frozen=True):
 
 async def list_warnings(caller: Caller[PeopleStore], limit: int, offset: int) -> WarningPage:
     """How many warnings the project has and one page of them, newest first."""
-    page = await caller.store.list_warnings(caller.project_id, limit, offset)
+    page = await warnings_page(caller.store, caller.project_id, limit, offset)
     return WarningPage(page.count, list(page.results))

@@ -44,6 +44,7 @@ __all__ = [
     "SurveyCounts",
     "SurveyInput",
     "SurveyPage",
+    "SurveyReads",
     "SurveyStore",
     "advance_iterations",
     "all_survey_stats",
@@ -58,12 +59,14 @@ __all__ = [
     "record_id",
     "shown_survey",
     "stored_flag",
+    "survey_aggregates",
     "survey_json",
     "survey_of",
     "survey_stats",
     "survey_stats_json",
     "survey_summary",
     "survey_summary_json",
+    "surveys_page",
     "update_survey",
 ]
 
@@ -146,12 +149,20 @@ class FlagStore(Protocol):
     async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None: ...
 
 
-class SurveyStore(FlagStore, Protocol):
-    """What the survey use cases need of the store."""
+class SurveyReads(Protocol):
+    """The project's surveys and their answers' aggregates, as they are."""
 
     async def list_surveys(self, project_id: int, limit: int, offset: int) -> Page: ...
 
     async def get_survey(self, project_id: int, survey_id: str) -> Survey | None: ...
+
+    async def survey_aggregates(
+        self, project_id: int, survey_ids: list[str] | None
+    ) -> dict[str, stats.SurveyStats]: ...
+
+
+class SurveyStore(FlagStore, SurveyReads, Protocol):
+    """What the survey use cases need of the store."""
 
     async def survey_names(self, project_id: int) -> set[str]: ...
 
@@ -173,10 +184,6 @@ class SurveyStore(FlagStore, Protocol):
         *,
         source: ChangeSource | None = None,
     ) -> None: ...
-
-    async def survey_aggregates(
-        self, project_id: int, survey_ids: list[str] | None
-    ) -> dict[str, stats.SurveyStats]: ...
 
 
 def _now() -> datetime:
@@ -244,9 +251,21 @@ def survey_json(shown: ShownSurvey) -> dict[str, Any]:
     return survey_shape(shown.survey, flags)
 
 
-async def find_survey(store: SurveyStore, project_id: int, survey_id: str) -> Survey:
+async def find_survey(store: SurveyReads, project_id: int, survey_id: str) -> Survey:
     """Survey ``survey_id`` of the project, or a 404."""
     return existing(await store.get_survey(project_id, record_id(survey_id, "survey")), "survey")
+
+
+async def surveys_page(store: SurveyReads, project_id: int, limit: int, offset: int) -> Page:
+    """A page of the project's surveys (:class:`Survey` records), newest first."""
+    return await store.list_surveys(project_id, limit, offset)
+
+
+async def survey_aggregates(
+    store: SurveyReads, project_id: int, survey_ids: list[str] | None
+) -> dict[str, stats.SurveyStats]:
+    """The answers' aggregates of these surveys (None: all the project's), by survey id."""
+    return await store.survey_aggregates(project_id, survey_ids)
 
 
 async def survey_of(caller: Caller[SurveyStore], survey_id: str) -> ShownSurvey:
@@ -257,7 +276,7 @@ async def survey_of(caller: Caller[SurveyStore], survey_id: str) -> ShownSurvey:
 
 async def list_surveys(caller: Caller[SurveyStore], limit: int, offset: int) -> SurveyPage:
     """A page of the project's surveys, newest first, with their flags."""
-    page = await caller.store.list_surveys(caller.project_id, limit, offset)
+    page = await surveys_page(caller.store, caller.project_id, limit, offset)
     shown = [await shown_survey(caller.store, caller.project_id, s) for s in page.results]
     return SurveyPage(page.count, shown)
 
@@ -425,7 +444,7 @@ async def advance_iterations(
 async def survey_stats(caller: Caller[SurveyStore], survey_id: str) -> SurveyCounts:
     """The survey's event counts."""
     survey = await find_survey(caller.store, caller.project_id, survey_id)
-    aggregates = await caller.store.survey_aggregates(caller.project_id, [survey.id])
+    aggregates = await survey_aggregates(caller.store, caller.project_id, [survey.id])
     return SurveyCounts(survey, aggregates.get(survey.id) or stats.SurveyStats())
 
 
@@ -442,7 +461,7 @@ def survey_stats_json(counts: SurveyCounts) -> dict[str, Any]:
 
 async def all_survey_stats(caller: Caller[SurveyStore]) -> AllSurveyCounts:
     """The event counts over every survey of the project."""
-    aggregates = await caller.store.survey_aggregates(caller.project_id, None)
+    aggregates = await survey_aggregates(caller.store, caller.project_id, None)
     return AllSurveyCounts(stats.merge(aggregates.values()), len(aggregates))
 
 
@@ -463,7 +482,7 @@ async def survey_summary(
     survey = await find_survey(caller.store, caller.project_id, survey_id)
     if question_id is not None and not any(q.get("id") == question_id for q in survey.questions):
         raise ApiError(400, "invalid_input", "no question has this id", "question_id")
-    aggregates = await caller.store.survey_aggregates(caller.project_id, [survey.id])
+    aggregates = await survey_aggregates(caller.store, caller.project_id, [survey.id])
     state = aggregates.get(survey.id) or stats.SurveyStats()
     return SurveyAnswers(survey, state, question_id=question_id, limit=limit, offset=offset)
 

@@ -40,9 +40,11 @@ __all__ = [
     "create_webhook",
     "created_webhook_json",
     "delete_webhook",
+    "deliveries_page",
     "get_webhook",
     "list_deliveries",
     "list_webhooks",
+    "project_webhooks",
     "redeliver",
     "update_webhook",
     "updated_webhook_json",
@@ -161,8 +163,20 @@ def _changes(body: WebhookInput | WebhookUpdate) -> dict[str, Any]:
     return out
 
 
+async def project_webhooks(store: WebhookReads, project_id: int) -> list[Webhook]:
+    """The project's webhooks, as they are."""
+    return await store.list_webhooks(project_id)
+
+
+async def deliveries_page(
+    store: WebhookReads, project_id: int, webhook_id: int, limit: int, offset: int
+) -> Page:
+    """A webhook's deliveries, newest first: how many, and one page."""
+    return await store.list_deliveries(project_id, webhook_id, limit, offset)
+
+
 async def list_webhooks(caller: Caller[WebhookStore]) -> list[Webhook]:
-    return await caller.store.list_webhooks(caller.project_id)
+    return await project_webhooks(caller.store, caller.project_id)
 
 
 async def get_webhook(caller: Caller[WebhookStore], webhook_id: int) -> Webhook:
@@ -220,7 +234,7 @@ async def list_deliveries(
 ) -> Page:
     """A webhook's deliveries, newest first: how many, and one page."""
     found = await get_webhook(caller, webhook_id)
-    return await caller.store.list_deliveries(caller.project_id, found.id, limit, offset)
+    return await deliveries_page(caller.store, caller.project_id, found.id, limit, offset)
 
 
 async def redeliver(caller: Caller[WebhookStore], webhook_id: int, delivery_id: int) -> Delivery:
