@@ -11,7 +11,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from flagstaff.activity.approvals import ApprovalPolicy, ChangeRequest, RequestStatus
-from flagstaff.application.approvals import ApprovalReads
+from flagstaff.application.approvals import ApprovalReads, change_requests, current_policy
+from flagstaff.application.flags import find_flag
 from flagstaff.console import review_views
 from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
@@ -33,23 +34,23 @@ class ApprovalData(Protocol):
 
 
 class StoreApprovalData:
-    """The page's reads over the approvals' read protocol (decisions and the policy are
-    changed through the management API's use cases, ``application/approvals.py``)."""
+    """The page's reads, through the approvals' reads (``application/approvals.py``, whose
+    use cases the management API calls to decide and to change the policy)."""
 
     def __init__(self, store: ApprovalReads) -> None:
         self.store = store
 
     async def approval_policy(self, project_id: int) -> ApprovalPolicy:
-        return await self.store.approval_policy(project_id)
+        return await current_policy(self.store, project_id)
 
     async def change_requests(
         self, project_id: int, status: RequestStatus | None, limit: int
     ) -> list[ChangeRequest]:
-        page = await self.store.list_change_requests(project_id, status, None, limit, 0)
+        page = await change_requests(self.store, project_id, status, None, limit, 0)
         return list(page.results)
 
     async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
-        return await self.store.get_flag(project_id, flag_id)
+        return await find_flag(self.store, project_id, flag_id)
 
 
 def approval_routes(pages: ConsolePages, data: ApprovalData) -> list[BaseRoute]:

@@ -70,7 +70,7 @@ class StoreEarlyAccessData:
         self.console = console
 
     async def features(self, project_id: int) -> list[EarlyAccessFeature]:
-        page = await self.store.list_early_access_features(project_id, MAX_LISTED, 0)
+        page = await features.features_page(self.store, project_id, MAX_LISTED, 0)
         return list(page.results)
 
     async def feature(self, project_id: int, feature_id: str) -> EarlyAccessFeature | None:
@@ -90,10 +90,10 @@ class StoreEarlyAccessData:
         )
 
     async def enrolled(self, project_id: int, flag_key: str) -> Enrolled:
-        return await self.store.enrolled_persons(project_id, flag_key, ENROLLED_SHOWN)
+        return await features.enrolled_persons(self.store, project_id, flag_key, ENROLLED_SHOWN)
 
     async def enrolled_counts(self, project_id: int, flag_keys: list[str]) -> dict[str, int]:
-        return await self.store.enrollment_counts(project_id, flag_keys)
+        return await features.enrollment_counts(self.store, project_id, flag_keys)
 
 
 def early_access_routes(pages: ConsolePages, data: EarlyAccessData) -> list[BaseRoute]:

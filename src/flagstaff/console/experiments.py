@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
-from flagstaff.application import experiments
+from flagstaff.application import accounts, experiments, flags, people
 from flagstaff.application.errors import ApiError
 from flagstaff.common.clock import minute_text
 from flagstaff.console import experiment_views
@@ -120,19 +120,19 @@ class StoreExperimentData:
         return Results(experiments.results_json(record.id, results), summary.exposure_days)
 
     async def flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
-        return await self.store.get_flag(project_id, flag_id)
+        return await flags.find_flag(self.store, project_id, flag_id)
 
     async def multivariate_flags(self, project_id: int) -> list[str]:
         return experiments.eligible_flag_keys(await self.console.list_flags(project_id))
 
     async def stats_defaults(self, project_id: int) -> dict[str, Any]:
-        return await self.store.get_experiment_stats_defaults(project_id)
+        return await accounts.experiment_stats_defaults(self.store, project_id)
 
     async def events_seen(self, project_id: int) -> EventsSeen:
         cached = self._seen.get(project_id)
         if cached is not None and time.monotonic() - cached[0] < EVENTS_SEEN_TTL_S:
             return cached[1]
-        rows = await self.store.list_events(project_id, EventQuery(limit=EVENT_SCAN))
+        rows = await people.newest_events(self.store, project_id, EventQuery(limit=EVENT_SCAN))
         events: set[str] = set()
         properties: set[str] = set()
         for row in rows:

@@ -1,16 +1,16 @@
-"""The console's read views (:class:`~flagstaff.console.routes.ConsoleData`) over the store."""
+"""The console's read views (:class:`~flagstaff.console.routes.ConsoleData`) over the
+application layer's reads (``application/``); what is the console's own here is presentation:
+the definitions and compiled flags cached per definitions version, the rows pages show."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
-from flagstaff.application import flag_usage
+from flagstaff.application import accounts, flag_usage, flags, people
 from flagstaff.application.activity import flag_history
 from flagstaff.application.flag_usage import FlagChecks
 from flagstaff.application.flags import (
@@ -39,44 +39,37 @@ class StoreConsoleData:
         self._compiled_flags: dict[int, tuple[int, CompiledFlags]] = {}
 
     async def project(self, project_id: int) -> ProjectInfo | None:
-        project = await self.store.get_project(project_id)
+        project = await accounts.find_project(self.store, project_id)
         return ProjectInfo(project.id, project.name) if project else None
 
     async def definitions(self, project_id: int) -> Definitions:
         """The project's flags, cohorts and group types, read again only when its definitions
         version moved (every flag, cohort and group type write moves it): with 1,000 flags,
         decoding them is most of a page's time. Callers must not change what they get."""
-        version = await self.store.definitions_version(project_id)
+        version = await flags.definitions_version(self.store, project_id)
         cached = self._definitions.get(project_id)
         if cached is None or cached.version != version:
-            cached = self._definitions[project_id] = await self.store.definitions(project_id)
+            cached = await flags.project_definitions(self.store, project_id)
+            self._definitions[project_id] = cached
         return cached
 
     async def list_flags(self, project_id: int) -> list[dict[str, Any]]:
         return (await self.definitions(project_id)).flags
 
     async def get_flag(self, project_id: int, flag_id: int) -> FeatureFlag | None:
-        return await self.store.get_flag(project_id, flag_id)
+        return await flags.find_flag(self.store, project_id, flag_id)
 
     async def flag_last_seen(self, project_id: int, keys: Sequence[str]) -> dict[str, int]:
-        return await self.store.flag_last_seen(project_id, list(keys))
+        return await flag_usage.last_seen(self.store, project_id, keys)
 
     async def flag_usage(
         self, project_id: int, now_ms: int, keys: Sequence[str]
     ) -> dict[str, FlagUsage]:
-        rows = await self.store.flag_daily_checks(
-            project_id, flag_usage.first_day(now_ms), list(keys)
-        )
+        rows = await flag_usage.daily_checks(self.store, project_id, keys, now_ms)
         return usage.usage_by_flag(rows, {}, now_ms)
 
     async def flag_checks(self, project_id: int, flag: FeatureFlag, now_ms: int) -> FlagChecks:
-        key = flag.key
-        rows = await self.store.flag_value_checks(project_id, key, flag_usage.first_day(now_ms))
-        checks = flag_usage.flag_checks(rows, now_ms, flag_usage.variant_keys(flag.filters))
-        if checks.last_seen_ms is None:
-            seen = await self.store.flag_last_seen(project_id, [key])
-            checks = msgspec.structs.replace(checks, last_seen_ms=seen.get(key))
-        return checks
+        return await flag_usage.window_checks(self.store, project_id, flag, now_ms)
 
     async def group_types(self, project_id: int) -> dict[int, str]:
         mapping = (await self.definitions(project_id)).group_type_mapping
@@ -88,7 +81,8 @@ class StoreConsoleData:
 
     async def property_keys(self, project_id: int) -> list[str]:
         """Person properties set and event properties sent by the newest events."""
-        rows = await self.store.list_events(project_id, EventQuery(limit=PROPERTY_SCAN_EVENTS))
+        query = EventQuery(limit=PROPERTY_SCAN_EVENTS)
+        rows = await people.newest_events(self.store, project_id, query)
         found: set[str] = set()
         for row in rows:
             for name in ("$set", "$set_once"):
@@ -102,7 +96,7 @@ class StoreConsoleData:
         return await flag_history(self.store, project_id, flag_id, 1000)
 
     async def flag_versions(self, project_id: int, flag_id: int) -> list[FlagVersion]:
-        return await self.store.flag_versions(project_id, flag_id)
+        return await flags.flag_versions(self.store, project_id, flag_id)
 
     async def explain_flag(
         self,
@@ -125,10 +119,10 @@ class StoreConsoleData:
             raise ValueError(str(exc)) from None
 
     async def scheduled_changes(self, project_id: int, flag_id: int) -> list[ScheduledChange]:
-        return await self.store.list_scheduled_changes(project_id, flag_id)
+        return await flags.scheduled_changes(self.store, project_id, flag_id)
 
     async def person(self, project_id: int, distinct_id: str) -> Person | None:
-        return await self.store.get_person(project_id, distinct_id)
+        return await people.stored_person(self.store, project_id, distinct_id)
 
     async def person_flags(self, project_id: int, distinct_id: str) -> list[PersonFlag]:
         """Every active flag's value for the person, as /flags answers (the engine, compiled
@@ -163,7 +157,9 @@ class StoreConsoleData:
         return rows
 
     async def events_per_minute(self, project_id: int, start_ms: int, minutes: int) -> list[int]:
-        return await self.store.events_per_minute(project_id, start_ms, minutes, EVENT_CHART_CAP)
+        return await people.events_per_minute(
+            self.store, project_id, start_ms, minutes, EVENT_CHART_CAP
+        )
 
     def _compiled(self, project_id: int, definitions: Definitions) -> CompiledFlags:
         cached = self._compiled_flags.get(project_id)
@@ -177,9 +173,8 @@ class StoreConsoleData:
     async def recent_events(
         self, project_id: int, event: str | None, distinct_id: str | None, limit: int
     ) -> list[EventRow]:
-        rows = await self.store.list_events(
-            project_id, EventQuery(distinct_id=distinct_id, event=event, limit=limit)
-        )
+        query = EventQuery(distinct_id=distinct_id, event=event, limit=limit)
+        rows = await people.newest_events(self.store, project_id, query)
         return [
             EventRow(
                 uuid=e.uuid,

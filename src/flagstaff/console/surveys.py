@@ -65,7 +65,7 @@ class StoreSurveyData:
         self._property_keys = property_keys
 
     async def surveys(self, project_id: int) -> list[Survey]:
-        return list((await self.store.list_surveys(project_id, MAX_LISTED, 0)).results)
+        return list((await surveys.surveys_page(self.store, project_id, MAX_LISTED, 0)).results)
 
     async def survey(self, project_id: int, survey_id: str) -> Survey | None:
         try:
@@ -76,7 +76,7 @@ class StoreSurveyData:
     async def aggregates(
         self, project_id: int, survey_ids: list[str] | None
     ) -> dict[str, stats.SurveyStats]:
-        return await self.store.survey_aggregates(project_id, survey_ids)
+        return await surveys.survey_aggregates(self.store, project_id, survey_ids)
 
     async def shown_survey(self, project_id: int, survey: Survey) -> ShownSurvey:
         return await surveys.shown_survey(self.store, project_id, survey)

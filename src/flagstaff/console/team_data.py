@@ -1,11 +1,13 @@
-"""What the team pages read (:class:`TeamData`), and its implementation over the store."""
+"""What the team pages read (:class:`TeamData`), and its implementation over the application
+layer's reads (``application/``)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Protocol
 
-from flagstaff.application.cohorts import cohort_json
+from flagstaff.application import accounts, people
+from flagstaff.application.cohorts import cohort_json, cohorts_page, find_cohort, member_sample
 from flagstaff.application.flags import request_from_store
 from flagstaff.console.cohort_counts import COUNT_BATCH, COUNT_SCAN_LIMIT, CohortCounter
 from flagstaff.console.team_views import NO_COUNTS, DynamicCounts
@@ -77,25 +79,25 @@ class StoreTeamData:
         self._quotas = (flag_quota, event_quota)
 
     async def project(self, project_id: int) -> Project | None:
-        return await self.store.get_project(project_id)
+        return await accounts.find_project(self.store, project_id)
 
     async def usage(self, project_id: int) -> Usage:
-        return await self.store.project_usage(project_id, USAGE_COUNT_CAP)
+        return await people.project_usage(self.store, project_id, USAGE_COUNT_CAP)
 
     async def event_retention(self, project_id: int) -> int | None:
-        return await self.store.get_event_retention(project_id)
+        return await accounts.event_retention(self.store, project_id)
 
     async def experiment_stats_defaults(self, project_id: int) -> dict[str, Any]:
-        return await self.store.get_experiment_stats_defaults(project_id)
+        return await accounts.experiment_stats_defaults(self.store, project_id)
 
     def quotas(self) -> tuple[int, int]:
         return self._quotas
 
     async def cohorts(self, project_id: int) -> list[Cohort]:
-        return list((await self.store.list_cohorts(project_id, 10_000, 0)).results)
+        return list((await cohorts_page(self.store, project_id, 10_000, 0)).results)
 
     async def cohort(self, project_id: int, cohort_id: int) -> Cohort | None:
-        return await self.store.get_cohort(project_id, cohort_id)
+        return await find_cohort(self.store, project_id, cohort_id)
 
     async def dynamic_counts(
         self, project_id: int, cohorts: list[Cohort], only: list[int] | None = None
@@ -111,8 +113,8 @@ class StoreTeamData:
         after, complete = 0, False
         try:
             while counter.scanned < COUNT_SCAN_LIMIT:
-                batch = await self.store.scan_persons(
-                    project_id, after, COUNT_BATCH, counter.uses_static
+                batch = await people.persons_after(
+                    self.store, project_id, after, COUNT_BATCH, counter.uses_static
                 )
                 counter.add(batch)
                 if len(batch) < COUNT_BATCH:
@@ -125,20 +127,20 @@ class StoreTeamData:
         return counter.result(complete)
 
     async def static_members(self, project_id: int, cohort_id: int) -> list[str]:
-        return await self.store.static_member_sample(project_id, cohort_id, STATIC_MEMBERS_SHOWN)
+        return await member_sample(self.store, project_id, cohort_id, STATIC_MEMBERS_SHOWN)
 
     async def group_types(self, project_id: int) -> dict[int, str]:
-        return await self.store.list_group_types(project_id)
+        return await people.group_type_names(self.store, project_id)
 
     async def groups(
         self, project_id: int, group_type_index: int, search: str, offset: int
     ) -> list[Group]:
-        return await self.store.list_groups(
-            project_id, group_type_index, search, GROUPS_PER_PAGE + 1, offset
+        return await people.matching_groups(
+            self.store, project_id, group_type_index, search, GROUPS_PER_PAGE + 1, offset
         )
 
     async def group(self, project_id: int, group_type_index: int, key: str) -> Group | None:
-        return await self.store.get_group(project_id, group_type_index, key)
+        return await people.stored_group(self.store, project_id, group_type_index, key)
 
     async def group_flags(
         self, project_id: int, group_type_name: str, group_type_index: int, key: str
@@ -166,4 +168,4 @@ class StoreTeamData:
         return rows
 
     async def warnings(self, project_id: int, limit: int, offset: int) -> Page:
-        return await self.store.list_warnings(project_id, limit, offset)
+        return await people.warnings_page(self.store, project_id, limit, offset)

@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
 from flagstaff.activity.webhooks import Delivery, Webhook
-from flagstaff.application.webhooks import WebhookReads
+from flagstaff.application.webhooks import WebhookReads, deliveries_page, project_webhooks
 from flagstaff.console import review_views
 from flagstaff.console.page import Page, page_route
 from flagstaff.console.routes import ConsolePages
@@ -27,17 +27,17 @@ class WebhookData(Protocol):
 
 
 class StoreWebhookData:
-    """The page's reads over the webhooks' read protocol (changes are made through the
-    management API's use cases, ``application/webhooks.py``)."""
+    """The page's reads, through the webhooks' reads (``application/webhooks.py``, whose use
+    cases the management API calls to change them)."""
 
     def __init__(self, store: WebhookReads) -> None:
         self.store = store
 
     async def webhooks(self, project_id: int) -> list[Webhook]:
-        return await self.store.list_webhooks(project_id)
+        return await project_webhooks(self.store, project_id)
 
     async def deliveries(self, project_id: int, webhook_id: int, limit: int) -> list[Delivery]:
-        page = await self.store.list_deliveries(project_id, webhook_id, limit, 0)
+        page = await deliveries_page(self.store, project_id, webhook_id, limit, 0)
         return list(page.results)
 
 
