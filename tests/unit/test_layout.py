@@ -194,6 +194,47 @@ def test_a_handler_calling_the_store_is_found() -> None:
     assert _store_calls(source) == ["2: ctx.store.list_flags"]
 
 
+def _console_store_calls(source: str) -> list[str]:
+    """Calls of a method on a store (``self.store.get_flag(...)``, ``store.list_events(...)``,
+    ``data.store.x(...)``): anything named ``store`` whose method is called."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if (isinstance(owner, ast.Name) and owner.id == "store") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "store"
+            ):
+                found.append(f"{node.lineno}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_console_reads_the_store_only_through_use_cases() -> None:
+    """The console's pages and their data classes read through the application layer
+    (``application/``'s read functions and use cases): no console module calls a method on a
+    store itself."""
+    offenders = {
+        str(path.relative_to(PACKAGE)): calls
+        for path in sorted((PACKAGE / "console").rglob("*.py"))
+        if (calls := _console_store_calls(path.read_text()))
+    }
+    assert not offenders, offenders
+
+
+def test_a_console_store_call_is_found() -> None:
+    source = (
+        "async def f(self, store, data):\n"
+        "    await self.store.get_flag(1, 2)\n"
+        "    await store.list_events(1, q)\n"
+        "    await data.store.definitions(1)\n"
+        "    await people.stored_person(self.store, 1, 'd')\n"
+    )
+    assert _console_store_calls(source) == [
+        "2: self.store.get_flag",
+        "3: store.list_events",
+        "4: data.store.definitions",
+    ]
+
+
 def test_no_module_imports_another_modules_private_names() -> None:
     """``from flagstaff.x import _name`` reaches into another module's privates: what two
     modules share is public in one of them."""
