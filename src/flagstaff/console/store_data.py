@@ -1,6 +1,6 @@
-"""The console's read views (:class:`~flagstaff.console.routes.ConsoleData`) over the
-application layer's reads (``application/``); what is the console's own here is presentation:
-the definitions and compiled flags cached per definitions version, the rows pages show."""
+"""The console's read views (:class:`~flagstaff.console.routes.ConsoleData`), read through the
+application layer (``application/``). What is the console's own here is presentation: the
+definitions and compiled flags kept per definitions version, and the rows its pages show."""
 
 from __future__ import annotations
 
