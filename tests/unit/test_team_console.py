@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from flagstaff.accounts.records import Membership, Role, User
+from flagstaff.application.accounts import Member
 from flagstaff.console import charts, team_views
 from flagstaff.console.cohort_counts import CohortCounter
 from flagstaff.console.routes import ConsoleSettings, console_routes
@@ -40,7 +41,11 @@ def test_member_rows_sorted_with_you_and_admin_count() -> None:
     ada = User(1, "ada@example.com", "h", 0, last_login_ms=NOW)
     bob = User(2, "bob@example.com", "h", 0)
     rows = team_views.member_rows(
-        [(bob, Membership(2, 1, Role.ADMIN, 5)), (ada, Membership(1, 1, Role.VIEWER, 3))], 1
+        [
+            Member(bob, Membership(2, 1, Role.ADMIN, 5)),
+            Member(ada, Membership(1, 1, Role.VIEWER, 3)),
+        ],
+        1,
     )
     assert [(r.email, r.role, r.is_you) for r in rows] == [
         ("ada@example.com", "viewer", True),

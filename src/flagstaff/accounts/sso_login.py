@@ -124,3 +124,18 @@ async def finish(
         sync.user.id, new.token_hash, new.created_at_ms, end, ip, user_agent[:400]
     )
     return SignedIn(sync.user, new, pending.next_path, sync)
+
+
+async def record_refusal(
+    store: AccountStore, config: SsoConfig, refused: Refused, now_ms: int
+) -> None:
+    """Keep a refused sign-in that reached the provider in the activity log: who (when the
+    provider said), the issuer, and why."""
+    await store.record_sso_refusal(
+        config.project_id,
+        refused.user,
+        refused.name,
+        config.issuer,
+        f"{refused.refusal.value}: {refused.reason}",
+        now_ms,
+    )

@@ -23,7 +23,7 @@ import msgspec
 from flagstaff.accounts import passwords
 from flagstaff.accounts.api_keys import key_json
 from flagstaff.accounts.records import ApiKeyInfo, Membership, Role, User
-from flagstaff.accounts.roles import can_revoke_key
+from flagstaff.accounts.roles import Principal, can_revoke_key
 from flagstaff.accounts.store import AccountStore
 from flagstaff.accounts.users import email_problem, normalize_email
 from flagstaff.application.context import Caller
@@ -342,8 +342,28 @@ async def update_project(caller: Caller[ProjectStore], body: ProjectUpdate) -> P
 # members -----------------------------------------------------------------------------------------
 
 
+class MemberReads(Protocol):
+    """What reading a project's members, their keys and a user's projects needs."""
+
+    async def list_members(self, project_id: int) -> list[tuple[User, Membership]]: ...
+
+    async def list_memberships(self, user_id: int) -> list[Membership]: ...
+
+    async def list_keys(self, project_id: int, user_id: int | None) -> list[ApiKeyInfo]: ...
+
+
+async def project_members(accounts: MemberReads, project_id: int) -> list[Member]:
+    """The project's members (the API's list and the console's members page)."""
+    return [Member(u, m) for u, m in await accounts.list_members(project_id)]
+
+
+async def memberships(accounts: MemberReads, user_id: int) -> list[Membership]:
+    """The projects a user belongs to, with their role in each (a console sign-in's choice)."""
+    return await accounts.list_memberships(user_id)
+
+
 async def list_members(caller: Caller[object]) -> list[Member]:
-    return [Member(u, m) for u, m in await caller.accounts.list_members(caller.project_id)]
+    return await project_members(caller.accounts, caller.project_id)
 
 
 async def _user(accounts: AccountStore, email: str, password: str | None) -> tuple[User, bool]:
@@ -437,15 +457,52 @@ async def end_sessions(caller: Caller[object], user_id: int) -> int:
 # personal API keys -------------------------------------------------------------------------------
 
 
-async def list_keys(caller: Caller[object]) -> list[ApiKeyInfo]:
-    """Admins (and a key without a user) see every key of the project, others their own;
-    newest first."""
-    principal = caller.principal
+async def keys_seen_by(
+    accounts: MemberReads, project_id: int, principal: Principal
+) -> list[ApiKeyInfo]:
+    """Admins (and a key without a user) see every key of the project, others their own."""
     everyone = principal.user_id is None or principal.role is Role.ADMIN
-    keys = await caller.accounts.list_keys(
-        caller.project_id, None if everyone else principal.user_id
-    )
+    return await accounts.list_keys(project_id, None if everyone else principal.user_id)
+
+
+async def list_keys(caller: Caller[object]) -> list[ApiKeyInfo]:
+    """The keys the caller sees (:func:`keys_seen_by`), newest first."""
+    keys = await keys_seen_by(caller.accounts, caller.project_id, caller.principal)
     return sorted(keys, key=lambda k: -k.id)
+
+
+# a person's own password and sessions (the console's account page, logging out) ------------
+
+
+class PasswordStore(Protocol):
+    async def set_password_hash(self, user_id: int, password_hash: str) -> None: ...
+
+    async def delete_user_sessions(self, user_id: int, keep_session_id: int | None) -> int: ...
+
+
+async def change_password(
+    accounts: PasswordStore, user: User, keep_session_id: int, current: str, new: str
+) -> int:
+    """Set the user's new password once the current one is checked and the new one is strong
+    enough (else a 400 naming the field); the user's other sessions end. How many ended."""
+    if not passwords.verify_password(user.password_hash, current).ok:
+        raise ApiError(
+            400, "invalid_input", "The current password is not right.", "current_password"
+        )
+    weakness = passwords.password_problem(new)
+    if weakness is not None:
+        raise ApiError(400, "invalid_input", weakness.capitalize() + ".", "new_password")
+    await accounts.set_password_hash(user.id, passwords.hash_password(new))
+    return await accounts.delete_user_sessions(user.id, keep_session_id)
+
+
+class SessionEnd(Protocol):
+    async def delete_session(self, token_hash: str) -> None: ...
+
+
+async def log_out(accounts: SessionEnd, token_hash: str) -> None:
+    """End one console session (its token's hash)."""
+    await accounts.delete_session(token_hash)
 
 
 async def create_key(caller: Caller[object], body: PersonalApiKeyInput) -> CreatedKey:

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from flagstaff.activity.approvals import ApprovalPolicy, ChangeRequest, RequestStatus
+from flagstaff.application import accounts as account_cases
 from flagstaff.application.approvals import ApprovalReads, change_requests, current_policy
 from flagstaff.application.flags import find_flag
 from flagstaff.console import review_views
@@ -57,7 +58,8 @@ def approval_routes(pages: ConsolePages, data: ApprovalData) -> list[BaseRoute]:
     async def approvals_page(request: Request, page: Page) -> Response:
         principal, project = page.principal, page.project
         now = pages.clock()
-        emails = {u.id: u.email for u, _ in await pages.accounts.list_members(project.id)}
+        members = await account_cases.project_members(pages.accounts, project.id)
+        emails = {m.user.id: m.user.email for m in members}
         pending = await data.change_requests(project.id, RequestStatus.PENDING, MAX_PENDING)
         recent = [
             r

@@ -26,6 +26,8 @@ from flagstaff.accounts.store import AccountStore
 from flagstaff.activity.records import StoredActivity
 from flagstaff.activity.rollback import FlagVersion
 from flagstaff.activity.scheduled import ScheduledChange
+from flagstaff.application import accounts as account_cases
+from flagstaff.application.errors import ApiError
 from flagstaff.application.flag_usage import FlagChecks
 from flagstaff.common.clock import now_ms
 from flagstaff.console import charts, paging, usage, views
@@ -204,7 +206,7 @@ class ConsolePages:
             return _redirect(f"/login?next={quote(target, safe='')}")
         wanted = request.query_params.get("project")
         project_id = int(wanted) if wanted and wanted.isdigit() else None
-        memberships = await self.accounts.list_memberships(auth.user.id)
+        memberships = await account_cases.memberships(self.accounts, auth.user.id)
         principal = console_session.principal_for(auth, memberships, project_id)
         project = await self.data.project(principal.project_id) if principal else None
         if principal is None or project is None:
@@ -299,7 +301,7 @@ class ConsolePages:
                 return error_page(
                     auth, 403, "Not logged out", "The form expired; reload and try again."
                 )
-            await self.accounts.delete_session(sessions.hash_session_token(token))
+            await account_cases.log_out(self.accounts, sessions.hash_session_token(token))
         response = _redirect("/login")
         response.headers.append(
             "set-cookie", cookies.clear_cookie(cookies.SESSION_COOKIE, self._secure(request))
@@ -376,14 +378,11 @@ class ConsolePages:
     async def _account_page(
         self, page: Page, message: str = "", failed: bool = False, status: int = 200
     ) -> Response:
-        auth, project = page.auth, page.project
+        project = page.project
         admin = page.can(Action.MANAGE)
-        keys = await self.accounts.list_keys(project.id, None if admin else auth.user.id)
-        owners = (
-            {u.id: u.email for u, _ in await self.accounts.list_members(project.id)}
-            if admin
-            else {}
-        )
+        keys = await account_cases.keys_seen_by(self.accounts, project.id, page.principal)
+        members = await account_cases.project_members(self.accounts, project.id) if admin else []
+        owners = {m.user.id: m.user.email for m in members}
         return page.render(
             "account.html",
             "account",
@@ -413,16 +412,16 @@ class ConsolePages:
         )
         if problem is not None:
             return await self._account_page(page, "The form expired; try again.", True, 403)
-        if not passwords.verify_password(
-            auth.user.password_hash, form.get("current_password", "")
-        ).ok:
-            return await self._account_page(page, "The current password is not right.", True, 400)
-        new = form.get("new_password", "")
-        weakness = passwords.password_problem(new)
-        if weakness is not None:
-            return await self._account_page(page, weakness.capitalize() + ".", True, 400)
-        await self.accounts.set_password_hash(auth.user.id, passwords.hash_password(new))
-        ended = await self.accounts.delete_user_sessions(auth.user.id, auth.session.id)
+        try:
+            ended = await account_cases.change_password(
+                self.accounts,
+                auth.user,
+                auth.session.id,
+                form.get("current_password", ""),
+                form.get("new_password", ""),
+            )
+        except ApiError as refused:
+            return await self._account_page(page, refused.detail, True, refused.status)
         note = f" {ended} other session(s) were logged out." if ended else ""
         return await self._account_page(page, "Your password was changed." + note)
 

@@ -127,14 +127,7 @@ class SsoPages:
             if isinstance(outcome, sso_login.SignedIn):
                 return self._signed_in(request, outcome)
             refused = outcome
-        await self.pages.accounts.record_sso_refusal(
-            self.config.project_id,
-            refused.user,
-            refused.name,
-            self.config.issuer,
-            f"{refused.refusal.value}: {refused.reason}",
-            now,
-        )
+        await sso_login.record_refusal(self.pages.accounts, self.config, refused, now)
         return self._refused(request, refused)
 
     def _signed_in(self, request: Request, done: sso_login.SignedIn) -> Response:

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from flagstaff.accounts.roles import Action
+from flagstaff.application import accounts as account_cases
 from flagstaff.console import team_views, views
 from flagstaff.console.page import Page, found_numbered, page_route
 from flagstaff.console.routes import ConsolePages, redirect
@@ -39,7 +40,7 @@ class TeamPages:
 
     async def members(self, request: Request, page: Page) -> Response:
         auth, project = page.auth, page.project
-        members = await self.pages.accounts.list_members(project.id)
+        members = await account_cases.project_members(self.pages.accounts, project.id)
         rows = team_views.member_rows(members, auth.user.id)
         return page.render(
             "members.html",

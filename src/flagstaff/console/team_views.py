@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from flagstaff.accounts.records import Membership, Role, User
+from flagstaff.accounts.records import Role
+from flagstaff.application.accounts import Member
 from flagstaff.console.views import FilterModel, filter_model
 from flagstaff.ingest import validate
 from flagstaff.store.base import Usage, Warning
@@ -28,7 +29,7 @@ class MemberRow(msgspec.Struct, frozen=True):
     single_sign_on: bool = False
 
 
-def member_rows(members: Iterable[tuple[User, Membership]], me: int) -> list[MemberRow]:
+def member_rows(members: Iterable[Member], me: int) -> list[MemberRow]:
     """Members by email."""
     rows = [
         MemberRow(
@@ -40,7 +41,7 @@ def member_rows(members: Iterable[tuple[User, Membership]], me: int) -> list[Mem
             u.id == me,
             u.oidc_issuer is not None,
         )
-        for u, m in members
+        for u, m in ((member.user, member.membership) for member in members)
     ]
     return sorted(rows, key=lambda r: r.email)
 
