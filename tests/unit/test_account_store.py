@@ -11,8 +11,8 @@ from msgspec.structs import replace
 from flagstaff.accounts.records import LoginAttempt, Role
 from flagstaff.activity.records import Activity, Actor, ChangeSource, Scope
 from flagstaff.activity.scheduled import Operation
-from flagstaff.application.flags import flag_from_input
-from flagstaff.server.jobs import housekeeping, run_due_changes
+from flagstaff.application.accounts import housekeeping
+from flagstaff.application.flags import flag_from_input, run_due_changes
 from flagstaff.store.base import Conflict
 from tests.unit.test_store_contract import TOKEN, Factory, backend, run
 

@@ -243,6 +243,36 @@ def test_a_console_store_call_is_found() -> None:
     ]
 
 
+_LIFECYCLE = {"open", "close", "ping"}
+"""What a command or a job may ask of the store itself: opening, closing and checking it."""
+
+
+def test_the_cli_and_the_jobs_reach_the_store_only_through_use_cases() -> None:
+    """A command and a background job (scheduled changes, sessions' housekeeping, webhook
+    deliveries, the guardrail watch) call the application layer; of the store they only open,
+    close and ping it. The retention pass is the store's own maintenance and is not one of
+    these."""
+    adapters = [
+        *sorted((PACKAGE / "cli").glob("*.py")),
+        *(PACKAGE / "server" / name for name in _JOBS),
+    ]
+    offenders = {
+        str(path.relative_to(PACKAGE)): calls
+        for path in adapters
+        if (
+            calls := [
+                call
+                for call in _console_store_calls(path.read_text())
+                if call.rsplit(".", 1)[1] not in _LIFECYCLE
+            ]
+        )
+    }
+    assert not offenders, offenders
+
+
+_JOBS = ("jobs.py", "webhook_delivery.py", "guardrail_watch.py")
+
+
 def test_no_module_imports_another_modules_private_names() -> None:
     """``from flagstaff.x import _name`` reaches into another module's privates: what two
     modules share is public in one of them."""

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from flagstaff.accounts import passwords
+from flagstaff.accounts import passwords, sessions, throttle
 from flagstaff.accounts.api_keys import key_json
 from flagstaff.accounts.records import ApiKeyInfo, Membership, Role, User
 from flagstaff.accounts.roles import Principal, can_revoke_key
@@ -289,6 +289,15 @@ async def experiment_stats_defaults(store: ProjectReads, project_id: int) -> dic
     return await store.get_experiment_stats_defaults(project_id)
 
 
+class ProjectList(Protocol):
+    async def list_projects(self) -> list[Project]: ...
+
+
+async def all_projects(store: ProjectList) -> list[Project]:
+    """Every project of the node, oldest first (the operator's CLI)."""
+    return await store.list_projects()
+
+
 async def list_projects(caller: Caller[ProjectStore]) -> list[Project]:
     """The caller's project (a principal acts in one)."""
     project = await find_project(caller.store, caller.project_id)
@@ -407,14 +416,23 @@ async def add_member(caller: Caller[object], body: MemberInput) -> AddedMember:
 
 
 async def join_project(
-    accounts: AccountStore, email: str, password: str, role: Role, project_id: int
+    accounts: AccountStore,
+    email: str,
+    password: str,
+    role: Role,
+    project_id: int,
+    *,
+    break_glass: bool = False,
 ) -> tuple[User, bool]:
     """The user with ``email``, a member of ``project_id`` with ``role`` (an existing member
     keeps their role), created with ``password`` when absent: ``flagstaff user create`` and the
-    console's first admin at start. Returns the user and whether it was created."""
+    console's first admin at start. ``break_glass``: the user may log in by password even when
+    single sign-on is the only way in. Returns the user and whether it was created."""
     user, created = await _user(accounts, email, password)
     if created or await accounts.get_membership(user.id, project_id) is None:
         await accounts.set_membership(user.id, project_id, role, clock.now_ms())
+    if break_glass:
+        await accounts.set_break_glass(user.id)
     return user, created
 
 
@@ -532,3 +550,24 @@ async def revoke_key(caller: Caller[object], key_id: int) -> None:
         raise ApiError(403, "permission_denied", problem)
     if not key.revoked:
         await caller.accounts.revoke_key(caller.project_id, key_id, clock.now_ms(), caller.source)
+
+
+# housekeeping --------------------------------------------------------------------------------
+
+
+class Housekeeping(Protocol):
+    async def delete_expired_sessions(self, now_ms: int, idle_before_ms: int) -> int: ...
+
+    async def prune_login_attempts(self, before_ms: int) -> int: ...
+
+
+async def housekeeping(
+    accounts: Housekeeping,
+    now_ms: int,
+    session_policy: sessions.SessionPolicy = sessions.DEFAULT_POLICY,
+    throttle_policy: throttle.ThrottlePolicy = throttle.DEFAULT_THROTTLE,
+) -> None:
+    """Delete sessions past their lifetime or idle timeout, and login attempts the throttle
+    no longer counts."""
+    await accounts.delete_expired_sessions(now_ms, now_ms - session_policy.idle_timeout_ms)
+    await accounts.prune_login_attempts(now_ms - throttle_policy.window_ms)

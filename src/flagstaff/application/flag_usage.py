@@ -193,6 +193,16 @@ async def window_checks(
     return checks
 
 
+class UsageRebuild(Protocol):
+    async def recompute_flag_usage(self, project_id: int) -> int: ...
+
+
+async def recompute_usage(store: UsageRebuild, project_id: int) -> int:
+    """Rebuild the project's flag usage from its stored ``$feature_flag_called`` events
+    (after an upgrade: the history); how many events were read."""
+    return await store.recompute_flag_usage(project_id)
+
+
 class FlagUsage(msgspec.Struct, frozen=True):
     """A flag's checks over the ``days`` the API was asked for, and its last check (any
     time)."""

@@ -11,6 +11,8 @@ written. The explanation itself is pure: ``flags/explain.py``."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -43,6 +45,7 @@ from flagstaff.flags import EvalRequest, validate_flag
 from flagstaff.flags.explain import Explanation, explain
 from flagstaff.flags.records import FeatureFlag, FlagDefinition, flag_json
 from flagstaff.flags.request import group_keys, group_properties_for, person_properties_for
+from flagstaff.ops import logs
 from flagstaff.store.records import Definitions, FlagContext, Page
 
 # the flag body ------------------------------------------------------------------------------
@@ -412,6 +415,36 @@ async def run_scheduled_change(store: DueChangeStore, change: ScheduledChange) -
     except (Conflict, NotFound) as exc:
         return str(exc)
     return None
+
+
+CLAIM_BATCH = 50
+"""Due changes claimed by one poll."""
+
+
+class DueChangesStore(DueChangeStore, Protocol):
+    """What running the due changes needs: claiming them, and recording a failure."""
+
+    async def claim_due_changes(self, now_ms: int, limit: int) -> list[ScheduledChange]: ...
+
+    async def fail_scheduled_change(self, change_id: int, failure: str) -> None: ...
+
+
+async def run_due_changes(
+    store: DueChangesStore, now_ms: int, on_change: Callable[[], object] = lambda: None
+) -> int:
+    """Claim what is due (a change is claimed by exactly one worker or node) and apply each
+    (:func:`run_scheduled_change`); a change that cannot apply keeps its failure for the API
+    to show. How many were claimed. ``on_change`` follows each applied change (the node's
+    change counter, so every worker serves it at once)."""
+    claimed = await store.claim_due_changes(now_ms, CLAIM_BATCH)
+    for change in claimed:
+        failure = await run_scheduled_change(store, change)
+        if failure is None:
+            on_change()
+        else:
+            await store.fail_scheduled_change(change.id, failure)
+            logs.log(logging.WARNING, "scheduled change failed", id=change.id, failure=failure)
+    return len(claimed)
 
 
 # explain ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ the ``*_json`` functions here."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Protocol
 
 import msgspec
@@ -242,6 +243,20 @@ async def events_per_minute(
 ) -> list[int]:
     """Events by timestamp in each minute from ``start_ms``, each counted up to ``cap``."""
     return await store.events_per_minute(project_id, start_ms, minutes, cap)
+
+
+class EventExport(Protocol):
+    def iter_events(
+        self, project_id: int, since_ms: int | None, batch: int = 1000
+    ) -> AsyncIterator[list[StoredEvent]]: ...
+
+
+def exported_events(
+    store: EventExport, project_id: int, since_ms: int | None
+) -> AsyncIterator[list[StoredEvent]]:
+    """The project's stored events from ``since_ms`` (all: None), oldest first, in batches
+    (``flagstaff events export``)."""
+    return store.iter_events(project_id, since_ms, 1000)
 
 
 async def persons_after(

@@ -9,14 +9,19 @@ an admin can point one at any address the server reaches (see ``docs/operations.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Protocol
 
 import msgspec
 
 from flagstaff.activity.records import ChangeSource, Scope
 from flagstaff.activity.webhooks import (
+    RETRY_DELAYS_S,
+    TIMEOUT_S,
     Delivery,
     Webhook,
+    after_attempt,
     new_webhook_secret,
     webhook_json,
     webhook_url_problem,
@@ -27,6 +32,7 @@ from flagstaff.application.inputs import UNSET, UnsetType, given
 from flagstaff.common import clock
 from flagstaff.common.clock import ms_to_iso
 from flagstaff.store.base import Conflict, Page
+from flagstaff.store.webhook_rows import ClaimedDelivery
 
 __all__ = [
     "MAX_DESCRIPTION",
@@ -250,3 +256,51 @@ async def redeliver(caller: Caller[WebhookStore], webhook_id: int, delivery_id: 
     if again is None:
         raise ApiError(404, "not_found", "no such delivery")
     return again
+
+
+# delivering ------------------------------------------------------------------------------------
+
+DELIVERY_BATCH = 20
+"""Due deliveries claimed by one poll."""
+LEASE_MS = int(TIMEOUT_S * 1000) * 6
+"""How long a claimed delivery is the claimer's: longer than a request may take, so no two
+workers send it at once; a worker that dies mid-send leaves it to be taken again after."""
+
+
+class Attempt(msgspec.Struct, frozen=True):
+    """What sending one delivery gave: the receiver's status (None: no answer), the error to
+    keep (empty when it took it), and how long it took."""
+
+    code: int | None
+    error: str
+    duration_ms: int
+
+
+class DeliveryQueue(Protocol):
+    async def claim_deliveries(
+        self, now_ms: int, limit: int, lease_ms: int
+    ) -> list[ClaimedDelivery]: ...
+
+    async def finish_delivery(self, delivery: Delivery, lease_token: str) -> bool: ...
+
+
+async def deliver_due(
+    queue: DeliveryQueue,
+    send: Callable[[ClaimedDelivery], Awaitable[Attempt]],
+    now_ms: int,
+    delays_s: Sequence[float] = RETRY_DELAYS_S,
+) -> int:
+    """Claim what is due (leased for :data:`LEASE_MS`), send it all at once, and record each
+    outcome and its next attempt (only the lease holder's outcome is kept); how many were
+    claimed."""
+    claimed = await queue.claim_deliveries(now_ms, DELIVERY_BATCH, LEASE_MS)
+
+    async def one(item: ClaimedDelivery) -> None:
+        sent = await send(item)
+        outcome = after_attempt(
+            item.delivery, sent.code, sent.error, clock.now_ms(), delays_s, sent.duration_ms
+        )
+        await queue.finish_delivery(outcome, item.lease_token)
+
+    await asyncio.gather(*(one(item) for item in claimed))
+    return len(claimed)

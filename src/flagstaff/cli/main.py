@@ -18,7 +18,7 @@ import msgspec
 from flagstaff import __version__
 from flagstaff.accounts.records import Role
 from flagstaff.accounts.roles import AuthMethod, Principal
-from flagstaff.application import accounts
+from flagstaff.application import accounts, flag_usage
 from flagstaff.application.context import Caller
 from flagstaff.application.errors import ApiError
 from flagstaff.common.clock import iso_to_ms
@@ -68,7 +68,7 @@ def _with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]]) -> T:
 
 
 async def _project_id(store: Store, wanted: int | None) -> int:
-    projects = await store.list_projects()
+    projects = await accounts.all_projects(store)
     if wanted is not None:
         if not any(p.id == wanted for p in projects):
             raise SystemExit(f"flagstaff: no project with id {wanted}")
@@ -139,7 +139,7 @@ def cmd_project_create(args: argparse.Namespace) -> int:
 
 def cmd_project_list(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    projects = _with_store(settings, lambda store: store.list_projects())
+    projects = _with_store(settings, accounts.all_projects)
     for p in projects:
         print(f"{p.id}\t{p.name}\t{p.api_token}\t{p.created_at}")
     return 0
@@ -208,12 +208,15 @@ def cmd_user_create(args: argparse.Namespace) -> int:
         project_id = await _project_id(store, args.project)
         try:
             user, created = await accounts.join_project(
-                store, args.email, password, Role(args.role), project_id
+                store,
+                args.email,
+                password,
+                Role(args.role),
+                project_id,
+                break_glass=args.break_glass,
             )
         except ApiError as exc:
             raise _refused(exc) from None
-        if args.break_glass:
-            await store.set_break_glass(user.id)
         state = "created" if created else "exists already (password unchanged)"
         glass = "; break-glass (password login even when single sign-on is the only way)"
         print(
@@ -340,7 +343,7 @@ def _since_ms(raw: str | None) -> int | None:
 
 
 def cmd_events_export(args: argparse.Namespace) -> int:
-    from flagstaff.application.people import event_json
+    from flagstaff.application.people import event_json, exported_events
 
     settings = _settings(args)
     since = _since_ms(args.since)
@@ -349,7 +352,7 @@ def cmd_events_export(args: argparse.Namespace) -> int:
     async def run(store: Store) -> int:
         project_id = await _project_id(store, args.project)
         n = 0
-        async for batch in store.iter_events(project_id, since, 1000):
+        async for batch in exported_events(store, project_id, since):
             out.write(b"".join(msgspec.json.encode(event_json(e)) + b"\n" for e in batch))
             n += len(batch)
         out.flush()
@@ -390,7 +393,7 @@ def cmd_flags_recompute_usage(args: argparse.Namespace) -> int:
 
     async def run(store: Store) -> str:
         project_id = await _project_id(store, args.project)
-        read = await store.recompute_flag_usage(project_id)
+        read = await flag_usage.recompute_usage(store, project_id)
         return f"project {project_id}: {read} $feature_flag_called events read"
 
     print(_with_store(settings, run))

@@ -1,36 +1,28 @@
-"""The webhook delivery job each worker runs: claim due deliveries with a lease, send them
-(httpx, async, signed), record the outcome and the next attempt (``activity/webhooks.py``).
+"""The webhook delivery job each worker runs: ``application/webhooks.deliver_due`` claims the
+due deliveries with a lease, this module sends them (httpx, async, signed; redirects not
+followed), and the outcome and the next attempt are recorded (``activity/webhooks.py``).
 
 Every worker (and every PostgreSQL node) polls; the store's claim leases each due row to one
-of them for :data:`LEASE_MS`, longer than a request may take, so a delivery is not sent by two
-at once; a worker that dies mid-send leaves its lease to expire and the row is taken again
-(receivers should drop an ``X-Flagstaff-Delivery`` id they have seen). Only the lease holder
-records an outcome. Redirects are not followed.
+of them, so a delivery is not sent by two at once; a worker that dies mid-send leaves its
+lease to expire and the row is taken again (receivers should drop an ``X-Flagstaff-Delivery``
+id they have seen). Only the lease holder records an outcome.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 
 import httpx
 
-from flagstaff.activity.webhooks import (
-    RETRY_DELAYS_S,
-    TIMEOUT_S,
-    Delivery,
-    after_attempt,
-    request_headers,
-)
+from flagstaff.activity.webhooks import RETRY_DELAYS_S, TIMEOUT_S, request_headers
+from flagstaff.application.webhooks import Attempt, deliver_due
 from flagstaff.common import clock
 from flagstaff.server.job_loop import run_forever
 from flagstaff.store.base import Store
 from flagstaff.store.webhook_rows import ClaimedDelivery
 
 POLL_SECONDS = 1.0
-CLAIM_BATCH = 20
-LEASE_MS = int(TIMEOUT_S * 1000) * 6
 ERROR_BODY_BYTES = 300
 """Of a failing answer's body, kept as the delivery's last error."""
 
@@ -55,10 +47,8 @@ async def _answer(client: httpx.AsyncClient, claimed: ClaimedDelivery) -> tuple[
         return r.status_code, f"answered {r.status_code}" + (f": {text}" if text else "")
 
 
-async def attempt(
-    client: httpx.AsyncClient, claimed: ClaimedDelivery, delays_s: Sequence[float]
-) -> Delivery:
-    """Send one delivery; its state after the attempt."""
+async def attempt(client: httpx.AsyncClient, claimed: ClaimedDelivery) -> Attempt:
+    """Send one delivery: what the receiver answered, and how long it took."""
     started = time.perf_counter()
     code: int | None
     try:
@@ -67,32 +57,16 @@ async def attempt(
         code, error = None, f"no answer within {TIMEOUT_S:g} s"
     except httpx.HTTPError as exc:
         code, error = None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    duration_ms = round((time.perf_counter() - started) * 1000)
-    now_ms = clock.now_ms()
-    return after_attempt(claimed.delivery, code, error, now_ms, delays_s, duration_ms)
-
-
-async def run_due_deliveries(
-    store: Store,
-    client: httpx.AsyncClient,
-    now_ms: int,
-    delays_s: Sequence[float] = RETRY_DELAYS_S,
-) -> int:
-    """Claim what is due and send it, all at once; how many were claimed."""
-    claimed = await store.claim_deliveries(now_ms, CLAIM_BATCH, LEASE_MS)
-
-    async def one(item: ClaimedDelivery) -> None:
-        outcome = await attempt(client, item, delays_s)
-        await store.finish_delivery(outcome, item.lease_token)
-
-    await asyncio.gather(*(one(item) for item in claimed))
-    return len(claimed)
+    return Attempt(code, error, round((time.perf_counter() - started) * 1000))
 
 
 async def deliveries_loop(store: Store, delays_s: Sequence[float] = RETRY_DELAYS_S) -> None:
     async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
 
+        async def send(claimed: ClaimedDelivery) -> Attempt:
+            return await attempt(client, claimed)
+
         async def step() -> None:
-            await run_due_deliveries(store, client, clock.now_ms(), delays_s)
+            await deliver_due(store, send, clock.now_ms(), delays_s)
 
         await run_forever(step, what="sending webhook deliveries", interval=POLL_SECONDS)
