@@ -40,6 +40,7 @@ from flagstaff.ingest.validate import (
 __all__ = [
     "TokenError",
     "client_ip",
+    "normalize_batch",
     "normalize_event",
     "parse_envelope",
     "parse_iso_ms",
@@ -60,6 +61,7 @@ _fromisoformat = datetime.fromisoformat
 _dumps = orjson.dumps
 _convert = msgspec.convert
 _ValidationError = msgspec.ValidationError
+_EVENTS = list[CaptureEvent]
 
 
 class TokenError(Exception):
@@ -104,24 +106,32 @@ def parse_envelope(payload: Any, query: Mapping[str, str]) -> Envelope:
         events = payload
     else:
         events = [payload]
+    fields: list[CaptureEvent] | None
+    try:  # every item in one call, the usual case (one refused item: each alone, later)
+        fields = _convert(events, _EVENTS)
+    except _ValidationError:
+        fields = None
     if token is None:
-        token = _events_token(events)
+        token = _events_token(events if fields is None else fields)
         if token is None:
             token = query.get("token")
             if token is None:
                 raise TokenError("missing_token", "request carries no project token (api_key)")
     if sent_at_ms is None:
         sent_at_ms = _query_sent_at_ms(query.get("_"))
-    return Envelope(_valid_token(token), events, historical, sent_at_ms)
+    return Envelope(_valid_token(token), events, historical, sent_at_ms, fields)
 
 
-def _events_token(events: list[Any]) -> Any:
+def _events_token(events: list[Any] | list[CaptureEvent]) -> Any:
     found: Any = None
     for item in events:
-        if not isinstance(item, dict):
+        if type(item) is CaptureEvent:
+            tokens: EventFields = item
+        elif isinstance(item, dict):
+            # EventFields, not CaptureEvent: an event whose name is refused still gives its token
+            tokens = _convert(item, EventFields)
+        else:
             continue
-        # EventFields, not CaptureEvent: an event whose name is refused still gives its token.
-        tokens = _convert(item, EventFields)
         token = tokens.token
         if token is None:
             token = tokens.dollar_token
@@ -349,13 +359,53 @@ def normalize_event(
     """
     if not isinstance(raw, dict):
         return _drop((INVALID_EVENT, f"batch item is a {type(raw).__name__}, not an object"), raw)
-    fields: EventFields
     try:
         fields = _convert(raw, CaptureEvent)
-        refused = None
-    except _ValidationError as exc:  # its name: still read the rest, for the drop
-        fields = _convert(raw, EventFields)
-        refused = exc
+    except _ValidationError as exc:  # its name: the rest is still read, for the drop
+        return _normalize(raw, _convert(raw, EventFields), exc, env, now_ms, ip, geoip)
+    return _normalize(raw, fields, None, env, now_ms, ip, geoip)
+
+
+def normalize_batch(
+    env: Envelope,
+    *,
+    now_ms: int,
+    ip: str | None,
+    geoip: Callable[[str], dict[str, Any]] | None,
+) -> tuple[list[Event], list[Drop]]:
+    """`normalize_event` for each item of the envelope: the events kept, the drops. The items
+    already converted together by `parse_envelope` (`env.fields`) are not converted again."""
+    events: list[Event] = []
+    drops: list[Drop] = []
+    typed = env.fields
+    if typed is None:
+        for raw in env.events:
+            result = normalize_event(raw, env, now_ms=now_ms, ip=ip, geoip=geoip)
+            if type(result) is Event:
+                events.append(result)
+            else:
+                drops.append(result)
+    else:
+        for raw, fields in zip(env.events, typed, strict=True):
+            result = _normalize(raw, fields, None, env, now_ms, ip, geoip)
+            if type(result) is Event:
+                events.append(result)
+            else:
+                drops.append(result)
+    return events, drops
+
+
+def _normalize(
+    raw: dict[str, Any],
+    fields: EventFields,
+    refused: msgspec.ValidationError | None,
+    env: Envelope,
+    now_ms: int,
+    ip: str | None,
+    geoip: Callable[[str], dict[str, Any]] | None,
+) -> Event | Drop:
+    """`normalize_event` once the event is read: `fields` is a `CaptureEvent`, or, when it
+    refused the event (`refused`), the fields it could read."""
     limits = _check_limits(raw, fields)
     if limits is not None:
         return limits
