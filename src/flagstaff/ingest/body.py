@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta, field
 
-__all__ = ["CaptureBatch", "CaptureEvent", "EventFields"]
+__all__ = ["AnyNameEvent", "CaptureBatch", "CaptureEvent"]
 
 _STR = {"type": "string"}
 _OBJECT = {"type": "object"}
@@ -111,33 +111,38 @@ SentAt = Annotated[
 ]
 
 
-class EventFields(msgspec.Struct, gc=False):
-    """Every field of an event but its name: none is ever refused. Where an event carries its
-    project token (read when the envelope carries none): ``token``, else ``$token``, else
-    ``api_key``, else ``properties.token``."""
-
-    token: Token = None
-    dollar_token: Token = field(default=None, name="$token")
-    api_key: Token = None
-    distinct_id: DistinctId = None
-    dollar_distinct_id: DistinctId = field(default=None, name="$distinct_id")
-    """Read when ``distinct_id`` is absent (then ``properties.distinct_id``)."""
-    properties: Properties = None
-    timestamp: Timestamp = None
-    offset: Offset = None
-    uuid: Uuid = None
-    set: PersonSet = field(default=None, name="$set")
-    set_once: PersonSet = field(default=None, name="$set_once")
-    unset: Unset = field(default=None, name="$unset")
-
-
-class CaptureEvent(EventFields, gc=False):
+class CaptureEvent(msgspec.Struct, gc=False):
     """One event as the SDKs send it. Fields not listed are accepted and ignored (they count
-    towards the event's 1 MiB limit)."""
+    towards the event's 1 MiB limit). In the order posthog-js sends them: msgspec looks each
+    key up from the field after the last one found, so a conversion finds them first time.
 
+    Where an event carries its project token (read when the envelope carries none):
+    ``token``, else ``$token``, else ``api_key``, else ``properties.token``."""
+
+    uuid: Uuid = None
     event: str | None = None
     """The name, cut to 200 characters; missing or empty is the event's drop, and one that is
     not a string is refused here: that event's drop (``invalid_event``), naming the field."""
+    properties: Properties = None
+    set: PersonSet = field(default=None, name="$set")
+    set_once: PersonSet = field(default=None, name="$set_once")
+    timestamp: Timestamp = None
+    distinct_id: DistinctId = None
+    dollar_distinct_id: DistinctId = field(default=None, name="$distinct_id")
+    """Read when ``distinct_id`` is absent (then ``properties.distinct_id``)."""
+    offset: Offset = None
+    unset: Unset = field(default=None, name="$unset")
+    token: Token = None
+    dollar_token: Token = field(default=None, name="$token")
+    api_key: Token = None
+
+
+class AnyNameEvent(CaptureEvent, gc=False):
+    """A `CaptureEvent` that takes any name, so converting an object to it never fails: what
+    is read of an event whose name `CaptureEvent` refused (for its drop), and of the events
+    searched for a token (an event with a refused name still gives its token)."""
+
+    event: Any = None  # read as sent: the refused name is the drop's, never taken as a name
 
 
 class CaptureBatch(msgspec.Struct, gc=False):

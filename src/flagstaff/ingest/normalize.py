@@ -22,7 +22,7 @@ import orjson
 from flagstaff.accounts.keys import PERSONAL_KEY_PREFIX
 from flagstaff.common.invalid import conversion_problem
 from flagstaff.common.units import DAY_MS, HOUR_MS
-from flagstaff.ingest.body import CaptureBatch, CaptureEvent, EventFields
+from flagstaff.ingest.body import AnyNameEvent, CaptureBatch, CaptureEvent
 from flagstaff.ingest.event_names import GROUP_IDENTIFY_EVENTS
 from flagstaff.ingest.model import Drop, Envelope, Event
 from flagstaff.ingest.uuids import canonical_uuid, new_uuid7
@@ -126,10 +126,9 @@ def _events_token(events: list[Any] | list[CaptureEvent]) -> Any:
     found: Any = None
     for item in events:
         if type(item) is CaptureEvent:
-            tokens: EventFields = item
+            tokens: CaptureEvent = item
         elif isinstance(item, dict):
-            # EventFields, not CaptureEvent: an event whose name is refused still gives its token
-            tokens = _convert(item, EventFields)
+            tokens = _convert(item, AnyNameEvent)  # a refused name still gives its token
         else:
             continue
         token = tokens.token
@@ -273,7 +272,7 @@ def _shape(raw: Any) -> bytes:
 def _drop(
     problem: tuple[str, str],
     raw: Any,
-    fields: EventFields | None = None,
+    fields: CaptureEvent | None = None,
     event: str | None = None,
     distinct_id: str | None = None,
 ) -> Drop:
@@ -288,7 +287,7 @@ def _drop(
     )
 
 
-def _plain_name_and_id(fields: EventFields) -> tuple[str | None, str | None]:
+def _plain_name_and_id(fields: CaptureEvent) -> tuple[str | None, str | None]:
     """The event name and distinct id for a drop, when they are plain strings."""
     name = fields.event if type(fields) is CaptureEvent else None
     found_id = fields.distinct_id
@@ -362,7 +361,7 @@ def normalize_event(
     try:
         fields = _convert(raw, CaptureEvent)
     except _ValidationError as exc:  # its name: the rest is still read, for the drop
-        return _normalize(raw, _convert(raw, EventFields), exc, env, now_ms, ip, geoip)
+        return _normalize(raw, _convert(raw, AnyNameEvent), exc, env, now_ms, ip, geoip)
     return _normalize(raw, fields, None, env, now_ms, ip, geoip)
 
 
@@ -397,7 +396,7 @@ def normalize_batch(
 
 def _normalize(
     raw: dict[str, Any],
-    fields: EventFields,
+    fields: CaptureEvent,
     refused: msgspec.ValidationError | None,
     env: Envelope,
     now_ms: int,
@@ -405,7 +404,7 @@ def _normalize(
     geoip: Callable[[str], dict[str, Any]] | None,
 ) -> Event | Drop:
     """`normalize_event` once the event is read: `fields` is a `CaptureEvent`, or, when it
-    refused the event (`refused`), the fields it could read."""
+    refused the event's name (`refused`), an `AnyNameEvent`."""
     limits = _check_limits(raw, fields)
     if limits is not None:
         return limits
@@ -447,13 +446,13 @@ def _normalize(
 
 def _refusal(error: msgspec.ValidationError | None) -> tuple[str, str]:
     """A field `CaptureEvent` refused, named, in msgspec's words."""
-    if error is None:  # not reached: only a refusal leaves the fields short of CaptureEvent
+    if error is None:  # not reached: only a refusal gives an AnyNameEvent
         return INVALID_EVENT, "event could not be read"
     problem = conversion_problem(error)
     return INVALID_EVENT, f"event field `{problem.path}`: {problem.message}"
 
 
-def _check_limits(raw: dict[str, Any], fields: EventFields) -> Drop | None:
+def _check_limits(raw: dict[str, Any], fields: CaptureEvent) -> Drop | None:
     """Nesting and size, before any step that could walk the event.
 
     orjson refuses nesting over 254 levels without recursing, so nothing after this ever walks
@@ -478,7 +477,7 @@ def _event_name(fields: CaptureEvent, raw: dict[str, Any]) -> str | Drop:
     return name[:MAX_EVENT_NAME_LENGTH] if len(name) > MAX_EVENT_NAME_LENGTH else name
 
 
-def _properties(fields: EventFields, raw: dict[str, Any], name: str) -> dict[str, Any] | Drop:
+def _properties(fields: CaptureEvent, raw: dict[str, Any], name: str) -> dict[str, Any] | Drop:
     properties = fields.properties
     if properties is None:
         return {}
@@ -488,7 +487,7 @@ def _properties(fields: EventFields, raw: dict[str, Any], name: str) -> dict[str
 
 
 def _distinct_id(
-    fields: EventFields, raw: dict[str, Any], properties: dict[str, Any], name: str
+    fields: CaptureEvent, raw: dict[str, Any], properties: dict[str, Any], name: str
 ) -> str | Drop:
     """`distinct_id`, else `$distinct_id`, else `properties.distinct_id`, as text."""
     found_id = fields.distinct_id
@@ -502,7 +501,7 @@ def _distinct_id(
 
 
 def _event_time(
-    fields: EventFields,
+    fields: CaptureEvent,
     raw: dict[str, Any],
     properties: dict[str, Any],
     env: Envelope,
@@ -542,7 +541,7 @@ def _enrich(
                     properties[key] = value
 
 
-def _person_updates(fields: EventFields, properties: dict[str, Any], name: str) -> _PersonUpdates:
+def _person_updates(fields: CaptureEvent, properties: dict[str, Any], name: str) -> _PersonUpdates:
     """Kept for anonymous events too: the person rules still apply them when the distinct id
     already belongs to an identified person. Group identify events carry none. A top-level
     `$set: null` is as good as none (either way only `properties.$set` counts)."""
