@@ -61,7 +61,14 @@ _fromisoformat = datetime.fromisoformat
 _dumps = orjson.dumps
 _convert = msgspec.convert
 _ValidationError = msgspec.ValidationError
-_EVENTS = list[CaptureEvent]
+
+
+class _Items(msgspec.Struct, array_like=True, gc=False):
+    """Every item of a batch as a `CaptureEvent`, in one conversion. A Struct, whose type
+    msgspec prepares once, where a `list[CaptureEvent]` would be prepared again each call
+    (0.6 µs: as much as four events)."""
+
+    events: list[CaptureEvent]
 
 
 class TokenError(Exception):
@@ -108,7 +115,7 @@ def parse_envelope(payload: Any, query: Mapping[str, str]) -> Envelope:
         events = [payload]
     fields: list[CaptureEvent] | None
     try:  # every item in one call, the usual case (one refused item: each alone, later)
-        fields = _convert(events, _EVENTS)
+        fields = _convert((events,), _Items).events
     except _ValidationError:
         fields = None
     if token is None:
