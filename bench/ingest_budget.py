@@ -33,12 +33,12 @@ from pathlib import Path
 
 from tests.server import PROJECT_TOKEN
 
-from bench.ingest_inprocess import LIMIT, NOW_MS
+from bench.ingest_inprocess import LIMIT, NOW_MS, normalized
 from bench.ingest_inprocess import bodies as batch_bodies
 from bench.ingest_inprocess import frame as _frame
 from bench.ingest_load import _EVENT
 from flagstaff.http.payload import decode_body
-from flagstaff.ingest.normalize import normalize_event, parse_envelope
+from flagstaff.ingest.normalize import parse_envelope
 from flagstaff.store.records import IngestResult
 from flagstaff.store.sqlite import ingest, schema
 from flagstaff.store.sqlite.ingestd import WAL_CHECKPOINT_BYTES
@@ -80,13 +80,10 @@ def worker_stages(bodies: list[bytes], events_each: int) -> list[float]:
             envelope = parse_envelope(payload, {})
             if stage < 2:
                 continue
-            events = [
-                normalize_event(raw, envelope, now_ms=NOW_MS, ip="127.0.0.1", geoip=None)
-                for raw in envelope.events
-            ]
+            events, _ = normalized(envelope)
             if stage < 3:
                 continue
-            handed = for_writer(events)  # type: ignore[arg-type]
+            handed = for_writer(events)
             if stage < 4:
                 continue
             request_encoder.encode((1, 1, handed, []))

@@ -33,8 +33,9 @@ from tests.server import PROJECT_TOKEN
 
 from bench.ingest_load import _EVENT
 from flagstaff.http.payload import decode_body
-from flagstaff.ingest.model import Event
-from flagstaff.ingest.normalize import normalize_event, parse_envelope
+from flagstaff.ingest import normalize
+from flagstaff.ingest.model import Envelope, Event
+from flagstaff.ingest.normalize import parse_envelope
 from flagstaff.store.sqlite import ingest, schema
 from flagstaff.store.sqlite.person_cache import PersonCache
 from flagstaff.store.sqlite.protocol import for_writer, request_decoder, request_encoder
@@ -58,18 +59,29 @@ def bodies(count: int) -> list[bytes]:
     return out
 
 
+def normalized(
+    envelope: Envelope, now_ms: int = NOW_MS, ip: str = "127.0.0.1"
+) -> tuple[list[Event], int]:
+    """The events a worker keeps of an envelope, and how many it dropped: `normalize_batch`,
+    or each event alone in a tree before it (to compare commits)."""
+    batch = getattr(normalize, "normalize_batch", None)
+    if batch is not None:
+        events, drops = batch(envelope, now_ms=now_ms, ip=ip, geoip=None)
+        return events, len(drops)
+    results = [
+        normalize.normalize_event(raw, envelope, now_ms=now_ms, ip=ip, geoip=None)
+        for raw in envelope.events
+    ]
+    events = [e for e in results if type(e) is Event]
+    return events, len(results) - len(events)
+
+
 def frame(body: bytes, number: int) -> bytes:
     """The frame a worker sends for one body: decoded, normalised, handed off, msgpack."""
     payload = decode_body(
         body, content_type="application/json", content_encoding=None, query={}, limit=LIMIT
     )
-    envelope = parse_envelope(payload, {})
-    events = [
-        e
-        for raw in envelope.events
-        if type(e := normalize_event(raw, envelope, now_ms=NOW_MS, ip="127.0.0.1", geoip=None))
-        is Event
-    ]
+    events, _ = normalized(parse_envelope(payload, {}))
     return request_encoder.encode((number, 1, for_writer(events), []))
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
+from bench.ingest_inprocess import normalized
 from flagstaff.http.payload import decode_body
-from flagstaff.ingest.model import Event
-from flagstaff.ingest.normalize import normalize_event, parse_envelope
+from flagstaff.ingest.normalize import parse_envelope
 
 BATCH_SIZE = 100
 LIMIT = 20 * 1024 * 1024
@@ -121,11 +121,8 @@ def run_case(bodies: list[bytes], encoding: str | None, batches: int) -> tuple[f
         decoded = clock()
         env = parse_envelope(payload, query)
         now_ms = int(time.time() * 1000)
-        for raw in env.events:
-            if type(normalize_event(raw, env, now_ms=now_ms, ip="203.0.113.9", geoip=None)) is not (
-                Event
-            ):
-                raise SystemExit("benchmark event was dropped")
+        if normalized(env, now_ms, "203.0.113.9")[1]:
+            raise SystemExit("benchmark event was dropped")
         normalize_s += clock() - decoded
         decode_s += decoded - started
     return decode_s, normalize_s

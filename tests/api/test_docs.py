@@ -16,6 +16,7 @@ from starlette.requests import Request
 from flagstaff.http import schemas
 from flagstaff.http.docs import ASSETS, BUNDLE, docs_routes
 from flagstaff.http.flags import FlagsRequest
+from flagstaff.ingest.body import CaptureBatch
 from flagstaff.store.records import Cohort
 from tests.server import PROJECT_TOKEN, Api
 
@@ -52,7 +53,7 @@ def test_answers_match_their_documented_schemas(api: Api, http: httpx.Client) ->
     _conforms(http.get(f"/array/{PROJECT_TOKEN}/config").json(), schemas.ClientConfig)
     _conforms(api.get("/flags/definitions").json(), schemas.LocalEvaluationResponse)
     event = {"api_key": PROJECT_TOKEN, "batch": [{"event": "e", "distinct_id": "doc-user"}]}
-    _conforms(event, schemas.CaptureRequest)
+    _conforms(event, CaptureBatch)
     _conforms(http.post("/batch/", json=event).json(), schemas.CaptureResponse)
     _conforms(http.get("/_health").json(), schemas.Status)
     _conforms(http.get(f"{P}/feature_flags/0/").json(), schemas.Error)

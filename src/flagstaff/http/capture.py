@@ -17,7 +17,7 @@ from flagstaff.common import clock
 from flagstaff.http.asgi import Request, Response
 from flagstaff.http.payload import PayloadError, decode_body, decode_query_data
 from flagstaff.ingest.model import Drop, Event
-from flagstaff.ingest.normalize import TokenError, client_ip, normalize_event, parse_envelope
+from flagstaff.ingest.normalize import TokenError, client_ip, normalize_batch, parse_envelope
 from flagstaff.ops import logs
 from flagstaff.server.disk import MB
 from flagstaff.server.outage import OUTAGE
@@ -87,14 +87,7 @@ async def capture_endpoint(svc: Services, request: Request) -> Response:
     )
     geoip = svc.geoip_lookup if svc.geoip is not None else None
     now_ms = clock.now_ms()
-    events: list[Event] = []
-    drops: list[Drop] = []
-    for raw in envelope.events:
-        result = normalize_event(raw, envelope, now_ms=now_ms, ip=ip, geoip=geoip)
-        if type(result) is Event:
-            events.append(result)
-        else:
-            drops.append(result)
+    events, drops = normalize_batch(envelope, now_ms=now_ms, ip=ip, geoip=geoip)
 
     if events and not envelope.historical:
         allowed = svc.quotas.events_allowed(project.id, len(events))

@@ -4,9 +4,10 @@ Built from the app's route tables (the management API's ``ROUTES`` and the publi
 a route cannot be served without appearing here. Request bodies are the Structs the handlers
 decode them with: the use cases' inputs in ``application/`` (``FeatureFlagInput``...) and the
 public ones (``http/flags.py``'s ``FlagsRequest``, ``http/ofrep_schemas.py``'s
-``OfrepEvaluationRequest``). Response bodies are the Structs of the ``http/*schemas.py``
-modules, or the store record the answer renders (``store/records.py``'s ``Cohort``). msgspec
-turns both into JSON Schema components.
+``OfrepEvaluationRequest``; capture's ``CaptureBatch`` and ``CaptureEvent`` from
+``ingest/body.py``). Response bodies are the Structs of the ``http/*schemas.py`` modules, or
+the record the answer renders (``flags/records.py``'s ``FeatureFlag``, ``store/records.py``'s
+``Cohort``). msgspec turns both into JSON Schema components.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from flagstaff.http import schemas as s
 from flagstaff.http import survey_schemas as ss
 from flagstaff.http import team_schemas as t
 from flagstaff.http import usage_schemas as us
+from flagstaff.ingest.body import CaptureBatch, CaptureEvent
 from flagstaff.store.records import Cohort
 
 _REF = "#/components/schemas/{name}"
@@ -60,6 +62,7 @@ class Doc:
     response: Any = None
     """The success body's type (a tuple: one of these); None for no body."""
     request: Any = None
+    """The body's type (a tuple: any of these)."""
     status: int = 200
     media: str = "application/json"
     query: tuple[Param, ...] = ()
@@ -297,10 +300,12 @@ _DEFINITIONS = Doc(
     extra=((304, "not modified since the ETag given"),),
     errors=(401, 402),
 )
+_CAPTURE_BODY = (CaptureBatch, CaptureEvent, list[CaptureEvent])
+"""What capture decodes a body with (``ingest/normalize.py``): a batch, one event or an array."""
 _CAPTURE = Doc(
     "Capture events (one, or a batch), answered once stored",
     s.CaptureResponse,
-    s.CaptureRequest,
+    _CAPTURE_BODY,
     query=(
         Param("compression", "string", "gzip-js, lz64 or base64: how the body is encoded"),
         Param("ip", "string", "1: take the client IP for $ip (posthog-js)"),
@@ -371,7 +376,7 @@ _PUBLIC: dict[str, Doc] = {
     ),
     **{path: _CAPTURE for path in ("/e", "/i/v0/e", "/capture", "/batch", "/track", "/engage")},
     "/s": Doc(
-        "Session recording snapshots: accepted like events", s.CaptureResponse, s.CaptureRequest
+        "Session recording snapshots: accepted like events", s.CaptureResponse, _CAPTURE_BODY
     ),
     "/api/surveys": Doc(
         "The active surveys posthog-js shows (their flags decide for whom)",
@@ -487,9 +492,13 @@ def _operation(
         ),
     }
     if doc.request is not None and method in ("POST", "PATCH", "PUT"):
+        if isinstance(doc.request, tuple):  # shapes that may overlap (capture's objects)
+            request_schema = {"anyOf": [refs[t] for t in doc.request]}
+        else:
+            request_schema = refs[doc.request]
         op["requestBody"] = {
             "required": True,
-            "content": {"application/json": {"schema": refs[doc.request]}},
+            "content": {"application/json": {"schema": request_schema}},
         }
         if doc.form is not None:
             op["requestBody"]["content"]["multipart/form-data"] = {"schema": refs[doc.form]}

@@ -1,5 +1,5 @@
 """The answers of the routes, as msgspec Structs, for /api/schema/ (request bodies are the
-Structs their handlers decode with, in ``application/`` and ``http/flags.py``).
+Structs their handlers decode with, in ``application/``, ``http/flags.py`` and ``ingest/body.py``).
 
 These types document the wire format (PostHog's); handlers build their answers with faster
 means (pre-encoded fragments, dicts), and the API tests hold both to the same shapes. Fields
@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from msgspec import field
 
 from flagstaff.flags.records import FeatureFlag
 from flagstaff.store.records import Cohort
@@ -102,32 +101,6 @@ class ClientConfig(msgspec.Struct, omit_defaults=True):
 
 
 # capture --------------------------------------------------------------------------------------
-
-
-class CaptureEvent(msgspec.Struct, omit_defaults=True):
-    event: str
-    distinct_id: str | int | None = None
-    properties: dict[str, Any] | None = None
-    timestamp: str | None = None
-    offset: int | None = None
-    uuid: str | None = None
-    set: dict[str, Any] | None = field(default=None, name="$set")
-    set_once: dict[str, Any] | None = field(default=None, name="$set_once")
-
-
-class CaptureRequest(msgspec.Struct, omit_defaults=True):
-    """One event, or ``batch`` (also ``data`` from posthog-js: base64, gzip or lz64 encoded,
-    as a body or a ``data=`` form field)."""
-
-    api_key: str | None = None
-    token: str | None = None
-    event: str | None = None
-    distinct_id: str | int | None = None
-    properties: dict[str, Any] | None = None
-    timestamp: str | None = None
-    batch: list[CaptureEvent] | None = None
-    sent_at: str | None = None
-    historical_migration: bool | None = None
 
 
 class CaptureResponse(msgspec.Struct):

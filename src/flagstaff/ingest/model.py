@@ -6,6 +6,8 @@ from typing import Any, final
 
 import msgspec
 
+from flagstaff.ingest.body import CaptureEvent
+
 __all__ = ["Drop", "Envelope", "Event"]
 
 
@@ -17,6 +19,9 @@ class Envelope(msgspec.Struct):
     """Raw items as sent; those that are not objects become `Drop`s in `normalize_event`."""
     historical: bool
     sent_at_ms: int | None
+    fields: list[CaptureEvent] | None = None
+    """`events` read as `CaptureEvent`s in one call, when every item could be; else None (each
+    item is read alone, and a refused one is its drop)."""
 
 
 @final  # lets `type(x) is Event` narrow both branches for the type checker
