@@ -16,8 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from flagstaff.console import templates, views
 from flagstaff.console.routes import STATIC_URL, ProjectInfo
+from flagstaff.flags.records import FeatureFlag
 
 NOW = 1_800_000_000_000
 
@@ -121,7 +124,7 @@ def main() -> None:
         return templates.render(
             "flag_edit.html",
             **_base(),
-            flag=views.editor_model(flags[0]),
+            flag=views.editor_model(msgspec.convert(flags[0], FeatureFlag)),
             ctx=builder,
             can_edit=True,
         )

@@ -565,8 +565,10 @@ async def _store_ingest(
 ) -> None:
     """``cases``: ``none``, ``five`` running, ``cuped`` (five running with CUPED); the first
     is the reference of the ratio."""
+    from flagstaff.application.flags import flag_from_input
     from flagstaff.experiments.model import experiment_flag
     from flagstaff.store.postgres.store import PostgresStore
+    from flagstaff.store.records import FlagWrite
     from flagstaff.store.sqlite.store import SQLiteStore
 
     if postgres:
@@ -600,9 +602,12 @@ async def _store_ingest(
                     for i, flag in enumerate(FLAGS):
                         parsed = parse_experiment(_experiment_body(i, flag, case == "cuped"))
                         existing = await store.get_flag_by_key(project.id, flag)
-                        record = await store.create_experiment(
-                            project.id, parsed, existing or experiment_flag(parsed)
+                        write = (
+                            FlagWrite(flag=existing, flag_id=existing.id, version=existing.version)
+                            if existing is not None
+                            else FlagWrite(flag=flag_from_input(experiment_flag(parsed)))
                         )
+                        record = await store.create_experiment(project.id, parsed, write)
                         created.append(record.id)
                 work = [_writer_events(n + b * size, size) for b in range(batches)]
                 n += batches * size
