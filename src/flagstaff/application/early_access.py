@@ -280,7 +280,7 @@ async def create_feature(
     facts = None
     if flag is not None:
         linked = await store.early_access_feature_of_flag(project_id, flag.id)
-        facts = early_access.flag_facts(flag, linked)
+        facts = early_access.flag_facts(flag.id, flag.key, flag.filters, linked)
     try:
         feature = early_access.feature_from_input(fields, None, now=_now(), flag=facts)
     except EarlyAccessInvalid as exc:

@@ -83,11 +83,12 @@ class StoreEarlyAccessData:
         return await stored_flag(self.store, project_id, flag_id)
 
     async def boolean_flags(self, project_id: int) -> list[tuple[int, str]]:
-        flags = msgspec.convert(await self.console.list_flags(project_id), list[FeatureFlag])
-        return sorted(
-            ((f.id, f.key) for f in flags if not f.deleted and link_problem(flag_facts(f)) is None),
-            key=lambda item: item[1],
-        )
+        linkable = []
+        for f in await self.console.list_flags(project_id):
+            facts = flag_facts(int(f["id"]), str(f["key"]), f.get("filters") or {})
+            if not f.get("deleted") and link_problem(facts) is None:
+                linkable.append((facts.id, facts.key))
+        return sorted(linkable, key=lambda item: item[1])
 
     async def enrolled(self, project_id: int, flag_key: str) -> Enrolled:
         return await features.enrolled_persons(self.store, project_id, flag_key, ENROLLED_SHOWN)

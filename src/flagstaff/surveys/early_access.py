@@ -113,12 +113,15 @@ def _check_url(value: str | None, errors: Errors) -> None:
         )
 
 
-def flag_facts(flag: FeatureFlag, linked_feature_id: str | None = None) -> FlagFacts:
-    """What linking the stored ``flag`` to a feature is checked against."""
-    filters = flag.filters
+def flag_facts(
+    flag_id: int, key: str, filters: Mapping[str, Any], linked_feature_id: str | None = None
+) -> FlagFacts:
+    """What linking a stored flag (its id, key and ``filters``) to a feature is checked
+    against; the fields, so that a flag read as a record and one of the definitions' JSON
+    (the console's list) are judged alike without converting either."""
     return FlagFacts(
-        id=flag.id,
-        key=flag.key,
+        id=flag_id,
+        key=key,
         variant_count=len((filters.get("multivariate") or {}).get("variants") or []),
         aggregation_group_type_index=filters.get("aggregation_group_type_index"),
         linked_feature_id=linked_feature_id,
