@@ -23,7 +23,7 @@ import msgspec
 from flagstaff.accounts import passwords, sessions, throttle
 from flagstaff.accounts.api_keys import key_json
 from flagstaff.accounts.records import ApiKeyInfo, Membership, Role, User
-from flagstaff.accounts.roles import Principal, can_revoke_key
+from flagstaff.accounts.roles import Action, Principal, can, can_revoke_key
 from flagstaff.accounts.store import AccountStore
 from flagstaff.accounts.users import email_problem, normalize_email
 from flagstaff.application.context import Caller
@@ -478,8 +478,9 @@ async def end_sessions(caller: Caller[object], user_id: int) -> int:
 async def keys_seen_by(
     accounts: MemberReads, project_id: int, principal: Principal
 ) -> list[ApiKeyInfo]:
-    """Admins (and a key without a user) see every key of the project, others their own."""
-    everyone = principal.user_id is None or principal.role is Role.ADMIN
+    """Those who manage the project (admins, and a key without a user) see every key of
+    the project, others their own."""
+    everyone = principal.user_id is None or can(principal.role, Action.MANAGE)
     return await accounts.list_keys(project_id, None if everyone else principal.user_id)
 
 
