@@ -221,8 +221,8 @@ async def flag_usage(caller: Caller[UsageStore], flag: FeatureFlag, days: int) -
     key = flag.key
     rows = await caller.store.flag_value_checks(caller.project_id, key, first_day(now, days))
     checks = flag_checks(rows, now, variant_keys(flag.filters), days)
-    last_seen = (await caller.store.flag_last_seen(caller.project_id, [key])).get(key)
-    return FlagUsage(key, days, checks, last_seen)
+    seen = (await last_seen(caller.store, caller.project_id, [key])).get(key)
+    return FlagUsage(key, days, checks, seen)
 
 
 def usage_json(usage: FlagUsage) -> dict[str, Any]:
