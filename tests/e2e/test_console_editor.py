@@ -335,8 +335,8 @@ def test_create_a_personal_key_use_it_revoke_it(page: Any, console: Seeded) -> N
     row = page.get_by_role("row").filter(has_text="deploy script")
     assert secret[:8] in row.inner_text() and secret not in page.content()
     page.on("dialog", lambda dialog: dialog.accept())
-    page.get_by_role("button", name="Revoke key deploy script").click()
-    page.wait_for_load_state("load")
+    with page.expect_navigation():  # the console reloads the page once the key is revoked
+        page.get_by_role("button", name="Revoke key deploy script").click()
     for _ in range(50):
         if httpx.get(api, headers=bearer).status_code == 401:
             break

@@ -241,20 +241,20 @@ def test_groups_warnings_settings_and_the_events_chart(page: Any, console: Seede
     assert page.get_by_label("Project token (public)").input_value() == PROJECT_TOKEN
     page.get_by_role("button", name="Copy project token").click()
     page.get_by_label("Project name").fill("Shop")
-    page.get_by_role("button", name="Rename project").click()
-    page.wait_for_load_state("load")
+    with page.expect_navigation():  # the console reloads the page once the API answered
+        page.get_by_role("button", name="Rename project").click()
     assert _eventually(lambda: console.api.get(f"{P}/").json()["name"], "Shop") == "Shop"
-    # Event retention: asked to confirm, then set through the management API.
-    page.once("dialog", lambda dialog: dialog.accept())
+    # Event retention: asked to confirm (the page fixture accepts), then set through the
+    # management API, and the page reloaded to show it.
     page.get_by_label("Keep events for (days, empty: forever)").fill("45")
-    page.get_by_role("button", name="Save retention").click()
-    page.wait_for_load_state("load")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Save retention").click()
     days = lambda: console.api.get(f"{P}/").json()["event_retention_days"]  # noqa: E731
     assert _eventually(days, 45) == 45
     assert "older than 45 days are deleted" in page.locator("[data-retention-now]").inner_text()
     page.get_by_label("Keep events for (days, empty: forever)").fill("")
-    page.get_by_role("button", name="Save retention").click()
-    page.wait_for_load_state("load")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Save retention").click()
     assert _eventually(days, None) is None
     usage = page.get_by_role("table", name="Usage and quotas")
     assert "Events stored" in usage.inner_text()
