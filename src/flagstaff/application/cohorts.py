@@ -110,6 +110,17 @@ def csv_cohort_input(form: CohortCsvInput, distinct_ids: list[str] | None) -> Co
     return CohortInput(**fields)
 
 
+def _as_written(current: Cohort) -> CohortDefinition:
+    """The stored cohort as an update writes it back, unchanged."""
+    return CohortDefinition(
+        name=current.name,
+        description=current.description,
+        filters=current.filters,
+        deleted=current.deleted,
+        is_static=current.is_static,
+    )
+
+
 def cohort_from(data: CohortInput, current: Cohort | None = None) -> CohortDefinition:
     """The full cohort a create (``current`` None) or PATCH body asks for, validated."""
     body = given(data)
@@ -122,13 +133,7 @@ def cohort_from(data: CohortInput, current: Cohort | None = None) -> CohortDefin
             distinct_ids=[str(d) for d in body.get("distinct_ids", [])],
         )
     else:
-        base = CohortDefinition(
-            name=current.name,
-            description=current.description,
-            filters=current.filters,
-            deleted=current.deleted,
-            is_static=current.is_static,
-        )
+        base = _as_written(current)
     changes = {k: body[k] for k in ("name", "description", "filters", "deleted") if k in body}
     cohort = msgspec.structs.replace(base, **changes)
     if cohort.is_static:
@@ -279,13 +284,7 @@ async def upload_members(
 
 async def delete_cohort(caller: Caller[CohortStore], current: Cohort) -> None:
     """Mark the cohort deleted."""
-    cohort = CohortDefinition(
-        name=current.name,
-        description=current.description,
-        filters=current.filters,
-        deleted=True,
-        is_static=current.is_static,
-    )
+    cohort = msgspec.structs.replace(_as_written(current), deleted=True)
     await caller.store.update_cohort(caller.project_id, current.id, cohort, caller.source)
 
 
