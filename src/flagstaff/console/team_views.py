@@ -33,15 +33,15 @@ def member_rows(members: Iterable[Member], me: int) -> list[MemberRow]:
     """Members by email."""
     rows = [
         MemberRow(
-            u.id,
-            u.email,
-            m.role.value,
-            m.created_at_ms,
-            u.last_login_ms,
-            u.id == me,
-            u.oidc_issuer is not None,
+            member.user.id,
+            member.user.email,
+            member.membership.role.value,
+            member.membership.created_at_ms,
+            member.user.last_login_ms,
+            member.user.id == me,
+            member.user.oidc_issuer is not None,
         )
-        for u, m in ((member.user, member.membership) for member in members)
+        for member in members
     ]
     return sorted(rows, key=lambda r: r.email)
 
