@@ -30,6 +30,16 @@ A message PostgreSQL refuses (not a connection failure: a value it cannot take, 
 isolated and moved to the dead-letter subject ``flagstaff.events.dead`` of the same stream
 with the error in a header, instead of holding up its shard.
 
+A delivery can be lost on its way (the NATS server the reader is connected to dies after the
+consumer sent it). Acknowledging a later message would then acknowledge the lost one too
+(``AckPolicy.ALL``), and it would never come again. So the fetcher checks each message's
+delivery number (the consumer's own sequence, 1, 2, 3... on the consumer ``_subscribe``
+makes): at a jump it hands on only the messages before it and stops, the committer commits and
+acknowledges those, and the reader makes its consumer again from the acknowledged floor, below
+the lost message. A lost last message, with nothing after it to show the jump, is found when
+the shard is quiet: the consumer says it delivered more than the reader received
+(:data:`GAP_CHECK_SECONDS`).
+
 A reader whose lease could not be renewed for most of its duration stops before another
 process may take the shard; should it still commit meanwhile, the events are stored once
 (uuid check in :mod:`.apply`).
@@ -76,6 +86,8 @@ STOP_SECONDS = 10.0
 """The longest a stopping process spends finishing transactions and returning leases."""
 REFUSALS = 3
 """Tries of a batch PostgreSQL refuses (not a connection failure) before isolating it."""
+GAP_CHECK_SECONDS = 5.0
+"""How often a quiet reader asks its consumer whether it delivered more than arrived."""
 
 _TRANSIENT = (
     OSError,  # TimeoutError included
@@ -198,6 +210,29 @@ def decoded(msg: Msg) -> Fetched:
         return msg, codec.decode(msg.data)
     except msgspec.DecodeError as exc:
         return msg, f"undecodable message: {exc}"
+
+
+class DeliveryLost(Exception):
+    """A delivery of the shard's consumer never reached the reader: its consumer is made again
+    from the acknowledged floor, so the lost message comes again (see the module)."""
+
+
+def delivery_number(msg: Msg) -> int | None:
+    """The consumer's sequence of this delivery (None: not a JetStream message)."""
+    try:
+        return int(msg.metadata.sequence.consumer)
+    except Exception:
+        return None
+
+
+def unbroken(msgs: list[Msg], received: int) -> int:
+    """How many of ``msgs`` continue the deliveries after the ``received`` first ones, in order:
+    all of them unless one was lost on the way."""
+    for i, msg in enumerate(msgs):
+        number = delivery_number(msg)
+        if number is not None and number != received + i + 1:
+            return i
+    return len(msgs)
 
 
 def pending_after(msg: Msg) -> int:
@@ -332,8 +367,14 @@ class ShardReader:
         published. Once one came, its ``num_pending`` says how many more wait in the stream;
         exactly those are fetched (as many as ``inbox`` has room for: about a transaction's
         worth), which returns as soon as they arrived: no pull waits for a batch to fill.
+
+        A delivery lost on the way stops it (:class:`DeliveryLost`) after the messages before
+        it (see the module).
         """
         waiting = 0
+        received = 0  # deliveries of the consumer _subscribe made, in order
+        short: int | None = None  # the consumer's delivered count, ahead, at the last check
+        checked = time.monotonic()
         try:
             while True:
                 room = await inbox.room()
@@ -343,17 +384,39 @@ class ShardReader:
                     else:
                         msgs = await sub.fetch(1, timeout=self.spec.fetch_wait)
                 except TimeoutError:  # nothing within the wait (nats-py raises asyncio's)
-                    waiting = 0
-                    continue
+                    msgs = []
                 if not msgs:
                     waiting = 0
+                    if time.monotonic() - checked >= GAP_CHECK_SECONDS:
+                        checked = time.monotonic()
+                        delivered = await self._delivered()
+                        if delivered is None or delivered <= received:
+                            short = None
+                        elif delivered == short:  # twice the same: not one still on its way
+                            raise DeliveryLost(f"{delivered - received} delivered, none arrived")
+                        else:
+                            short = delivered
                     continue
+                short = None
+                kept = unbroken(msgs, received)
+                received += kept
+                if kept:
+                    await inbox.put([decoded(m) for m in msgs[:kept]])
+                if kept < len(msgs):
+                    raise DeliveryLost(f"delivery {received + 1} never arrived")
                 waiting = pending_after(msgs[-1])
-                await inbox.put([decoded(m) for m in msgs])
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             await inbox.fail(exc)
+
+    async def _delivered(self) -> int | None:
+        """How many deliveries the shard's consumer made (None: it cannot say now)."""
+        try:
+            info = await self.js.consumer_info(STREAM_NAME, durable_name(self.lease.shard))
+        except Exception:  # the stream is unreachable: the fetch says so, not this check
+            return None
+        return int(info.delivered.consumer_seq) if info.delivered else None
 
     async def _apply(self, msgs: list[Fetched]) -> None:
         chunk: list[tuple[Msg, codec.StreamBatch]] = []
