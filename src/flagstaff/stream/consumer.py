@@ -261,6 +261,9 @@ class ShardReader:
         self._to_ack: Msg | None = None
         self._acking: asyncio.Task[None] | None = None
         self._fetcher: asyncio.Task[None] | None = None
+        self._start = 0
+        """Where this reader last made its consumer start: a retry that finds the consumer gone
+        (deleted, but the answer lost) starts there again, not at the shard's first message."""
 
     def halt_fetching(self) -> None:
         """Send no more pulls for the shard, now. The next owner deletes and makes the shard's
@@ -287,12 +290,13 @@ class ShardReader:
     async def _subscribe(self) -> nats.js.JetStreamContext.PullSubscription:
         shard = self.lease.shard
         name = durable_name(shard)
-        start = 0
+        start = self._start
         try:
             info = await self.js.consumer_info(STREAM_NAME, name)
             floor = info.ack_floor.stream_seq if info.ack_floor else 0
             # A consumer made at a start sequence reports a floor of 0 until its first ack.
             start = max((floor or 0) + 1, info.config.opt_start_seq or 0)
+            self._start = start
             await self.js.delete_consumer(STREAM_NAME, name)
         except js_errors.NotFoundError:
             pass
